@@ -1,0 +1,86 @@
+"""Where ctxemb finds data that is not part of the repository, and atomic file writes.
+
+The shared benchmark data (WordNet, SemCor, the WSD and similarity sets) lives outside the repository.
+It is found through the ``CTXEMB_DATA`` environment variable, else in ``../shared/data`` next to the checkout.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from pathlib import Path
+from typing import IO, Iterator
+
+_REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def shared_data_dir(required: bool = True) -> Path | None:
+    """The folder of shared benchmark data.
+
+    Args:
+        required: raise if the folder cannot be found (else return None).
+
+    Raises:
+        FileNotFoundError: naming the places that were tried and the variable to set.
+    """
+    tried = []
+    env = os.environ.get("CTXEMB_DATA")
+    candidates = [Path(env)] if env else []
+    candidates.append(_REPO_ROOT.parent / "shared" / "data")
+    for c in candidates:
+        tried.append(str(c))
+        if c.is_dir():
+            return c
+    if required:
+        raise FileNotFoundError(
+            "ctxemb's shared data folder was not found (tried: %s). Set CTXEMB_DATA to the folder that holds "
+            "wsd/, similarity/, corpora/ and nltk_data/." % ", ".join(tried)
+        )
+    return None
+
+
+def repo_data_dir() -> Path:
+    """The repository's own small data folder (fixtures and the default analysis corpus)."""
+    return _REPO_ROOT / "data"
+
+
+@contextlib.contextmanager
+def atomic_write(path: str | os.PathLike, mode: str = "w", **kwargs) -> Iterator[IO]:
+    """Open a temporary file beside ``path`` and move it into place only if the block succeeds.
+
+    A crash or an exception leaves the previous file (if any) untouched.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix="." + path.name + ".", suffix=".tmp")
+    os.close(fd)
+    try:
+        with open(tmp, mode, **kwargs) as f:
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
+    """Yield a temporary path beside ``path`` for a writer that takes a filename (faiss, numpy, torch).
+
+    The file is moved into place only if the block succeeds.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix="." + path.name + ".", suffix=".tmp")
+    os.close(fd)
+    try:
+        yield Path(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
