@@ -1,0 +1,118 @@
+"""Architecture configuration of an encoder, with field names equal to Hugging Face ``config.json`` keys."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from ctxemb.paths import atomic_write
+
+SUPPORTED_MODEL_TYPES = ("bert", "roberta", "mpnet")
+SUPPORTED_ACTIVATIONS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu")
+
+# The class name transformers expects in ``architectures`` for a bare encoder of each type.
+_ARCHITECTURE_NAMES = {"bert": "BertModel", "roberta": "RobertaModel", "mpnet": "MPNetModel"}
+
+
+@dataclass(frozen=True)
+class EncoderConfig:
+    """Shape and variant of a BERT-family encoder.
+
+    ``model_type`` picks the variant: ``bert`` (absolute positions from 0, segment embeddings; also MiniLM and
+    bge-style checkpoints), ``roberta`` (positions start after the padding index, one segment type) and ``mpnet``
+    (RoBERTa-style positions, no segment embeddings, a T5-style bucketed relative position bias shared by all layers).
+    """
+
+    model_type: str = "bert"
+    vocab_size: int = 30522
+    hidden_size: int = 768
+    num_hidden_layers: int = 12
+    num_attention_heads: int = 12
+    intermediate_size: int = 3072
+    hidden_act: str = "gelu"
+    hidden_dropout_prob: float = 0.1
+    attention_probs_dropout_prob: float = 0.1
+    max_position_embeddings: int = 512
+    type_vocab_size: int = 2
+    layer_norm_eps: float = 1e-12
+    pad_token_id: int = 0
+    initializer_range: float = 0.02
+    relative_attention_num_buckets: int = 32
+
+    def __post_init__(self) -> None:
+        if self.model_type not in SUPPORTED_MODEL_TYPES:
+            raise ValueError(
+                f"model_type {self.model_type!r} is not supported; supported model types: "
+                f"{', '.join(SUPPORTED_MODEL_TYPES)}"
+            )
+        if self.hidden_act not in SUPPORTED_ACTIVATIONS:
+            raise ValueError(
+                f"hidden_act {self.hidden_act!r} is not supported; expected one of {', '.join(SUPPORTED_ACTIVATIONS)}"
+            )
+        for name in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
+                     "max_position_embeddings"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        if self.hidden_size % self.num_attention_heads:
+            raise ValueError(
+                f"The hidden size ({self.hidden_size}) is not a multiple of the number of attention heads "
+                f"({self.num_attention_heads})"
+            )
+        if self.model_type == "bert" and self.type_vocab_size < 1:
+            raise ValueError(f"type_vocab_size must be >= 1 for bert, got {self.type_vocab_size}")
+
+    @property
+    def head_size(self) -> int:
+        return self.hidden_size // self.num_attention_heads
+
+    @property
+    def position_offset(self) -> int:
+        """First position id of a real token: 0 for BERT, ``pad_token_id + 1`` for RoBERTa and MPNet."""
+        return 0 if self.model_type == "bert" else self.pad_token_id + 1
+
+    @property
+    def max_tokens(self) -> int:
+        """Longest sequence (special tokens included) the position embeddings can address."""
+        return self.max_position_embeddings - self.position_offset
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "EncoderConfig":
+        """Build from a ``config.json`` dict; keys this encoder does not use are ignored."""
+        if "model_type" not in d:
+            raise ValueError("config has no 'model_type'; expected one of " + ", ".join(SUPPORTED_MODEL_TYPES))
+        known = {f.name for f in fields(cls)}
+        kwargs = {k: v for k, v in d.items() if k in known}
+        if d["model_type"] == "mpnet":
+            # MPNet has no segment embeddings; transformers' MPNet config has no type_vocab_size.
+            kwargs["type_vocab_size"] = 0
+        return cls(**kwargs)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A ``config.json`` dict that transformers' AutoModel also reads."""
+        d = dataclasses.asdict(self)
+        if self.model_type == "mpnet":
+            d.pop("type_vocab_size")
+        else:
+            d.pop("relative_attention_num_buckets")
+        d["architectures"] = [_ARCHITECTURE_NAMES[self.model_type]]
+        return d
+
+    @classmethod
+    def from_json_file(cls, path: str | os.PathLike) -> "EncoderConfig":
+        path = Path(path)
+        try:
+            d = json.loads(path.read_text())
+        except FileNotFoundError:
+            raise FileNotFoundError(f"config file not found: {path}") from None
+        except json.JSONDecodeError as e:
+            raise ValueError(f"config file {path} is not valid JSON: {e}") from None
+        return cls.from_dict(d)
+
+    def to_json_file(self, path: str | os.PathLike) -> None:
+        with atomic_write(path) as f:
+            json.dump(self.to_dict(), f, indent=2, sort_keys=True)
+            f.write("\n")

@@ -1,0 +1,35 @@
+"""Loading a pretrained encoder and its tokenizer by name or path."""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+from ctxemb.modeling.checkpoint import load_encoder_dir
+from ctxemb.modeling.encoder import Encoder
+from ctxemb.registry import DEFAULT_MODEL, resolve_model_dir
+from ctxemb.tokenization import Tokenizer
+
+
+def load_encoder(name_or_path: str | os.PathLike = DEFAULT_MODEL, *, device: str | torch.device = "cpu",
+                 strict: bool = True) -> Encoder:
+    """Load a pretrained encoder in eval mode.
+
+    Args:
+        name_or_path: ``all-MiniLM-L6-v2`` (default), ``all-mpnet-base-v2``, an HF-format directory, or a model in
+            the local Hugging Face hub cache. See :mod:`ctxemb.registry`.
+        device: where to put the weights.
+        strict: fail on missing or unexpected tensors (shape mismatches always fail).
+
+    Raises:
+        FileNotFoundError: the model cannot be found (the message says what to install or which paths were tried).
+        ValueError: unsupported ``model_type``, unreadable weights, or weights that disagree with the config.
+    """
+    encoder, _ = load_encoder_dir(resolve_model_dir(name_or_path), strict=strict)
+    return encoder.to(device)
+
+
+def load_tokenizer(name_or_path: str | os.PathLike = DEFAULT_MODEL, *, max_length: int | None = None) -> Tokenizer:
+    """Load the tokenizer that belongs to a model (see :func:`load_encoder` for names)."""
+    return Tokenizer.from_pretrained(resolve_model_dir(name_or_path), max_length=max_length)

@@ -1,0 +1,5 @@
+"""Encoder modules and checkpoint loading."""
+
+from ctxemb.modeling.encoder import Encoder, EncoderOutput
+
+__all__ = ["Encoder", "EncoderOutput"]

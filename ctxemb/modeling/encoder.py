@@ -1,0 +1,323 @@
+"""A BERT-family bidirectional transformer encoder in plain PyTorch (Jurafsky & Martin 11.1, eq. 11.1-11.6).
+
+Parameter names follow the BERT layout of Hugging Face checkpoints (``embeddings.word_embeddings``,
+``encoder.layer.{i}.attention.self.query``, ...), so BERT and RoBERTa checkpoints load unchanged; MPNet names are
+mapped in :mod:`ctxemb.modeling.checkpoint`.
+
+Shapes: B batch, T subword tokens, H hidden size, N attention heads, D head size (H = N * D), L layers.
+``hidden_states`` has L + 1 entries: index 0 is the embedding output, index -1 the last layer.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ctxemb.config import EncoderConfig
+
+_ACTIVATIONS = {
+    "gelu": lambda x: F.gelu(x),
+    "gelu_new": lambda x: F.gelu(x, approximate="tanh"),
+    "gelu_pytorch_tanh": lambda x: F.gelu(x, approximate="tanh"),
+    "relu": F.relu,
+}
+
+
+@dataclass
+class EncoderOutput:
+    """What the encoder returns.
+
+    Attributes:
+        last_hidden_state: (B, T, H) output of the last layer.
+        pooler_output: (B, H) tanh(dense([CLS])), or None when not computed.
+        hidden_states: the requested hidden states, each (B, T, H). With all of them (the default) there are L + 1:
+            index 0 is the embedding output, -1 the last layer. ``hidden_state_indices`` says which they are.
+        hidden_state_indices: the non-negative layer index of each entry of ``hidden_states``.
+    """
+
+    last_hidden_state: torch.Tensor
+    pooler_output: torch.Tensor | None
+    hidden_states: tuple[torch.Tensor, ...]
+    hidden_state_indices: tuple[int, ...]
+
+
+class Embeddings(nn.Module):
+    """Token + absolute position (+ segment) embeddings, then LayerNorm and dropout (eq. 11.1)."""
+
+    def __init__(self, config: EncoderConfig):
+        super().__init__()
+        self.config = config
+        padding_idx = config.pad_token_id if config.model_type != "bert" else None
+        self.word_embeddings = nn.Embedding(config.vocab_size, config.hidden_size, padding_idx=config.pad_token_id)
+        self.position_embeddings = nn.Embedding(config.max_position_embeddings, config.hidden_size,
+                                                padding_idx=padding_idx)
+        if config.type_vocab_size > 0:
+            self.token_type_embeddings = nn.Embedding(config.type_vocab_size, config.hidden_size)
+        else:
+            self.token_type_embeddings = None
+        self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+
+    def position_ids(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """(B, T) position ids. BERT counts from 0; RoBERTa/MPNet count real tokens from pad_token_id + 1 and
+        give padding the padding index (whose embedding is never trained)."""
+        if self.config.model_type == "bert":
+            return torch.arange(input_ids.shape[1], device=input_ids.device).expand_as(input_ids)
+        is_token = (input_ids != self.config.pad_token_id).long()
+        return torch.cumsum(is_token, dim=1) * is_token + self.config.pad_token_id
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                token_type_ids: torch.Tensor | None) -> torch.Tensor:
+        x = self.word_embeddings(input_ids) + self.position_embeddings(self.position_ids(input_ids, attention_mask))
+        if self.token_type_embeddings is not None:
+            if token_type_ids is None:
+                token_type_ids = torch.zeros_like(input_ids)
+            x = x + self.token_type_embeddings(token_type_ids)
+        return self.dropout(self.LayerNorm(x))  # (B, T, H)
+
+
+class SelfAttention(nn.Module):
+    """Multi-head scaled dot-product self-attention with no causal mask (eq. 11.2-11.4)."""
+
+    def __init__(self, config: EncoderConfig):
+        super().__init__()
+        self.num_heads = config.num_attention_heads
+        self.head_size = config.head_size
+        self.query = nn.Linear(config.hidden_size, config.hidden_size)
+        self.key = nn.Linear(config.hidden_size, config.hidden_size)
+        self.value = nn.Linear(config.hidden_size, config.hidden_size)
+        self.dropout_p = config.attention_probs_dropout_prob
+
+    def forward(self, x: torch.Tensor, attn_mask: torch.Tensor) -> torch.Tensor:
+        B, T, H = x.shape
+        # (B, T, H) -> (B, N, T, D)
+        q, k, v = (proj(x).view(B, T, self.num_heads, self.head_size).transpose(1, 2)
+                   for proj in (self.query, self.key, self.value))
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask,
+                                           dropout_p=self.dropout_p if self.training else 0.0)
+        return y.transpose(1, 2).reshape(B, T, H)
+
+
+class AttentionOutput(nn.Module):
+    """Output projection, dropout, residual and LayerNorm after attention (post-LN, eq. 11.5)."""
+
+    def __init__(self, config: EncoderConfig):
+        super().__init__()
+        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+        self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+
+    def forward(self, y: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
+        return self.LayerNorm(residual + self.dropout(self.dense(y)))
+
+
+class Attention(nn.Module):
+    def __init__(self, config: EncoderConfig):
+        super().__init__()
+        self.self = SelfAttention(config)
+        self.output = AttentionOutput(config)
+
+    def forward(self, x: torch.Tensor, attn_mask: torch.Tensor) -> torch.Tensor:
+        return self.output(self.self(x, attn_mask), x)
+
+
+class Intermediate(nn.Module):
+    def __init__(self, config: EncoderConfig):
+        super().__init__()
+        self.dense = nn.Linear(config.hidden_size, config.intermediate_size)
+        self.act = _ACTIVATIONS[config.hidden_act]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.act(self.dense(x))
+
+
+class Output(nn.Module):
+    """Feed-forward down-projection, dropout, residual and LayerNorm (eq. 11.6)."""
+
+    def __init__(self, config: EncoderConfig):
+        super().__init__()
+        self.dense = nn.Linear(config.intermediate_size, config.hidden_size)
+        self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+
+    def forward(self, h: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
+        return self.LayerNorm(residual + self.dropout(self.dense(h)))
+
+
+class Layer(nn.Module):
+    """One post-LN transformer block: x = LN(x + attn(x)); x = LN(x + ffn(x))."""
+
+    def __init__(self, config: EncoderConfig):
+        super().__init__()
+        self.attention = Attention(config)
+        self.intermediate = Intermediate(config)
+        self.output = Output(config)
+
+    def forward(self, x: torch.Tensor, attn_mask: torch.Tensor) -> torch.Tensor:
+        x = self.attention(x, attn_mask)
+        return self.output(self.intermediate(x), x)
+
+
+def relative_position_buckets(relative_position: torch.Tensor, num_buckets: int = 32,
+                              max_distance: int = 128) -> torch.Tensor:
+    """T5-style buckets of (key - query) distances, as MPNet uses them.
+
+    Half of the buckets are for keys before the query, half for keys after it; within each half, small distances
+    get a bucket each and larger ones share logarithmically wider buckets up to ``max_distance``.
+    """
+    half = num_buckets // 2
+    n = -relative_position
+    buckets = (n < 0).long() * half
+    n = n.abs()
+    max_exact = half // 2
+    # Clamp to 1 before the log: those entries take the exact branch anyway, and log(0) would warn.
+    log_ratio = torch.log(n.clamp(min=1).float() / max_exact) / math.log(max_distance / max_exact)
+    large = (max_exact + (log_ratio * (half - max_exact)).long()).clamp(max=half - 1)
+    return buckets + torch.where(n < max_exact, n, large)
+
+
+class TransformerStack(nn.Module):
+    """The L layers, plus MPNet's relative position bias that all layers share."""
+
+    def __init__(self, config: EncoderConfig):
+        super().__init__()
+        self.config = config
+        self.layer = nn.ModuleList(Layer(config) for _ in range(config.num_hidden_layers))
+        if config.model_type == "mpnet":
+            self.relative_attention_bias = nn.Embedding(config.relative_attention_num_buckets,
+                                                        config.num_attention_heads)
+        else:
+            self.relative_attention_bias = None
+
+    def position_bias(self, T: int, device: torch.device) -> torch.Tensor:
+        """(1, N, T, T) additive attention bias from bucketed relative positions (MPNet), computed once per batch."""
+        pos = torch.arange(T, device=device)
+        buckets = relative_position_buckets(pos[None, :] - pos[:, None],
+                                            num_buckets=self.config.relative_attention_num_buckets)
+        return self.relative_attention_bias(buckets).permute(2, 0, 1).unsqueeze(0)
+
+
+class Pooler(nn.Module):
+    """tanh(W h_[CLS] + b): the sentence vector BERT's next-sentence head was trained on."""
+
+    def __init__(self, config: EncoderConfig):
+        super().__init__()
+        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+
+    def forward(self, last_hidden_state: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(self.dense(last_hidden_state[:, 0]))
+
+
+class Encoder(nn.Module):
+    """BERT / RoBERTa / MPNet encoder giving every layer's hidden states.
+
+    Example:
+        >>> enc = Encoder(EncoderConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+        ...                             intermediate_size=64, vocab_size=100))
+        >>> out = enc(torch.tensor([[2, 5, 7, 3]]))
+        >>> len(out.hidden_states), out.last_hidden_state.shape
+        (3, torch.Size([1, 4, 32]))
+    """
+
+    def __init__(self, config: EncoderConfig):
+        super().__init__()
+        self.config = config
+        self.embeddings = Embeddings(config)
+        self.encoder = TransformerStack(config)
+        self.pooler = Pooler(config)
+        self.apply(self._init_weights)
+
+    def _init_weights(self, module: nn.Module) -> None:
+        std = self.config.initializer_range
+        if isinstance(module, nn.Linear):
+            nn.init.normal_(module.weight, std=std)
+            nn.init.zeros_(module.bias)
+        elif isinstance(module, nn.Embedding):
+            nn.init.normal_(module.weight, std=std)
+            if module.padding_idx is not None:
+                with torch.no_grad():
+                    module.weight[module.padding_idx].zero_()
+        elif isinstance(module, nn.LayerNorm):
+            nn.init.ones_(module.weight)
+            nn.init.zeros_(module.bias)
+
+    @property
+    def num_layers(self) -> int:
+        return self.config.num_hidden_layers
+
+    def resolve_layers(self, layers: Sequence[int]) -> list[int]:
+        """Map hidden-state indices (0 = embedding output, -1 = last layer) to 0..L, with a clear error."""
+        L = self.num_layers
+        out = []
+        for i in layers:
+            if isinstance(i, bool) or not isinstance(i, int) or not -(L + 1) <= i <= L:
+                raise ValueError(
+                    f"layer index {i!r} is out of range: this encoder has {L + 1} hidden states, so valid indices "
+                    f"are {-(L + 1)}..{L} (0 = embedding output, -1 = last layer)"
+                )
+            out.append(i % (L + 1))
+        return out
+
+    def attention_mask(self, attention_mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        """Additive mask for SDPA: (B, 1, 1, T) for BERT/RoBERTa, (B, N, T, T) with MPNet's position bias."""
+        B, T = attention_mask.shape
+        neg = torch.finfo(dtype).min
+        mask = torch.zeros(B, 1, 1, T, dtype=dtype, device=attention_mask.device)
+        mask = mask.masked_fill(attention_mask[:, None, None, :] == 0, neg)
+        if self.encoder.relative_attention_bias is not None:
+            mask = mask + self.encoder.position_bias(T, attention_mask.device).to(dtype)
+        return mask
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                token_type_ids: torch.Tensor | None = None, *, output_hidden_states: bool = True,
+                hidden_state_indices: Sequence[int] | None = None, compute_pooler: bool = True) -> EncoderOutput:
+        """Run the encoder.
+
+        Args:
+            input_ids: (B, T) token ids.
+            attention_mask: (B, T), 1 for real tokens, 0 for padding; all ones when None.
+            token_type_ids: (B, T) segment ids (BERT); zeros when None.
+            output_hidden_states: return hidden states (all L + 1 unless ``hidden_state_indices`` is given).
+            hidden_state_indices: keep only these hidden states (0 = embedding output, -1 = last layer); the
+                others are dropped as soon as the next layer has used them, which saves memory.
+            compute_pooler: compute ``pooler_output``.
+
+        Returns:
+            EncoderOutput.
+        """
+        if input_ids.dim() != 2:
+            raise ValueError(f"input_ids must be 2-D (batch, tokens), got shape {tuple(input_ids.shape)}")
+        B, T = input_ids.shape
+        if B == 0 or T == 0:
+            raise ValueError(f"input_ids is empty (shape {tuple(input_ids.shape)}): expected at least one token")
+        if T > self.config.max_tokens:
+            raise ValueError(
+                f"sequence length {T} exceeds the model's maximum of {self.config.max_tokens} tokens; split long "
+                "inputs into windows (the tokenizer and Embedder do this)"
+            )
+        if attention_mask is None:
+            attention_mask = torch.ones_like(input_ids)
+        keep = set(self.resolve_layers(hidden_state_indices)) if hidden_state_indices is not None else None
+        if not output_hidden_states:
+            keep = set()
+
+        x = self.embeddings(input_ids, attention_mask, token_type_ids)
+        mask = self.attention_mask(attention_mask, x.dtype)
+        kept: list[torch.Tensor] = []
+        kept_idx: list[int] = []
+        if keep is None or 0 in keep:
+            kept.append(x)
+            kept_idx.append(0)
+        for i, layer in enumerate(self.encoder.layer, start=1):
+            x = layer(x, mask)
+            if keep is None or i in keep:
+                kept.append(x)
+                kept_idx.append(i)
+        pooled = self.pooler(x) if compute_pooler else None
+        return EncoderOutput(last_hidden_state=x, pooler_output=pooled, hidden_states=tuple(kept),
+                             hidden_state_indices=tuple(kept_idx))
