@@ -62,6 +62,9 @@ class EncoderConfig:
                 f"The hidden size ({self.hidden_size}) is not a multiple of the number of attention heads "
                 f"({self.num_attention_heads})"
             )
+        if self.model_type == "mpnet":
+            # MPNet has no segment embeddings; transformers' MPNet config has no type_vocab_size.
+            object.__setattr__(self, "type_vocab_size", 0)
         if self.model_type == "bert" and self.type_vocab_size < 1:
             raise ValueError(f"type_vocab_size must be >= 1 for bert, got {self.type_vocab_size}")
 
@@ -85,11 +88,7 @@ class EncoderConfig:
         if "model_type" not in d:
             raise ValueError("config has no 'model_type'; expected one of " + ", ".join(SUPPORTED_MODEL_TYPES))
         known = {f.name for f in fields(cls)}
-        kwargs = {k: v for k, v in d.items() if k in known}
-        if d["model_type"] == "mpnet":
-            # MPNet has no segment embeddings; transformers' MPNet config has no type_vocab_size.
-            kwargs["type_vocab_size"] = 0
-        return cls(**kwargs)
+        return cls(**{k: v for k, v in d.items() if k in known})
 
     def to_dict(self) -> dict[str, Any]:
         """A ``config.json`` dict that transformers' AutoModel also reads."""

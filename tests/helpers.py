@@ -1,0 +1,41 @@
+"""Shared test helpers: tiny random models written as HF-format directories."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+
+from ctxemb.config import EncoderConfig
+from ctxemb.modeling.checkpoint import save_pretrained
+from ctxemb.modeling.encoder import Encoder
+
+VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + list("abcdefghijklmnopqrstuvwxyz.,!?") + [
+    "the", "bank", "river", "money", "sat", "on", "of", "he", "she", "a", "##s", "##ing", "##ed", "mouse", "die",
+    "cell", "plant", "bat", "##er", "##ly"]
+
+
+def write_tiny_model(path: Path, model_type: str = "bert", seed: int = 0, max_position_embeddings: int = 64,
+                     num_hidden_layers: int = 2) -> Path:
+    """A random BERT-family model with a small WordPiece vocabulary, saved as an HF directory."""
+    torch.manual_seed(seed)
+    pad = 0 if model_type == "bert" else 1
+    vocab = list(VOCAB)
+    if pad == 1:
+        vocab[0], vocab[1] = vocab[1], vocab[0]
+    cfg = EncoderConfig(model_type=model_type, vocab_size=len(vocab), hidden_size=32,
+                        num_hidden_layers=num_hidden_layers, num_attention_heads=4, intermediate_size=48,
+                        max_position_embeddings=max_position_embeddings,
+                        type_vocab_size=2 if model_type == "bert" else 1, pad_token_id=pad,
+                        hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    enc = Encoder(cfg)
+    with torch.no_grad():
+        for p in enc.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    save_pretrained(enc, path)
+    (path / "vocab.txt").write_text("\n".join(vocab) + "\n")
+    if model_type != "bert":  # keep the BERT-style special token strings of the small vocabulary
+        specials = dict(cls_token="[CLS]", sep_token="[SEP]", pad_token="[PAD]", mask_token="[MASK]", unk_token="[UNK]")
+        (path / "special_tokens_map.json").write_text(json.dumps(specials))
+    return path
