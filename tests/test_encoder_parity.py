@@ -79,3 +79,40 @@ def test_saved_checkpoint_loads_in_transformers(tmp_path, model_type):
         b = ours(ids, mask)
     for x, y in zip(a.hidden_states, b.hidden_states):
         torch.testing.assert_close(x[mask.bool()], y[mask.bool()], rtol=1e-5, atol=1e-5)
+
+
+def test_pretraining_heads_match_bert_for_pretraining(tmp_path):
+    from ctxemb.modeling.heads import EncoderForPretraining
+
+    torch.manual_seed(5)
+    cfg = transformers.BertConfig(type_vocab_size=2, **TINY)
+    ref = transformers.BertForPreTraining(cfg)
+    with torch.no_grad():
+        for p in ref.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    ref.eval().save_pretrained(tmp_path / "ref")
+    ours = EncoderForPretraining.from_pretrained(tmp_path / "ref").eval()
+    ids, mask, types = _padded_batch(0, 5)
+    with torch.inference_mode():
+        a = ref(input_ids=ids, attention_mask=mask, token_type_ids=types)
+        b = ours(ids, mask, types)
+    torch.testing.assert_close(b.mlm_logits[mask.bool()], a.prediction_logits[mask.bool()], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(b.nsp_logits, a.seq_relationship_logits, rtol=1e-5, atol=1e-5)
+    # and back: what we save, transformers loads with the same heads
+    ours.save_pretrained(tmp_path / "ours")
+    back = transformers.BertForPreTraining.from_pretrained(tmp_path / "ours").eval()
+    with torch.inference_mode():
+        c = back(input_ids=ids, attention_mask=mask, token_type_ids=types)
+    torch.testing.assert_close(c.prediction_logits, a.prediction_logits, rtol=1e-5, atol=1e-5)
+
+
+def test_missing_heads_are_initialised_fresh_and_logged(tmp_path, caplog):
+    import logging
+
+    from ctxemb.modeling.heads import EncoderForPretraining
+
+    _reference("bert", 0).save_pretrained(tmp_path)
+    with caplog.at_level(logging.INFO, logger="ctxemb.modeling.heads"):
+        model = EncoderForPretraining.from_pretrained(tmp_path)
+    assert "initialised fresh" in caplog.text
+    assert model.cls.predictions.decoder.weight is model.encoder_model.embeddings.word_embeddings.weight
