@@ -1,3 +1,28 @@
-"""ctxemb: contextual embeddings from bidirectional transformer encoders."""
+"""ctxemb: contextual embeddings from bidirectional transformer encoders.
+
+The main entry points are imported lazily, so that ``import ctxemb`` stays cheap:
+``Embedder``, ``EmbedderConfig``, ``load_encoder``, ``load_tokenizer``, ``Encoder``, ``EncoderConfig``.
+"""
+
+from __future__ import annotations
+
+import importlib
 
 __version__ = "0.1.0"
+
+_EXPORTS = {
+    "Embedder": "ctxemb.embedding",
+    "EmbedderConfig": "ctxemb.embedding",
+    "load_encoder": "ctxemb.loading",
+    "load_tokenizer": "ctxemb.loading",
+    "Encoder": "ctxemb.modeling.encoder",
+    "EncoderConfig": "ctxemb.config",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module 'ctxemb' has no attribute {name!r}")
