@@ -48,6 +48,10 @@ def build_parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="contextual embeddings of 'bank' in river and money contexts")
     demo.add_argument("--model", default=DEFAULT_MODEL, help="model name or HF-format directory")
     demo.set_defaults(func=run_demo)
+
+    from ctxemb.geometry.analysis import add_analyze_subparser
+
+    add_analyze_subparser(sub)
     return parser
 
 

@@ -40,6 +40,20 @@ def shared_data_dir(required: bool = True) -> Path | None:
     return None
 
 
+def _umask_mode() -> int:
+    """The mode a newly created file gets (0666 minus the umask); mkstemp would otherwise leave 0600."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
+def _temp_beside(path: Path) -> str:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix="." + path.name + ".", suffix=".tmp")
+    os.close(fd)
+    os.chmod(tmp, _umask_mode())
+    return tmp
+
+
 def repo_data_dir() -> Path:
     """The repository's own small data folder (fixtures and the default analysis corpus)."""
     return _REPO_ROOT / "data"
@@ -53,8 +67,7 @@ def atomic_write(path: str | os.PathLike, mode: str = "w", **kwargs) -> Iterator
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix="." + path.name + ".", suffix=".tmp")
-    os.close(fd)
+    tmp = _temp_beside(path)
     try:
         with open(tmp, mode, **kwargs) as f:
             yield f
@@ -75,8 +88,7 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix="." + path.name + ".", suffix=".tmp")
-    os.close(fd)
+    tmp = _temp_beside(path)
     try:
         yield Path(tmp)
         os.replace(tmp, path)

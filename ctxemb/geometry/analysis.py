@@ -1,0 +1,668 @@
+"""Layer-by-layer geometry of an encoder's word vectors: anisotropy, rogue dimensions, sense clusters (J&M 11.3).
+
+:func:`analyze` embeds a small corpus once with every hidden state (``layer_pooling="stack"``), then for each layer
+0..L (0 = embedding output, L = last layer) reports the anisotropy of the word vectors raw and after each
+post-processing (fitted on that layer's vectors), the top rogue dimensions and their share of the cosine, and the
+informativity of the cosine without them. It writes ``analysis.json`` and three PNG plots, and returns an
+:class:`AnalysisResult`. :func:`add_analyze_subparser` / :func:`run_analyze` are the ``ctxemb analyze`` command.
+
+The embedder is used only through ``embed_words`` and ``num_layers`` (and ``config.to_dict()`` when present);
+this module never imports a model.
+
+Shape legend:
+    S  sentences in the corpus
+    W  words in one sentence
+    N  word instances in the corpus (sum of W)
+    L  layers; hidden states run 0..L, so there are L + 1 of them
+    H  hidden size
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import os
+import string
+import warnings
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+from sklearn.base import clone
+from tqdm.auto import tqdm
+
+from ctxemb.geometry._checks import check_int
+from ctxemb.geometry.isotropy import anisotropy
+from ctxemb.geometry.postprocessing import POSTPROCESSORS, make_postprocessor
+from ctxemb.geometry.rogue import informativity, rogue_dimensions
+from ctxemb.paths import atomic_write, repo_data_dir
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_WORDS: tuple[str, ...] = ("bank", "die", "mouse")
+DEFAULT_POSTPROCESSORS: tuple[str, ...] = ("standardize", "center", "abtt", "whiten")
+JSON_NAME = "analysis.json"
+PLOT_NAMES = {
+    "anisotropy": "anisotropy_by_layer.png",
+    "rogue_dimensions": "rogue_dimensions_by_layer.png",
+    "word_projection": "word_projection.png",
+}
+
+
+def default_corpus_path() -> Path:
+    """The corpus shipped with the repository: ``data/analysis_corpus.txt``."""
+    return repo_data_dir() / "analysis_corpus.txt"
+
+
+def read_corpus(path: str | os.PathLike | None = None) -> list[list[str]]:
+    """Read a corpus with one sentence per line into whitespace-separated words; blank lines are skipped.
+
+    Args:
+        path: the text file (UTF-8); None reads :func:`default_corpus_path`.
+
+    Returns:
+        One list of words per non-blank line.
+
+    Raises:
+        FileNotFoundError: if the file does not exist.
+        ValueError: if it holds no sentences.
+    """
+    path = Path(path) if path is not None else default_corpus_path()
+    if not path.is_file():
+        raise FileNotFoundError("corpus file not found: %s (expected one sentence per line)" % path)
+    sentences = [line.split() for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    if not sentences:
+        raise ValueError("corpus file %s holds no sentences" % path)
+    return sentences
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Results
+
+
+@dataclass
+class LayerGeometry:
+    """The geometry of the word vectors of one hidden-state layer.
+
+    Attributes:
+        layer: hidden-state index (0 = embedding output, L = last layer).
+        n_vectors: number of word vectors N.
+        anisotropy: mean cosine of distinct pairs, by post-processing name; "none" is the raw vectors. NaN where
+            the post-processing could not be fitted (see ``errors``).
+        top_dims: indices of the (up to) 3 dimensions with the largest contribution to the raw cosine.
+        top_dim_shares: their shares of the raw anisotropy, same order.
+        share_top1: share of the top dimension.
+        share_top3: summed share of the top 3 dimensions.
+        informativity_top1: r^2 between raw cosines and cosines without the top dimension.
+        informativity_top3: the same without the top 3 dimensions.
+        errors: post-processing name -> why it failed on this layer.
+        notes: post-processing name -> warnings raised while fitting it (e.g. whitening a rank-deficient layer).
+    """
+
+    layer: int
+    n_vectors: int
+    anisotropy: dict[str, float]
+    top_dims: list[int]
+    top_dim_shares: list[float]
+    share_top1: float
+    share_top3: float
+    informativity_top1: float
+    informativity_top3: float
+    errors: dict[str, str] = field(default_factory=dict)
+    notes: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class WordInstance:
+    """One occurrence of a chosen word, placed in the 2-D PCA projection of that word's instances.
+
+    Attributes:
+        word: the chosen word (lower-cased).
+        sentence_index: index of its sentence in the corpus.
+        word_index: its position in the sentence.
+        context: a few words around it, the word itself upper-cased.
+        x, y: coordinates on the first two principal components of the instances of this word.
+    """
+
+    word: str
+    sentence_index: int
+    word_index: int
+    context: str
+    x: float
+    y: float
+
+
+@dataclass
+class AnalysisResult:
+    """Everything :func:`analyze` measured.
+
+    Attributes:
+        layers: one :class:`LayerGeometry` per hidden state, 0..L.
+        postprocessors: the post-processing names, "none" first.
+        n_sentences: sentences in the corpus.
+        n_vectors: word vectors per layer.
+        hidden_size: H.
+        words: the words projected.
+        projection_layer: hidden-state index used for the projection, or None for the embedder's own pooling.
+        projection: the projected instances.
+        explained_variance_ratio: word -> variance ratio of its two principal components.
+        embedder_config: the embedder's ``config.to_dict()`` when it has one.
+        settings: pair count, seed and other knobs, for reproducing the run.
+        files: kind ("json", "anisotropy", "rogue_dimensions", "word_projection") -> path written.
+    """
+
+    layers: list[LayerGeometry]
+    postprocessors: list[str]
+    n_sentences: int
+    n_vectors: int
+    hidden_size: int
+    words: list[str]
+    projection_layer: int | None
+    projection: list[WordInstance]
+    explained_variance_ratio: dict[str, list[float]]
+    embedder_config: dict[str, Any] | None
+    settings: dict[str, Any]
+    files: dict[str, str] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-able dict; NaN becomes None."""
+        return _json_safe(asdict(self))
+
+
+def _json_safe(obj):
+    if isinstance(obj, dict):
+        return {str(k): _json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_json_safe(v) for v in obj]
+    if isinstance(obj, (np.integer,)):
+        return int(obj)
+    if isinstance(obj, (float, np.floating)):
+        return None if not math.isfinite(float(obj)) else float(obj)
+    if isinstance(obj, Path):
+        return str(obj)
+    return obj
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Analysis
+
+
+def _as_word_lists(corpus_sentences) -> list[list[str]]:
+    if isinstance(corpus_sentences, (str, bytes)) or not isinstance(corpus_sentences, Sequence):
+        raise TypeError(
+            "corpus_sentences must be a sequence of sentences (strings or lists of words); got %s"
+            % type(corpus_sentences).__name__
+        )
+    out = []
+    for i, s in enumerate(corpus_sentences):
+        words = s.split() if isinstance(s, str) else list(s)
+        if not words:
+            raise ValueError("corpus_sentences[%d] is empty; every sentence needs at least one word" % i)
+        if not all(isinstance(w, str) for w in words):
+            raise TypeError("corpus_sentences[%d] must be a string or a list of strings; got %r" % (i, s))
+        out.append(words)
+    if len(out) < 1:
+        raise ValueError("corpus_sentences is empty")
+    return out
+
+
+def _resolve_postprocessors(postprocessors) -> dict[str, Any]:
+    """Names, (name, estimator) pairs or a name -> estimator mapping, as an ordered dict without "none"."""
+    if postprocessors is None:
+        return {}
+    items = postprocessors.items() if isinstance(postprocessors, Mapping) else postprocessors
+    if isinstance(items, str):
+        items = [items]
+    out: dict[str, Any] = {}
+    for item in items:
+        if isinstance(item, str):
+            name, est = item.strip().lower(), make_postprocessor(item)
+        elif isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], str):
+            name, est = item
+        else:
+            raise TypeError(
+                "postprocessors must hold names (%s), (name, estimator) pairs or be a name -> estimator mapping; "
+                "got %r" % (", ".join(POSTPROCESSORS), item)
+            )
+        if not (hasattr(est, "fit") and hasattr(est, "transform")):
+            raise TypeError("postprocessors[%r] must have fit and transform; got %r" % (name, est))
+        if name != "none":
+            out[name] = est
+    return out
+
+
+def _normalise_word(token: str) -> str:
+    return token.strip(string.punctuation).lower()
+
+
+def _context(sentence: list[str], j: int, width: int = 4) -> str:
+    left = sentence[max(0, j - width) : j]
+    right = sentence[j + 1 : j + 1 + width]
+    return " ".join(
+        (["..."] if j - width > 0 else []) + left + [sentence[j].upper()] + right
+        + (["..."] if j + 1 + width < len(sentence) else [])
+    )
+
+
+def _pca_2d(X: np.ndarray) -> tuple[np.ndarray, list[float]]:
+    """Coordinates (M, 2) of X: (M, H) on its first two principal components, and their variance ratios."""
+    xc = np.asarray(X, dtype=np.float64) - X.mean(axis=0)
+    u, s, vt = np.linalg.svd(xc, full_matrices=False)
+    # Fix signs (largest-magnitude loading positive) so the picture does not flip between runs.
+    flip = np.sign(vt[np.arange(len(vt)), np.argmax(np.abs(vt), axis=1)])
+    flip[flip == 0] = 1.0
+    coords = (u * s) * flip  # (M, r)
+    out = np.zeros((X.shape[0], 2))
+    r = min(2, coords.shape[1])
+    out[:, :r] = coords[:, :r]
+    total = float((s**2).sum())
+    ratios = [float(s[i] ** 2 / total) if i < len(s) and total > 0 else 0.0 for i in range(2)]
+    return out, ratios
+
+
+def _layer_geometry(
+    layer: int, X: np.ndarray, postprocessors: dict[str, Any], n_pairs: int, seed: int
+) -> LayerGeometry:
+    """Anisotropy (raw and post-processed), rogue dimensions and informativity of one layer's X: (N, H)."""
+    n, h = X.shape
+    aniso = {"none": anisotropy(X)}
+    errors: dict[str, str] = {}
+    notes: dict[str, str] = {}
+    for name, est in postprocessors.items():
+        try:
+            # Warnings go into the result rather than repeating once per layer on the console.
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                aniso[name] = anisotropy(clone(est).fit_transform(X))
+        except ValueError as e:  # e.g. more directions to remove than the layer has vectors
+            logger.warning("layer %d: post-processing %r failed: %s", layer, name, e)
+            aniso[name] = float("nan")
+            errors[name] = str(e)
+            continue
+        if caught:
+            notes[name] = " | ".join(str(w.message) for w in caught)
+            logger.info("layer %d: post-processing %r: %s", layer, name, notes[name])
+    rogue = rogue_dimensions(X, k=min(3, h))
+    shares = [float(v) for v in rogue.shares]
+    inf = {}
+    for k in (1, 3):
+        k_eff = min(k, h - 1)
+        inf[k] = informativity(X, k_eff, n_pairs=n_pairs, seed=seed) if k_eff >= 1 and n >= 3 else float("nan")
+    return LayerGeometry(
+        layer=layer,
+        n_vectors=n,
+        anisotropy=aniso,
+        top_dims=[int(i) for i in rogue.indices],
+        top_dim_shares=shares,
+        share_top1=shares[0],
+        share_top3=float(sum(shares[:3])),
+        informativity_top1=inf[1],
+        informativity_top3=inf[3],
+        errors=errors,
+        notes=notes,
+    )
+
+
+def analyze(
+    embedder,
+    corpus_sentences: Sequence[str] | Sequence[Sequence[str]],
+    *,
+    words: Sequence[str] = DEFAULT_WORDS,
+    out_dir: str | os.PathLike | None = None,
+    postprocessors=DEFAULT_POSTPROCESSORS,
+    projection_layer: int | None = -1,
+    n_pairs: int = 20_000,
+    seed: int = 0,
+    batch_size: int = 32,
+    plot: bool = True,
+    show_progress_bar: bool = True,
+) -> AnalysisResult:
+    """Measure the geometry of every hidden-state layer of ``embedder`` on a corpus, and write JSON and plots.
+
+    Args:
+        embedder: an object with ``num_layers`` (L) and ``embed_words(sentences, *, batch_size, show_progress_bar,
+            layers, layer_pooling)`` returning one (W, L + 1, H) array per sentence for ``layer_pooling="stack"``
+            (see ``ctxemb.embedding.Embedder``).
+        corpus_sentences: sentences as strings (split on whitespace) or as lists of words; S >= 1, N >= 3.
+        words: words whose instances are projected to 2-D (matched lower-cased, surrounding punctuation ignored).
+        out_dir: folder for ``analysis.json`` and the PNGs (created if needed); None writes nothing.
+        postprocessors: names from ``make_postprocessor`` ("standardize", "center", "abtt", "whiten"), (name,
+            estimator) pairs or a name -> estimator mapping. Each is cloned and fitted on each layer's vectors.
+            The raw vectors are always reported as "none".
+        projection_layer: hidden-state index whose vectors are projected (0 = embedding output, -1 = last layer);
+            None re-embeds the sentences that hold the words with the embedder's own layers and layer pooling.
+        n_pairs: the most vector pairs used for informativity (all pairs when there are fewer).
+        seed: seed for the pair sample.
+        batch_size: passed to ``embed_words``.
+        plot: write the PNGs (needs matplotlib, the ``plot`` extra) when ``out_dir`` is given.
+        show_progress_bar: show progress bars for embedding and for the layers.
+
+    Returns:
+        An :class:`AnalysisResult`.
+
+    Raises:
+        TypeError: if ``corpus_sentences`` or ``postprocessors`` have the wrong type.
+        ValueError: if the corpus is empty or too small, the embedder returns arrays of the wrong shape, or
+            ``projection_layer`` is out of range.
+        ImportError: if plotting was asked for and matplotlib is missing.
+    """
+    sentences = _as_word_lists(corpus_sentences)
+    estimators = _resolve_postprocessors(postprocessors)
+    if isinstance(words, str):
+        words = [words]
+    if not all(isinstance(w, str) and w.strip() for w in words):
+        raise TypeError("words must be non-empty strings; got %r" % (words,))
+    words = [w.strip().lower() for w in words]
+    check_int(n_pairs, "n_pairs", low=2)  # before the expensive embedding
+    num_layers = int(embedder.num_layers)
+    n_states = num_layers + 1
+    if projection_layer is not None and not -n_states <= projection_layer < n_states:
+        raise ValueError(
+            "projection_layer must index one of the %d hidden states (0..%d, or -1 for the last); got %r"
+            % (n_states, num_layers, projection_layer)
+        )
+    if plot and out_dir is not None:
+        _require_matplotlib()  # fail before the expensive part
+
+    outputs = embedder.embed_words(
+        sentences,
+        batch_size=batch_size,
+        show_progress_bar=show_progress_bar,
+        layers=list(range(n_states)),
+        layer_pooling="stack",
+    )
+    if len(outputs) != len(sentences):
+        raise ValueError("embedder.embed_words returned %d arrays for %d sentences" % (len(outputs), len(sentences)))
+    for i, (a, s) in enumerate(zip(outputs, sentences)):
+        if a.ndim != 3 or a.shape[0] != len(s) or a.shape[1] != n_states:
+            raise ValueError(
+                "embedder.embed_words(layer_pooling='stack') must return (W, L + 1, H) arrays; sentence %d with "
+                "W=%d words and L + 1=%d hidden states gave shape %s" % (i, len(s), n_states, a.shape)
+            )
+    vectors = np.concatenate(outputs, axis=0)  # (N, L + 1, H)
+    n, _, h = vectors.shape
+    if n < 3:
+        raise ValueError("corpus_sentences must hold at least 3 words in all; got %d" % n)
+    positions = [(i, j) for i, s in enumerate(sentences) for j in range(len(s))]  # row -> (sentence, word)
+    logger.info(
+        "analyzing %d word vectors from %d sentences over %d hidden states (H=%d)", n, len(sentences), n_states, h
+    )
+
+    layers = []
+    for layer in tqdm(range(n_states), desc="layers", disable=not show_progress_bar):
+        X = np.ascontiguousarray(vectors[:, layer, :])  # (N, H)
+        layers.append(_layer_geometry(layer, X, estimators, n_pairs, seed))
+
+    projection, ratios = _project_words(
+        embedder, sentences, vectors, positions, words, projection_layer, batch_size, show_progress_bar
+    )
+    config = getattr(embedder, "config", None)
+    result = AnalysisResult(
+        layers=layers,
+        postprocessors=["none", *estimators],
+        n_sentences=len(sentences),
+        n_vectors=n,
+        hidden_size=h,
+        words=list(words),
+        projection_layer=None if projection_layer is None else projection_layer % n_states,
+        projection=projection,
+        explained_variance_ratio=ratios,
+        embedder_config=config.to_dict() if hasattr(config, "to_dict") else None,
+        settings={"n_pairs": n_pairs, "seed": seed, "postprocessor_params": {
+            name: est.get_params() for name, est in estimators.items() if hasattr(est, "get_params")
+        }},
+    )
+    if out_dir is not None:
+        _write_outputs(result, Path(out_dir), plot)
+    return result
+
+
+def _project_words(embedder, sentences, vectors, positions, words, projection_layer, batch_size, show_progress_bar):
+    """PCA-project the instances of each chosen word; returns (instances, word -> variance ratios)."""
+    hits: dict[str, list[int]] = {w: [] for w in words}
+    for row, (i, j) in enumerate(positions):
+        token = _normalise_word(sentences[i][j])
+        if token in hits:
+            hits[token].append(row)
+    if projection_layer is None:
+        # The embedder's own layers and pooling: embed again, only the sentences that hold a chosen word.
+        wanted = sorted({positions[r][0] for rows in hits.values() for r in rows})
+        pooled = embedder.embed_words(
+            [sentences[i] for i in wanted], batch_size=batch_size, show_progress_bar=show_progress_bar
+        )
+        by_sentence = dict(zip(wanted, pooled))
+        pick = lambda rows: np.stack([by_sentence[positions[r][0]][positions[r][1]] for r in rows])  # noqa: E731
+    else:
+        pick = lambda rows: vectors[rows, projection_layer, :]  # noqa: E731
+    instances: list[WordInstance] = []
+    ratios: dict[str, list[float]] = {}
+    for word, rows in hits.items():
+        if len(rows) < 2:
+            logger.warning("word %r occurs %d time(s) in the corpus; need 2 or more to project it", word, len(rows))
+            continue
+        coords, ratios[word] = _pca_2d(pick(rows))
+        for row, (x, y) in zip(rows, coords):
+            i, j = positions[row]
+            instances.append(WordInstance(word, i, j, _context(sentences[i], j), float(x), float(y)))
+    return instances, ratios
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Output: JSON, table, plots
+
+
+def format_analysis_table(result: AnalysisResult) -> str:
+    """A markdown table with one row per layer: anisotropy per post-processing, rogue dimensions, informativity."""
+    post = result.postprocessors
+    head = (["layer"] + ["aniso. %s" % p for p in post]
+            + ["top-1 dim", "top-1 share", "top-3 dims", "top-3 share", "inform. k=1", "inform. k=3"])
+
+    def num(v: float) -> str:
+        return "n/a" if v is None or not math.isfinite(v) else "%.3f" % v
+
+    lines = ["| " + " | ".join(head) + " |", "|" + "|".join(["---:"] * len(head)) + "|"]
+    for g in result.layers:
+        cells = [str(g.layer)] + [num(g.anisotropy.get(p, float("nan"))) for p in post] + [
+            str(g.top_dims[0]), num(g.share_top1), ", ".join(map(str, g.top_dims)), num(g.share_top3),
+            num(g.informativity_top1), num(g.informativity_top3),
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _require_matplotlib():
+    """matplotlib's object-oriented API with the Agg canvas (no pyplot, so no global backend is changed)."""
+    try:
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+    except ImportError as e:
+        raise ImportError(
+            "plotting the analysis needs matplotlib; install the 'plot' extra (pip install 'ctxemb[plot]') "
+            "or pass plot=False"
+        ) from e
+    return Figure, FigureCanvasAgg
+
+
+def _save_png(fig, path: Path) -> None:
+    with atomic_write(path, "wb") as f:
+        fig.savefig(f, format="png", dpi=120)
+
+
+def _model_name(result: AnalysisResult) -> str:
+    cfg = result.embedder_config or {}
+    for key in ("model_name", "model", "name_or_path", "name"):
+        if isinstance(cfg.get(key), str):
+            return cfg[key]
+    return "encoder"
+
+
+def _plot_anisotropy(result: AnalysisResult, path: Path) -> None:
+    Figure, FigureCanvasAgg = _require_matplotlib()
+    fig = Figure(figsize=(7, 4.5), layout="constrained")
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    xs = [g.layer for g in result.layers]
+    for name in result.postprocessors:
+        ys = [g.anisotropy.get(name, float("nan")) for g in result.layers]
+        ax.plot(xs, ys, marker="o", label="raw" if name == "none" else name, linewidth=2.5 if name == "none" else 1.5)
+    ax.axhline(0.0, color="0.6", linewidth=0.8)
+    ax.set_xlabel("hidden-state layer (0 = embedding output)")
+    ax.set_ylabel("anisotropy (mean cosine of distinct word vectors)")
+    ax.set_title("Anisotropy by layer: %s (%d word vectors)" % (_model_name(result), result.n_vectors))
+    ax.set_xticks(xs)
+    ax.legend(title="post-processing")
+    ax.grid(alpha=0.3)
+    _save_png(fig, path)
+
+
+def _plot_rogue(result: AnalysisResult, path: Path) -> None:
+    Figure, FigureCanvasAgg = _require_matplotlib()
+    fig = Figure(figsize=(11, 4.5), layout="constrained")
+    FigureCanvasAgg(fig)
+    ax1, ax2 = fig.subplots(1, 2)
+    xs = [g.layer for g in result.layers]
+    ax1.plot(xs, [g.share_top1 for g in result.layers], marker="o", label="top-1 dimension")
+    ax1.plot(xs, [g.share_top3 for g in result.layers], marker="s", label="top-3 dimensions")
+    for g in result.layers:  # which dimension is on top, layer by layer
+        ax1.annotate("d%d" % g.top_dims[0], (g.layer, g.share_top1), textcoords="offset points", xytext=(0, 6),
+                     ha="center", fontsize=7)
+    ax1.set_xlabel("hidden-state layer")
+    ax1.set_ylabel("share of the expected cosine")
+    ax1.set_title("Rogue dimensions (Timkey & van Schijndel 2021)")
+    ax1.set_xticks(xs)
+    ax1.legend()
+    ax1.grid(alpha=0.3)
+    ax2.plot(xs, [g.informativity_top1 for g in result.layers], marker="o", label="without top-1")
+    ax2.plot(xs, [g.informativity_top3 for g in result.layers], marker="s", label="without top-3")
+    ax2.set_ylim(-0.02, 1.02)
+    ax2.set_xlabel("hidden-state layer")
+    ax2.set_ylabel("r² of cosines, full vs reduced")
+    ax2.set_title("Informativity of the remaining dimensions")
+    ax2.set_xticks(xs)
+    ax2.legend()
+    ax2.grid(alpha=0.3)
+    fig.suptitle(_model_name(result))
+    _save_png(fig, path)
+
+
+def _plot_projection(result: AnalysisResult, path: Path) -> None:
+    Figure, FigureCanvasAgg = _require_matplotlib()
+    shown = [w for w in result.words if w in result.explained_variance_ratio]
+    fig = Figure(figsize=(6.5 * len(shown), 6), layout="constrained")
+    FigureCanvasAgg(fig)
+    axes = np.atleast_1d(fig.subplots(1, len(shown)))
+    from matplotlib import colormaps
+
+    cmap = colormaps["tab20"]
+    where = "the embedder's pooled layers" if result.projection_layer is None else "layer %d" % result.projection_layer
+    for ax, word in zip(axes, shown):
+        pts = [p for p in result.projection if p.word == word]
+        # One colour per sentence (cycling after 20), in corpus order, so the colour and the label both say
+        # which sentence a point came from.
+        colours = [cmap(i % 20) for i in range(len(pts))]
+        ax.scatter([p.x for p in pts], [p.y for p in pts], c=colours, s=40, edgecolors="k", linewidths=0.4)
+        for p in pts:
+            label = p.context if len(p.context) <= 48 else p.context[:45] + "..."
+            ax.annotate(label, (p.x, p.y), textcoords="offset points", xytext=(4, 3), fontsize=6.5, alpha=0.85)
+        r = result.explained_variance_ratio[word]
+        ax.set_xlabel("PC1 (%.0f%% of variance)" % (100 * r[0]))
+        ax.set_ylabel("PC2 (%.0f%% of variance)" % (100 * r[1]))
+        ax.set_title("'%s': %d instances" % (word, len(pts)))
+        ax.grid(alpha=0.3)
+    fig.suptitle("Contextual embeddings of chosen words, 2-D PCA, %s (%s)" % (where, _model_name(result)))
+    _save_png(fig, path)
+
+
+def _write_outputs(result: AnalysisResult, out_dir: Path, plot: bool) -> None:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    if plot:
+        _plot_anisotropy(result, out_dir / PLOT_NAMES["anisotropy"])
+        result.files["anisotropy"] = str(out_dir / PLOT_NAMES["anisotropy"])
+        _plot_rogue(result, out_dir / PLOT_NAMES["rogue_dimensions"])
+        result.files["rogue_dimensions"] = str(out_dir / PLOT_NAMES["rogue_dimensions"])
+        if result.explained_variance_ratio:
+            _plot_projection(result, out_dir / PLOT_NAMES["word_projection"])
+            result.files["word_projection"] = str(out_dir / PLOT_NAMES["word_projection"])
+        else:
+            warnings.warn("none of the words %s occurs twice in the corpus; no projection plot" % result.words,
+                          stacklevel=3)
+    result.files["json"] = str(out_dir / JSON_NAME)
+    with atomic_write(out_dir / JSON_NAME, "w", encoding="utf-8") as f:
+        json.dump(result.to_dict(), f, indent=2, allow_nan=False, default=str)
+    logger.info("wrote %s", ", ".join(result.files.values()))
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Command line
+
+
+def add_analyze_subparser(subparsers) -> argparse.ArgumentParser:
+    """Add the ``analyze`` command to an ``argparse`` subparsers object; its ``func`` default is :func:`run_analyze`."""
+    p = subparsers.add_parser(
+        "analyze",
+        help="anisotropy, rogue dimensions and word-sense projections of an encoder, layer by layer",
+        description="Embed a corpus with every hidden state of an encoder and report, per layer, the anisotropy of "
+        "the word vectors (raw and post-processed), their rogue dimensions and informativity; write "
+        "analysis.json and PNG plots.",
+    )
+    p.add_argument("--model", default="all-MiniLM-L6-v2", help="checkpoint name or folder (default: %(default)s)")
+    p.add_argument("--corpus", type=Path, default=None,
+                   help="text file, one sentence per line, words separated by whitespace "
+                   "(default: the repository's data/analysis_corpus.txt)")
+    p.add_argument("--words", nargs="+", default=list(DEFAULT_WORDS), help="words to project (default: %(default)s)")
+    p.add_argument("--out-dir", type=Path, default=Path("analysis"), help="output folder (default: %(default)s)")
+    p.add_argument("--postprocessors", nargs="*", default=list(DEFAULT_POSTPROCESSORS),
+                   choices=[n for n in POSTPROCESSORS if n != "none"],
+                   help="post-processings to compare with the raw vectors (default: %(default)s)")
+    p.add_argument("--projection-layer", default="-1",
+                   help="hidden state whose vectors are projected (0 = embedding output, -1 = last), or 'default' "
+                   "for the embedder's own layer pooling (default: %(default)s)")
+    p.add_argument("--n-pairs", type=int, default=20_000, help="most pairs for informativity (default: %(default)s)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--precision", default="fp32")
+    p.add_argument("--no-plots", action="store_true", help="write analysis.json only")
+    p.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    p.set_defaults(func=run_analyze)
+    return p
+
+
+def run_analyze(args: argparse.Namespace) -> int:
+    """Run ``ctxemb analyze`` from parsed arguments: print the markdown table and where the files went.
+
+    Returns:
+        0 on success (the process exit code).
+    """
+    from ctxemb.embedding import Embedder  # the CLI is the one place here that builds a model
+
+    if args.projection_layer == "default":
+        projection_layer = None
+    else:
+        try:
+            projection_layer = int(args.projection_layer)
+        except ValueError:
+            raise SystemExit("--projection-layer must be an int or 'default'; got %r" % args.projection_layer)
+    sentences = read_corpus(args.corpus)
+    embedder = Embedder.from_pretrained(args.model, device=args.device, precision=args.precision)
+    result = analyze(
+        embedder,
+        sentences,
+        words=args.words,
+        out_dir=args.out_dir,
+        postprocessors=args.postprocessors,
+        projection_layer=projection_layer,
+        n_pairs=args.n_pairs,
+        seed=args.seed,
+        batch_size=args.batch_size,
+        plot=not args.no_plots,
+        show_progress_bar=not args.no_progress,
+    )
+    print(format_analysis_table(result))
+    print()
+    for kind, path in result.files.items():
+        print("%s: %s" % (kind, path))
+    return 0
