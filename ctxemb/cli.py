@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from pathlib import Path
 from typing import Sequence
 
 import numpy as np
@@ -38,6 +39,26 @@ def run_demo(args: argparse.Namespace) -> int:
     print(f"  river (2) vs money (3): {cos[1, 2]:.3f}")
     verdict = "closer" if cos[0, 1] > max(cos[0, 2], cos[1, 2]) else "NOT closer"
     print(f"  -> the two river uses are {verdict} to each other than to the money use\n")
+
+    # Geometry (J&M 11.3.2): raw cosines are inflated by a few rogue dimensions; z-scoring fixes that.
+    from ctxemb.geometry import Standardizer, analyze, format_analysis_table
+    from ctxemb.geometry.analysis import read_corpus
+
+    corpus = read_corpus()
+    corpus_vectors = np.concatenate(emb.embed_words(corpus, show_progress_bar=False))
+    z = Standardizer().fit(corpus_vectors).transform(np.stack([v[i] for v, (_, _, i) in zip(vecs, BANK_SENTENCES)]))
+    z /= np.linalg.norm(z, axis=1, keepdims=True)
+    zc = z @ z.T
+    print(f"after standardization (fitted on {len(corpus_vectors)} word vectors of data/analysis_corpus.txt):")
+    print(f"  river-river {zc[0, 1]:.3f}   river-money {zc[0, 2]:.3f}, {zc[1, 2]:.3f}\n")
+
+    out_dir = Path(args.out_dir) / "analysis"
+    result = analyze(emb, corpus, out_dir=out_dir, show_progress_bar=False)
+    print(f"geometry of every layer ({result.n_vectors} word vectors of data/analysis_corpus.txt):")
+    print(format_analysis_table(result))
+    print("\nplots and JSON:")
+    for kind, path in result.files.items():
+        print(f"  {kind:17s} {path}")
     return 0
 
 
@@ -47,6 +68,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     demo = sub.add_parser("demo", help="contextual embeddings of 'bank' in river and money contexts")
     demo.add_argument("--model", default=DEFAULT_MODEL, help="model name or HF-format directory")
+    demo.add_argument("--out-dir", default="ctxemb-demo", help="where plots and JSON go (default: ctxemb-demo)")
     demo.set_defaults(func=run_demo)
 
     from ctxemb.geometry.analysis import add_analyze_subparser
