@@ -72,8 +72,10 @@ def build_parser() -> argparse.ArgumentParser:
     demo.set_defaults(func=run_demo)
 
     from ctxemb.geometry.analysis import add_analyze_subparser
+    from ctxemb.wsd.cli import add_wsd_subparser
 
     add_analyze_subparser(sub)
+    add_wsd_subparser(sub)
     return parser
 
 

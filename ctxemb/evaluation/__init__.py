@@ -1,0 +1,1 @@
+"""Evaluation harnesses: the WSD scorer (:mod:`ctxemb.evaluation.wsd`) and similarity benchmarks."""

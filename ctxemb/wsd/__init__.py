@@ -1,0 +1,45 @@
+"""Word sense disambiguation with contextual embeddings (J&M 11.3.1).
+
+- :mod:`~ctxemb.wsd.wordnet`: WordNet 3.0 through nltk (candidates, sense keys, glosses, relations).
+- :mod:`~ctxemb.wsd.corpus`: the Raganato et al. (2017) XML + key format (read, write, split by document).
+- :mod:`~ctxemb.wsd.sense_store`: :class:`SenseStore`, sense embeddings with exact cosine search (FAISS).
+- :mod:`~ctxemb.wsd.build`: :func:`build_sense_store` from SemCor with any embedder, :class:`BuildConfig`.
+- :mod:`~ctxemb.wsd.disambiguate`: :class:`Disambiguator` (nearest sense, first-sense back-off, raw-text tagging).
+
+Scoring lives in :mod:`ctxemb.evaluation.wsd`.
+"""
+
+from ctxemb.wsd.build import BuildConfig, build_from_embeddings, build_sense_store, embed_corpus
+from ctxemb.wsd.corpus import (
+    Corpus,
+    Document,
+    Instance,
+    Sentence,
+    read_dataset,
+    read_raganato,
+    split_corpus_by_document,
+    write_dataset,
+    write_raganato,
+)
+from ctxemb.wsd.disambiguate import Disambiguator, SensePrediction
+from ctxemb.wsd.sense_store import QueryTransform, SenseStore
+
+__all__ = [
+    "BuildConfig",
+    "Corpus",
+    "Disambiguator",
+    "Document",
+    "Instance",
+    "QueryTransform",
+    "SensePrediction",
+    "SenseStore",
+    "Sentence",
+    "build_from_embeddings",
+    "build_sense_store",
+    "embed_corpus",
+    "read_dataset",
+    "read_raganato",
+    "split_corpus_by_document",
+    "write_dataset",
+    "write_raganato",
+]

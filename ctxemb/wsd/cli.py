@@ -1,0 +1,221 @@
+"""``ctxemb wsd build | eval | tag``: the word sense disambiguation commands.
+
+Wire into the main parser with ``add_wsd_subparser(subparsers)``; every leaf command sets ``func`` (called as
+``args.func(args)``, returning an exit code).
+
+Examples::
+
+    ctxemb wsd build $CTXEMB_DATA/wsd/WSD_Evaluation_Framework/Training_Corpora/SemCor stores/minilm \\
+        --model all-MiniLM-L6-v2 --held-out-fraction 0.1 --held-out-dir data/semcor_heldout
+    ctxemb wsd eval stores/minilm $CTXEMB_DATA/wsd/WSD_Evaluation_Framework/Evaluation_Datasets/semeval2007 \\
+        --json results.json --predictions predictions/
+    ctxemb wsd tag --store stores/minilm "He sat on the bank of the river."
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+from pathlib import Path
+from typing import Any, Mapping
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["add_wsd_subparser", "run_build", "run_eval", "run_tag", "load_embedder", "format_results_table"]
+
+
+def load_embedder(config: Mapping[str, Any], *, device: str = "cpu"):
+    """An :class:`~ctxemb.embedding.Embedder` from an ``EmbedderConfig`` dict (e.g. a store's metadata)."""
+    from ctxemb.embedding import Embedder, EmbedderConfig
+
+    cfg = EmbedderConfig.from_dict(dict(config)).to_dict()
+    model = cfg.pop("model")
+    return Embedder.from_pretrained(model, device=device, **cfg)
+
+
+def _embedder_for_store(store, device: str):
+    emb = store.metadata.get("embedder")
+    if not emb:
+        raise ValueError("the store's metadata names no embedder configuration; cannot embed queries")
+    return load_embedder(emb, device=device)
+
+
+def _add_model_args(p: argparse.ArgumentParser) -> None:
+    from ctxemb.registry import DEFAULT_MODEL
+
+    g = p.add_argument_group("embedder")
+    g.add_argument("--model", default=DEFAULT_MODEL, help="model name or HF-format directory (default %(default)s)")
+    g.add_argument("--layers", type=int, nargs="+", default=[-4, -3, -2, -1],
+                   help="hidden-state indices to pool; 0 = embedding output, -1 = last layer (default: -4 -3 -2 -1)")
+    g.add_argument("--layer-pooling", default="mean", choices=["mean", "sum", "concat"], help="default %(default)s")
+    g.add_argument("--subword-pooling", default="mean", choices=["mean", "first", "last"], help="default %(default)s")
+    g.add_argument("--precision", default="fp32", choices=["fp32", "bf16"], help="default %(default)s")
+
+
+def add_build_config_args(p: argparse.ArgumentParser) -> None:
+    """The :class:`~ctxemb.wsd.build.BuildConfig` switches as command-line options."""
+    g = p.add_argument_group("sense vectors (BuildConfig)")
+    g.add_argument("--standardize", action="store_true", help="z-score vectors with the training corpus's statistics")
+    g.add_argument("--propagate", action="store_true",
+                   help="fill unseen senses from their synset, hypernym or lexicographer file (LMMS-style)")
+    g.add_argument("--propagation-scope", default="corpus_lemmas", choices=["corpus_lemmas", "all"],
+                   help="senses to propagate to / embed glosses for (default %(default)s)")
+    g.add_argument("--gloss", default="none", choices=["none", "concat", "average"],
+                   help="combine with '<lemma> - <gloss>' embeddings (default %(default)s)")
+    g.add_argument("--back-off", default="first_sense", choices=["first_sense", "none"],
+                   help="answer WordNet's first sense when no candidate has a vector (default %(default)s)")
+    g.add_argument("--multiword", default="space", choices=["space", "underscore"],
+                   help="pass New_York to the embedder as 'New York' or unchanged (default %(default)s)")
+    g.add_argument("--max-sentences", type=int, default=None, help="use only the first N training sentences")
+
+
+def build_config_from_args(args: argparse.Namespace):
+    from ctxemb.wsd.build import BuildConfig
+
+    return BuildConfig(
+        standardize=args.standardize,
+        propagate=args.propagate,
+        propagation_scope=args.propagation_scope,
+        gloss=args.gloss,
+        back_off=args.back_off,
+        multiword=args.multiword,
+        max_sentences=args.max_sentences,
+        batch_size=args.batch_size,
+    )
+
+
+def add_wsd_subparser(subparsers) -> argparse.ArgumentParser:
+    """Add ``wsd`` with its ``build``, ``eval`` and ``tag`` commands to an argparse subparsers object."""
+    wsd = subparsers.add_parser("wsd", help="word sense disambiguation: build sense stores, evaluate, tag text",
+                                description="Nearest-sense WSD with contextual embeddings (J&M 11.3.1).")
+    sub = wsd.add_subparsers(dest="wsd_command", required=True)
+
+    b = sub.add_parser("build", help="build a sense store from a sense-annotated corpus (SemCor)")
+    b.add_argument("train", help="training corpus: a folder with one *.data.xml and its key file, or the XML file")
+    b.add_argument("output", help="directory to write the sense store to")
+    _add_model_args(b)
+    add_build_config_args(b)
+    b.add_argument("--held-out-fraction", type=float, default=None,
+                   help="hold out this share of the corpus's documents (train on the rest)")
+    b.add_argument("--seed", type=int, default=0, help="seed of the held-out split (default %(default)s)")
+    b.add_argument("--held-out-dir", default=None,
+                   help="write the held-out documents here as a Raganato-format data set (for `wsd eval`)")
+    _add_common(b)
+    b.set_defaults(func=run_build)
+
+    e = sub.add_parser("eval", help="score a sense store on Raganato-format data sets")
+    e.add_argument("store", help="sense store directory")
+    e.add_argument("datasets", nargs="+", help="data set folders (each with one *.data.xml + gold key file)")
+    e.add_argument("--json", default=None, help="write {dataset: {P, R, F1, n, per_pos...}} (percentages) here")
+    e.add_argument("--predictions", default=None,
+                   help="write <dataset>.key prediction files here (readable by the framework's Scorer.java)")
+    e.add_argument("--per-pos", action="store_true", help="also print scores per part of speech")
+    e.add_argument("--back-off", default=None, choices=["first_sense", "none"], help="override the store's setting")
+    _add_common(e)
+    e.set_defaults(func=run_eval)
+
+    t = sub.add_parser("tag", help="disambiguate every content word of raw text")
+    t.add_argument("text", nargs="+", help="the text (several arguments are joined with spaces)")
+    t.add_argument("--store", required=True, help="sense store directory")
+    t.add_argument("--json", action="store_true", help="print JSON lines instead of a table")
+    _add_common(t)
+    t.set_defaults(func=run_tag)
+    return wsd
+
+
+def _add_common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--device", default="cpu", help="torch device (default %(default)s)")
+    p.add_argument("--batch-size", type=int, default=32, help="embedding batch size (default %(default)s)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+
+
+def run_build(args: argparse.Namespace) -> int:
+    from ctxemb.wsd.build import build_sense_store
+    from ctxemb.wsd.corpus import read_dataset, split_corpus_by_document, write_dataset
+
+    config = build_config_from_args(args)
+    corpus = read_dataset(args.train)
+    if args.held_out_fraction is not None:
+        corpus, held = split_corpus_by_document(corpus, args.held_out_fraction, args.seed)
+        if args.held_out_dir:
+            out = write_dataset(held, args.held_out_dir)
+            print(f"held-out split: {held.n_sentences} sentences, {held.n_instances} instances -> {out}")
+    elif args.held_out_dir:
+        raise ValueError("--held-out-dir needs --held-out-fraction")
+    embedder = load_embedder(
+        dict(model=args.model, layers=args.layers, layer_pooling=args.layer_pooling,
+             subword_pooling=args.subword_pooling, precision=args.precision),
+        device=args.device,
+    )
+    store = build_sense_store(corpus, embedder, config, show_progress_bar=not args.no_progress)
+    if args.held_out_fraction is not None:
+        store.metadata["build"]["held_out"] = {"fraction": args.held_out_fraction, "seed": args.seed}
+    path = store.save(args.output)
+    b = store.metadata["build"]
+    print(f"{config.name}: {len(store)} senses ({store.origins()}), dimension {store.dim}, "
+          f"{b['n_sentences']} sentences at {b['sentences_per_second']:.1f}/s -> {path}")
+    return 0
+
+
+def format_results_table(results: Mapping[str, Mapping[str, Any]], per_pos: bool = False) -> str:
+    """A fixed-width table of ``{dataset: {P, R, F1, n, ...}}`` (percentages)."""
+    def num(x):
+        return "  nan" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:5.1f}"
+
+    width = max([len("dataset")] + [len(k) + (4 if per_pos else 0) for k in results])
+    lines = [f"{'dataset':<{width}}  {'n':>6}  {'P':>5}  {'R':>5}  {'F1':>5}"]
+    for name, r in results.items():
+        lines.append(f"{name:<{width}}  {r['n']:>6}  {num(r['P'])}  {num(r['R'])}  {num(r['F1'])}")
+        if per_pos:
+            for tag, s in r.get("per_pos", {}).items():
+                lines.append(f"{'  ' + tag:<{width}}  {s['n']:>6}  {num(s['P'])}  {num(s['R'])}  {num(s['F1'])}")
+    return "\n".join(lines)
+
+
+def run_eval(args: argparse.Namespace) -> int:
+    from ctxemb.evaluation.wsd import evaluate_wsd
+    from ctxemb.paths import atomic_write
+    from ctxemb.wsd.corpus import read_dataset
+    from ctxemb.wsd.disambiguate import Disambiguator
+    from ctxemb.wsd.sense_store import SenseStore
+
+    store = SenseStore.load(args.store)
+    dis = Disambiguator(store, _embedder_for_store(store, args.device), back_off=args.back_off,
+                        batch_size=args.batch_size)
+    results = {}
+    for d in args.datasets:
+        corpus = read_dataset(d)
+        pred = Path(args.predictions) / f"{corpus.name}.key" if args.predictions else None
+        r = evaluate_wsd(dis, corpus, predictions_path=pred, show_progress_bar=not args.no_progress)
+        results[corpus.name] = r.to_dict()
+    print(format_results_table(results, per_pos=args.per_pos))
+    if args.json:
+        with atomic_write(args.json) as f:
+            json.dump(results, f, indent=2)
+    return 0
+
+
+def run_tag(args: argparse.Namespace) -> int:
+    from ctxemb.wsd.disambiguate import Disambiguator
+    from ctxemb.wsd.sense_store import SenseStore
+
+    store = SenseStore.load(args.store)
+    dis = Disambiguator(store, _embedder_for_store(store, args.device), batch_size=args.batch_size)
+    preds = dis.tag(" ".join(args.text))
+    if args.json:
+        import dataclasses
+
+        for p in preds:
+            print(json.dumps(dataclasses.asdict(p)))
+        return 0
+    if not preds:
+        print("(no word with WordNet senses)")
+        return 0
+    w = max(len(p.word) for p in preds)
+    k = max(len(p.sense_key or "-") for p in preds)
+    for p in preds:
+        score = "backoff" if p.backed_off else ("   -   " if p.score is None else f"{p.score:7.3f}")
+        print(f"{p.word:<{w}}  {p.sense_key or '-':<{k}}  {score}  {p.synset or '-'}: {p.gloss or ''}")
+    return 0

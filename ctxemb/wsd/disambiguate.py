@@ -1,0 +1,414 @@
+"""Word sense disambiguation by nearest sense embedding (J&M eq. 11.9).
+
+Shapes: W words in a sentence, H the store's dimension, K candidate senses of a word.
+
+For a target word, the candidates are its WordNet senses (from the lemma and POS when known, else from the
+word form via morphy, over every POS when the POS is unknown). The answer is the candidate whose stored vector
+has the highest cosine with the word's contextual embedding; candidates the store lacks are ignored. When no
+candidate has a vector, the disambiguator backs off to WordNet's first sense (unless back-off is off), and
+the result says so.
+
+:meth:`Disambiguator.tag` does all-words tagging of raw text: tokenisation (nltk's ``word_tokenize`` when its
+punkt data is installed, else a regular expression), multiword lookup in WordNet (``New York``),
+POS tagging when nltk's perceptron tagger data is installed (else all POS are candidates), lemmatisation with
+morphy, and disambiguation of every open-class word WordNet knows.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from dataclasses import dataclass
+from typing import Literal, Sequence
+
+import numpy as np
+
+from ctxemb.wsd import wordnet as wnu
+from ctxemb.wsd.build import embedder_words
+from ctxemb.wsd.corpus import Corpus, Sentence, regex_tokenize
+from ctxemb.wsd.sense_store import SenseStore
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["SensePrediction", "Disambiguator", "tokenize", "pos_tag"]
+
+# Closed-class words that WordNet nevertheless lists (he = helium, a = ampere, in = inch, ...): not tagged in
+# raw text. Targets in Raganato data sets are chosen by the data set and are never filtered.
+_FUNCTION_WORDS = frozenset(
+    """a an the this that these those he she it i me you we they him her us them my your his its our their
+    mine yours hers ours theirs who whom whose which what there here be am is are was were been being have has
+    had do does did will would shall should can could may might must of in on at by for with about against
+    between into through during before after above below to from up down out off over under again further then
+    once and but or nor so yet if because as until while than too very s t just not no n't 's 'm 're 've 'd
+    'll""".split()
+)
+
+
+@dataclass(frozen=True)
+class SensePrediction:
+    """The disambiguator's answer for one target word.
+
+    Attributes:
+        position: word index in the sentence.
+        word: the word as given.
+        lemma: the lemma given, else the lemma of the chosen sense (morphy found it from the word form).
+        pos: the POS used (given or tagged), None if candidates of every POS were considered.
+        sense_key: the chosen sense key; None when the word has no candidates (or none with a vector and
+            back-off is off).
+        synset: the chosen sense's synset name (``bank.n.01``), or None.
+        gloss: its definition, or None.
+        score: cosine of the chosen sense; None when backed off.
+        runner_up_key: the second-best candidate with a vector, or None.
+        runner_up_score: its cosine, or None.
+        backed_off: the answer is WordNet's first sense because no candidate had a vector.
+        n_candidates: number of candidate senses in WordNet.
+        n_scored: number of candidates that had a vector in the store.
+        instance_id: the data set's instance id, when disambiguating a corpus.
+    """
+
+    position: int
+    word: str
+    lemma: str | None
+    pos: str | None
+    sense_key: str | None
+    synset: str | None
+    gloss: str | None
+    score: float | None
+    runner_up_key: str | None
+    runner_up_score: float | None
+    backed_off: bool
+    n_candidates: int
+    n_scored: int
+    instance_id: str | None = None
+
+
+@functools.lru_cache(maxsize=1)
+def _punkt_available() -> bool:
+    import nltk
+
+    for resource in ("tokenizers/punkt_tab/english/", "tokenizers/punkt"):
+        try:
+            nltk.data.find(resource)
+            return True
+        except LookupError:
+            continue
+    logger.warning("nltk's punkt data is not installed; tokenising with a regular expression instead")
+    return False
+
+
+def tokenize(text: str) -> list[str]:
+    """Tokenise raw text: nltk's ``word_tokenize`` when punkt is installed, else :func:`~ctxemb.wsd.corpus.regex_tokenize`."""
+    if not isinstance(text, str):
+        raise TypeError("text must be a str, got %s" % type(text).__name__)
+    if _punkt_available():
+        import nltk
+
+        try:
+            return nltk.word_tokenize(text)
+        except LookupError:  # e.g. punkt present but punkt_tab missing in a newer nltk
+            pass
+    return regex_tokenize(text)
+
+
+@functools.lru_cache(maxsize=1)
+def _tagger_available() -> bool:
+    import nltk
+
+    for resource in ("taggers/averaged_perceptron_tagger_eng/", "taggers/averaged_perceptron_tagger/"):
+        try:
+            nltk.data.find(resource)
+            return True
+        except LookupError:
+            continue
+    logger.warning("nltk's POS tagger data is not installed; considering senses of every POS")
+    return False
+
+
+def pos_tag(words: Sequence[str]) -> list[str | None]:
+    """Penn Treebank tags from nltk's perceptron tagger, or all None when its data is not installed."""
+    if _tagger_available():
+        import nltk
+
+        try:
+            return [t for _, t in nltk.pos_tag(list(words))]
+        except LookupError:
+            pass
+    return [None] * len(words)
+
+
+def _aligned(name: str, values, n_words: int) -> list:
+    if values is None:
+        return [None] * n_words
+    if isinstance(values, str) or len(values) != n_words:
+        raise ValueError("%s must be a sequence with one entry per word (%d), got %r" % (name, n_words, values))
+    return list(values)
+
+
+class Disambiguator:
+    """Nearest-sense WSD over a :class:`~ctxemb.wsd.sense_store.SenseStore`.
+
+    Args:
+        store: sense vectors; its ``query_transform`` is applied to every query embedding.
+        embedder: the embedder the store was built with (same model, layers and pooling): anything with
+            ``embed_words(sentences, batch_size=..., show_progress_bar=...)``.
+        back_off: ``"first_sense"`` or ``"none"``; default what the store was built with (else first sense).
+        multiword: how ``_``-joined tokens reach the embedder; default the store's setting (else ``"space"``).
+        batch_size: the embedder's batch size.
+
+    Raises:
+        ValueError: unknown ``back_off`` or ``multiword``.
+    """
+
+    def __init__(
+        self,
+        store: SenseStore,
+        embedder,
+        *,
+        back_off: Literal["first_sense", "none"] | None = None,
+        multiword: Literal["space", "underscore"] | None = None,
+        batch_size: int = 32,
+    ):
+        self.store = store
+        self.embedder = embedder
+        self.back_off = back_off or store.metadata.get("back_off") or "first_sense"
+        self.multiword = multiword or store.metadata.get("multiword") or "space"
+        if self.back_off not in ("first_sense", "none"):
+            raise ValueError("back_off must be 'first_sense' or 'none', got %r" % (self.back_off,))
+        if self.multiword not in ("space", "underscore"):
+            raise ValueError("multiword must be 'space' or 'underscore', got %r" % (self.multiword,))
+        self.batch_size = batch_size
+        _check_dims(store, embedder)
+
+    # ---- core ---------------------------------------------------------------------------------------------
+    def _embed(self, sentences: Sequence[Sequence[str]], show_progress_bar: bool) -> list[np.ndarray]:
+        words = [embedder_words(s, self.multiword) for s in sentences]
+        out = self.embedder.embed_words(words, batch_size=self.batch_size, show_progress_bar=show_progress_bar)
+        if len(out) != len(words):
+            raise ValueError("embedder.embed_words returned %d arrays for %d sentences" % (len(out), len(words)))
+        return out
+
+    def _choose(self, query: np.ndarray, position: int, word: str, lemma, pos, candidates, instance_id=None):
+        """Pick among candidate keys given a query in the store's space, (H,)."""
+        scored = [k for k in candidates if k in self.store]
+        key = score = ru_key = ru_score = None
+        backed_off = False
+        if scored:
+            cos = self.store.score(query, scored)
+            order = np.argsort(-cos, kind="stable")  # ties go to the earlier (more frequent) WordNet sense
+            key, score = scored[order[0]], float(cos[order[0]])
+            if len(order) > 1:
+                ru_key, ru_score = scored[order[1]], float(cos[order[1]])
+        elif candidates and self.back_off == "first_sense":
+            key, backed_off = candidates[0], True
+        info = wnu.sense_info(key) if key is not None else None
+        if lemma is None:
+            lemma = key.split("%", 1)[0] if key is not None else wnu.lemmatize(word)
+        return SensePrediction(
+            position=position,
+            word=word,
+            lemma=lemma,
+            pos=pos,
+            sense_key=key,
+            synset=info.synset if info else None,
+            gloss=info.gloss if info else None,
+            score=score,
+            runner_up_key=ru_key,
+            runner_up_score=ru_score,
+            backed_off=backed_off,
+            n_candidates=len(candidates),
+            n_scored=len(scored),
+            instance_id=instance_id,
+        )
+
+    def _targets_to_predictions(self, vectors, words, targets) -> list[SensePrediction]:
+        """targets: list of (position, lemma, pos, candidates, instance_id); vectors: (W, H_raw)."""
+        if not targets:
+            return []
+        positions = [t[0] for t in targets]
+        queries = self.store.prepare_queries(np.asarray(vectors)[positions])  # (T, H)
+        return [
+            self._choose(q, p, words[p], lemma, pos, cands, iid)
+            for q, (p, lemma, pos, cands, iid) in zip(queries, targets)
+        ]
+
+    # ---- public API ---------------------------------------------------------------------------------------
+    def disambiguate(
+        self,
+        words: Sequence[str],
+        positions: Sequence[int] | None = None,
+        *,
+        lemmas: Sequence[str | None] | None = None,
+        pos: Sequence[str | None] | None = None,
+    ) -> list[SensePrediction]:
+        """Disambiguate target words of one tokenised sentence.
+
+        Args:
+            words: the sentence's W words (multiword tokens joined with ``_`` or a space).
+            positions: indices of the target words; default every word that has WordNet candidates and is not
+                a function word.
+            lemmas: one lemma per *word* (W,), None where unknown (then morphy finds it from the word).
+            pos: one POS tag per *word* (W,) (universal, WordNet or Penn), None where unknown (every POS).
+
+        Returns:
+            One :class:`SensePrediction` per target, in the order of ``positions``.
+
+        Raises:
+            TypeError: ``words`` is a single string.
+            ValueError: no words, a position out of range, or ``lemmas``/``pos`` without one entry per word.
+        """
+        if isinstance(words, str):
+            raise TypeError("words must be a sequence of words, got a single str (tokenise it, or use tag())")
+        words = list(words)
+        if not words or not all(isinstance(w, str) for w in words):
+            raise ValueError("words must be a non-empty sequence of str, got %r" % (words,))
+        lemmas = _aligned("lemmas", lemmas, len(words))
+        tags = _aligned("pos", pos, len(words))
+        only_known = positions is None
+        if only_known:
+            positions = [i for i, w in enumerate(words) if w.lower() not in _FUNCTION_WORDS and any(c.isalpha() for c in w)]
+        targets = []
+        for p in positions:
+            if not isinstance(p, (int, np.integer)) or not 0 <= p < len(words):
+                raise ValueError("position %r is outside the sentence of %d words" % (p, len(words)))
+            t = self._target(int(p), words[p], lemmas[p], tags[p])
+            if t[3] or not only_known:
+                targets.append(t)
+        vectors = self._embed([words], show_progress_bar=False)[0]
+        return self._targets_to_predictions(vectors, words, targets)
+
+    @staticmethod
+    def _target(p: int, word: str, lemma: str | None, tag: str | None, instance_id: str | None = None):
+        """(position, lemma, tag, candidate keys, instance id) for one target word."""
+        wn_pos = None
+        if tag:
+            try:
+                wn_pos = wnu.wordnet_pos(tag)
+            except ValueError:
+                logger.debug("unrecognised POS tag %r of %r: considering every POS", tag, word)
+            else:
+                if wn_pos is None:  # a closed-class tag (DET, IN, ...): WordNet has no senses for it
+                    return (p, lemma, tag, (), instance_id)
+        if lemma:
+            cands = wnu.candidate_keys(lemma, wn_pos)
+        else:
+            cands = wnu.candidate_keys(word, wn_pos, inflected=True)
+            # lemma stays None: _choose reports the lemma of the chosen sense (sat -> sit, not Sat(urday))
+        return (p, lemma, tag, cands, instance_id)
+
+    def disambiguate_sentences(
+        self,
+        sentences: Sequence[Sentence],
+        *,
+        embeddings: Sequence[np.ndarray] | None = None,
+        show_progress_bar: bool = True,
+    ) -> list[list[SensePrediction]]:
+        """Disambiguate the instances of corpus sentences (their lemma and POS are used).
+
+        Args:
+            sentences: :class:`~ctxemb.wsd.corpus.Sentence` records.
+            embeddings: optional precomputed raw embeddings, one (W_i, H_raw) array per sentence.
+            show_progress_bar: tqdm bar while embedding.
+
+        Returns:
+            Per sentence, one prediction per instance.
+        """
+        sentences = list(sentences)
+        if embeddings is None:
+            embeddings = self._embed([s.words for s in sentences], show_progress_bar)
+        elif len(embeddings) != len(sentences):
+            raise ValueError("got %d embeddings for %d sentences" % (len(embeddings), len(sentences)))
+        out = []
+        for s, vecs in zip(sentences, embeddings):
+            if np.shape(vecs)[0] != len(s.words):
+                raise ValueError(
+                    "sentence %r has %d words but its embedding has %d rows" % (s.id, len(s.words), np.shape(vecs)[0])
+                )
+            targets = [self._target(i.position, s.words[i.position], i.lemma, i.pos, i.id) for i in s.instances]
+            out.append(self._targets_to_predictions(vecs, s.words, targets))
+        return out
+
+    def predict_corpus(
+        self,
+        corpus: Corpus,
+        *,
+        embeddings: Sequence[np.ndarray] | None = None,
+        show_progress_bar: bool = True,
+    ) -> dict[str, SensePrediction]:
+        """Disambiguate every instance of a Raganato-format corpus.
+
+        Args:
+            corpus: the data set.
+            embeddings: optional precomputed raw embeddings, one (W_i, H_raw) array per sentence of the corpus
+                (all sentences, in order, including those without instances).
+            show_progress_bar: tqdm bar while embedding.
+
+        Returns:
+            Instance id -> prediction (its ``sense_key`` is None when there was nothing to answer).
+        """
+        sentences = list(corpus.sentences())
+        if embeddings is not None:
+            if len(embeddings) != len(sentences):
+                raise ValueError("got %d embeddings for the %d sentences of %r" % (len(embeddings), len(sentences), corpus.name))
+            pairs = [(s, e) for s, e in zip(sentences, embeddings) if s.instances]
+            sentences, embeddings = [p[0] for p in pairs], [p[1] for p in pairs]
+        else:
+            sentences = [s for s in sentences if s.instances]
+        results = self.disambiguate_sentences(sentences, embeddings=embeddings, show_progress_bar=show_progress_bar)
+        return {p.instance_id: p for preds in results for p in preds}
+
+    def tag(self, text: str) -> list[SensePrediction]:
+        """All-words WSD of raw text.
+
+        Tokenises, joins adjacent tokens that form a WordNet multiword lemma (longest first, up to 4 tokens),
+        POS-tags when nltk's tagger data is available, and disambiguates every word that is not a function
+        word and has WordNet candidates.
+
+        Args:
+            text: raw text, e.g. ``"He sat on the bank of the river."``.
+
+        Returns:
+            Predictions in text order; ``word`` is the (possibly multiword) token.
+        """
+        tokens = tokenize(text)
+        if not tokens:
+            return []
+        words = _join_multiwords(tokens)
+        tags = pos_tag(words)
+        targets = []
+        for p, (w, tag) in enumerate(zip(words, tags)):
+            if w.lower() in _FUNCTION_WORDS or not any(c.isalpha() for c in w):
+                continue
+            t = self._target(p, w, None, tag)
+            if t[3]:
+                targets.append(t)
+        if not targets:
+            return []
+        vectors = self._embed([words], show_progress_bar=False)[0]
+        return self._targets_to_predictions(vectors, words, targets)
+
+
+def _join_multiwords(tokens: list[str], max_len: int = 4) -> list[str]:
+    """Greedily join runs of tokens that WordNet lists as one lemma (``New York``, ``ice cream``)."""
+    out, i = [], 0
+    while i < len(tokens):
+        for n in range(min(max_len, len(tokens) - i), 1, -1):
+            span = tokens[i : i + n]
+            if all(any(c.isalpha() for c in t) for t in span) and wnu.candidate_keys("_".join(span), None):
+                out.append(" ".join(span))
+                i += n
+                break
+        else:
+            out.append(tokens[i])
+            i += 1
+    return out
+
+
+def _check_dims(store: SenseStore, embedder) -> None:
+    qt = store.query_transform
+    expected = qt.input_dim if qt is not None else store.dim
+    dim = getattr(embedder, "dim", None)
+    if dim is not None and int(dim) != expected:
+        raise ValueError(
+            "the embedder's dimension (%d) differs from the dimension the store expects for queries (%d); "
+            "use the embedder the store was built with (%s)" % (dim, expected, store.metadata.get("embedder"))
+        )

@@ -1,0 +1,565 @@
+"""SenseStore: one embedding per word sense, with counts, metadata and exact cosine search (FAISS).
+
+Shapes: S senses in the store, H the store's dimension, N query vectors, K candidate senses, k neighbours.
+
+A sense's embedding is the running mean of the contextual embeddings of its occurrences (J&M eq. 11.8):
+``add(keys, vectors)`` folds new occurrences into the means, so a store can be built in pieces. Senses can also
+be given a vector directly (``set_vectors``) with a count of 0: that is how senses that a corpus never shows
+are filled in (propagation from the synset, hypernym or lexicographer file; gloss-only vectors), and
+``origin(key)`` says which way a vector came.
+
+Cosine is the inner product of L2-normalised vectors (normalised copies: callers' arrays are never changed).
+The store keeps the unit vectors (float32, C-contiguous) and each mean's norm (float64), which together give the
+means back; the unit vectors also live in a FAISS ``IndexIDMap2(IndexFlatIP)`` whose int64 ids index the
+sense-key table. Two searches:
+
+- ``score(vector, candidate_keys)``: cosines with a word's candidate senses only (J&M eq. 11.9), computed
+  exactly as dot products with the stored unit vectors of those ids;
+- ``search(vectors, k)``: exact global k-nearest-neighbour search over all senses (FAISS flat index).
+
+``query_transform`` is the post-processing that queries need so they live in the same space as the stored
+vectors (standardisation fitted at build time, duplication when the store concatenates two views); it is saved
+with the store.
+
+On disk a store is a directory::
+
+    meta.json      format version, dimension, sense count, embedder configuration, post-processing, build info
+    keys.txt       sense keys, one per line; line i is FAISS id i
+    index.faiss    IndexIDMap2(IndexFlatIP) of the unit vectors
+    senses.npz     norms (S,) float64, counts (S,) int64, origins (S,) uint8, query-transform arrays
+
+written atomically (a temporary directory renamed into place). A 33k x 384 store is about 52 MB and loads in a
+fraction of a second (the unit vectors are used in place from the loaded FAISS index).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["SenseStore", "QueryTransform", "FORMAT_VERSION", "ORIGINS"]
+
+FORMAT_VERSION = 1
+# How a sense got its vector; index = code stored in senses.npz.
+ORIGINS = ("corpus", "synset", "hypernym", "lexname", "gloss", "given")
+_ORIGIN_CODE = {name: i for i, name in enumerate(ORIGINS)}
+_TINY = 1e-12  # norms below this count as zero vectors (their cosine with anything is 0)
+
+
+def _import_faiss():
+    try:
+        import faiss
+    except ImportError as e:  # faiss-cpu is a core dependency, but say what to install if it is missing
+        raise ImportError("SenseStore needs FAISS: pip install faiss-cpu") from e
+    return faiss
+
+
+def _check_matrix(vectors, name: str, dim: int | None) -> np.ndarray:
+    """(N, H) float array, finite; returns a float64 view/copy (callers' arrays are not modified)."""
+    a = np.asarray(vectors)
+    if a.ndim != 2:
+        raise ValueError("%s must be a 2-D array (N, H), got shape %s" % (name, a.shape))
+    if not np.issubdtype(a.dtype, np.number) or np.issubdtype(a.dtype, np.complexfloating):
+        raise TypeError("%s must hold real numbers, got dtype %s" % (name, a.dtype))
+    if dim is not None and a.shape[1] != dim:
+        raise ValueError("%s has dimension %d, but the store's dimension is %d" % (name, a.shape[1], dim))
+    if not np.isfinite(a).all():
+        raise ValueError("%s contains NaN or infinite values" % name)
+    return a
+
+
+def _check_keys(keys, name: str = "keys") -> list[str]:
+    if isinstance(keys, str):
+        raise TypeError("%s must be a sequence of sense keys, got a single str %r" % (name, keys))
+    keys = list(keys)
+    for k in keys:
+        if not isinstance(k, str) or not k or any(c.isspace() for c in k):
+            raise ValueError("%s must be non-empty strings without whitespace, got %r" % (name, k))
+    return keys
+
+
+def _unit_rows(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(N, H) -> unit rows (N, H) float32 C-contiguous (zero rows stay zero) and norms (N,) float64."""
+    a64 = np.asarray(a, dtype=np.float64)
+    norms = np.sqrt(np.einsum("ij,ij->i", a64, a64))
+    unit = a64 / np.where(norms > _TINY, norms, 1.0)[:, None]
+    unit[norms <= _TINY] = 0.0
+    return np.ascontiguousarray(unit, dtype=np.float32), norms
+
+
+@dataclass(frozen=True)
+class QueryTransform:
+    """Post-processing that maps a raw contextual embedding into a store's space.
+
+    ``x (N, H_in) -> z = (x - mean) / scale`` (if standardising), then, if ``n_copies > 1``, the L2-normalised
+    z repeated ``n_copies`` times side by side, giving (N, H_in * n_copies). The repetition matches stores that
+    concatenate several normalised views of a sense (e.g. corpus and gloss embeddings).
+
+    Attributes:
+        input_dim: H_in, the raw embedding dimension.
+        mean: (H_in,) standardisation mean, or None.
+        scale: (H_in,) standardisation scale (no zeros), or None.
+        n_copies: how many normalised copies to concatenate (1 = no concatenation).
+    """
+
+    input_dim: int
+    mean: np.ndarray | None = None
+    scale: np.ndarray | None = None
+    n_copies: int = 1
+
+    def __post_init__(self):
+        if not isinstance(self.input_dim, (int, np.integer)) or self.input_dim < 1:
+            raise ValueError("input_dim must be a positive int, got %r" % (self.input_dim,))
+        if (self.mean is None) != (self.scale is None):
+            raise ValueError("mean and scale must be given together (got only one of them)")
+        for name in ("mean", "scale"):
+            v = getattr(self, name)
+            if v is not None:
+                v = np.asarray(v, dtype=np.float64)
+                if v.shape != (self.input_dim,):
+                    raise ValueError("%s must have shape (%d,), got %s" % (name, self.input_dim, v.shape))
+                object.__setattr__(self, name, v)
+        if self.scale is not None and not (self.scale > 0).all():
+            raise ValueError("scale must be positive in every dimension")
+        if not isinstance(self.n_copies, (int, np.integer)) or self.n_copies < 1:
+            raise ValueError("n_copies must be an int >= 1, got %r" % (self.n_copies,))
+
+    @property
+    def output_dim(self) -> int:
+        return self.input_dim * self.n_copies
+
+    @property
+    def is_identity(self) -> bool:
+        return self.mean is None and self.n_copies == 1
+
+    def standardize(self, vectors) -> np.ndarray:
+        """(N, H_in) -> (N, H_in) float32, standardised if this transform standardises (else a float32 copy)."""
+        x = _check_matrix(vectors, "vectors", self.input_dim)
+        if self.mean is None:
+            return np.array(x, dtype=np.float32)
+        return ((np.asarray(x, dtype=np.float64) - self.mean) / self.scale).astype(np.float32)
+
+    def __call__(self, vectors) -> np.ndarray:
+        """(N, H_in) or (H_in,) -> (N, H_out) or (H_out,) float32."""
+        a = np.asarray(vectors)
+        single = a.ndim == 1
+        z = self.standardize(a[None, :] if single else a)
+        if self.n_copies > 1:
+            z = np.tile(_unit_rows(z)[0], (1, self.n_copies))
+        return z[0] if single else z
+
+    def describe(self) -> dict[str, Any]:
+        """JSON-able description (no arrays)."""
+        return {"input_dim": int(self.input_dim), "standardize": self.mean is not None, "n_copies": int(self.n_copies)}
+
+    def to_arrays(self) -> dict[str, np.ndarray]:
+        out = {"qt_input_dim": np.array(self.input_dim), "qt_n_copies": np.array(self.n_copies)}
+        if self.mean is not None:
+            out.update(qt_mean=self.mean, qt_scale=self.scale)
+        return out
+
+    @classmethod
+    def from_arrays(cls, arrays: Mapping[str, np.ndarray]) -> "QueryTransform | None":
+        if "qt_input_dim" not in arrays:
+            return None
+        return cls(
+            input_dim=int(arrays["qt_input_dim"]),
+            mean=arrays["qt_mean"] if "qt_mean" in arrays else None,
+            scale=arrays["qt_scale"] if "qt_scale" in arrays else None,
+            n_copies=int(arrays["qt_n_copies"]),
+        )
+
+
+class SenseStore:
+    """Sense embeddings with running means, counts, metadata and exact cosine search.
+
+    Args:
+        dim: H, the dimension of the stored vectors.
+        metadata: JSON-able description of how the vectors were made. Conventional keys: ``"embedder"`` (the
+            embedder's ``config.to_dict()``), ``"layers"``, ``"layer_pooling"``, ``"subword_pooling"``,
+            ``"post_processing"``, ``"build"``. ``"format_version"``, ``"dim"`` and ``"n_senses"`` are written
+            by :meth:`save`.
+        query_transform: maps raw query embeddings into the store's space (None = identity); its output
+            dimension must be ``dim``.
+
+    Raises:
+        ValueError: ``dim`` < 1 or the query transform's output dimension differs from ``dim``.
+    """
+
+    def __init__(
+        self,
+        dim: int,
+        *,
+        metadata: Mapping[str, Any] | None = None,
+        query_transform: QueryTransform | None = None,
+    ):
+        if not isinstance(dim, (int, np.integer)) or dim < 1:
+            raise ValueError("dim must be a positive int, got %r" % (dim,))
+        if query_transform is not None and query_transform.output_dim != dim:
+            raise ValueError(
+                "query_transform outputs dimension %d, but the store's dimension is %d"
+                % (query_transform.output_dim, dim)
+            )
+        self.dim = int(dim)
+        try:  # a JSON round trip: what is kept in memory is exactly what save() and load() give
+            self.metadata: dict[str, Any] = json.loads(json.dumps(dict(metadata or {})))
+        except (TypeError, ValueError) as e:
+            raise TypeError("metadata must be JSON-serialisable: %s" % e) from None
+        self.query_transform = query_transform
+        self._keys: list[str] = []
+        self._ids: dict[str, int] = {}
+        self._unit = np.zeros((0, self.dim), dtype=np.float32)  # capacity rows; the first len(self) are in use
+        self._norms = np.zeros(0, dtype=np.float64)
+        self._counts = np.zeros(0, dtype=np.int64)
+        self._origins = np.zeros(0, dtype=np.uint8)
+        self._index = None  # FAISS index of the unit vectors, built lazily; None = stale
+        self._owns_unit = True  # False right after load: self._unit is a view into self._index
+
+    # ---- inspection -------------------------------------------------------------------------------------
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._ids
+
+    def __repr__(self) -> str:
+        return "SenseStore(senses=%d, dim=%d, embedder=%r)" % (
+            len(self),
+            self.dim,
+            (self.metadata.get("embedder") or {}).get("model"),
+        )
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        """Sense keys in id order (FAISS id i is ``keys[i]``)."""
+        return tuple(self._keys)
+
+    def ids(self, keys: Sequence[str]) -> np.ndarray:
+        """Sense keys -> int64 ids (K,). Raises KeyError naming the keys the store lacks."""
+        keys = _check_keys(keys)
+        missing = [k for k in keys if k not in self._ids]
+        if missing:
+            raise KeyError(
+                "%d sense key(s) not in the store (of %d senses): %s" % (len(missing), len(self), missing[:10])
+            )
+        return np.fromiter((self._ids[k] for k in keys), dtype=np.int64, count=len(keys))
+
+    def count(self, key: str) -> int:
+        """Number of corpus occurrences averaged into ``key`` (0 for a propagated or given vector)."""
+        return int(self._counts[self.ids([key])[0]])
+
+    def counts(self, keys: Sequence[str] | None = None) -> np.ndarray:
+        """Occurrence counts (K,) int64 of ``keys`` (default all, in id order)."""
+        n = len(self)
+        return self._counts[:n].copy() if keys is None else self._counts[self.ids(keys)]
+
+    def origin(self, key: str) -> str:
+        """How the sense got its vector: one of :data:`ORIGINS`."""
+        return ORIGINS[self._origins[self.ids([key])[0]]]
+
+    def origins(self) -> dict[str, int]:
+        """Number of senses per origin."""
+        codes = np.bincount(self._origins[: len(self)], minlength=len(ORIGINS))
+        return {name: int(c) for name, c in zip(ORIGINS, codes) if c}
+
+    def vectors(self, keys: Sequence[str] | None = None) -> np.ndarray:
+        """The mean vectors (K, H) float32 of ``keys`` (default all, in id order)."""
+        ids = np.arange(len(self)) if keys is None else self.ids(keys)
+        return (self._unit[ids].astype(np.float64) * self._norms[ids, None]).astype(np.float32)
+
+    def vector(self, key: str) -> np.ndarray:
+        """The mean vector (H,) float32 of one sense."""
+        return self.vectors([key])[0]
+
+    def unit_vectors(self, keys: Sequence[str] | None = None) -> np.ndarray:
+        """The L2-normalised vectors (K, H) float32 (a copy)."""
+        ids = np.arange(len(self)) if keys is None else self.ids(keys)
+        return self._unit[ids].copy()
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of vector and per-sense data in memory (excluding the FAISS copy and the key strings)."""
+        n = len(self)
+        return n * (self.dim * 4 + 8 + 8 + 1)
+
+    # ---- updates ----------------------------------------------------------------------------------------
+    def _make_writable(self, extra: int) -> None:
+        """Own the arrays (not a view into a loaded index) with room for ``extra`` more senses."""
+        n = len(self)
+        need = n + extra
+        if self._owns_unit and need <= self._unit.shape[0]:
+            return
+        cap = max(need, 2 * self._unit.shape[0], 64) if need > self._unit.shape[0] else self._unit.shape[0]
+        unit = np.zeros((cap, self.dim), dtype=np.float32)
+        unit[:n] = self._unit[:n]
+        self._unit = unit
+        for name, dtype in (("_norms", np.float64), ("_counts", np.int64), ("_origins", np.uint8)):
+            old = getattr(self, name)
+            new = np.zeros(cap, dtype=dtype)
+            new[:n] = old[:n]
+            setattr(self, name, new)
+        self._owns_unit = True
+
+    def _ids_creating(self, keys: list[str]) -> np.ndarray:
+        new = [k for k in dict.fromkeys(keys) if k not in self._ids]
+        self._make_writable(len(new))
+        for k in new:
+            self._ids[k] = len(self._keys)
+            self._keys.append(k)
+        return np.fromiter((self._ids[k] for k in keys), dtype=np.int64, count=len(keys))
+
+    def _checked_ids(self, keys, vectors, name: str) -> tuple[list[str], np.ndarray, np.ndarray]:
+        """Validate an update and return (keys, int64 ids with new keys created, (N, H) vectors)."""
+        keys = _check_keys(keys)
+        a = _check_matrix(vectors, name, self.dim)
+        if len(keys) != a.shape[0]:
+            raise ValueError("got %d keys but %d vectors; they must match one to one" % (len(keys), a.shape[0]))
+        if not keys:
+            raise ValueError("nothing to add: keys and %s are empty" % name)
+        return keys, self._ids_creating(keys), a
+
+    def add(self, keys: Sequence[str], vectors) -> None:
+        """Fold occurrences into the senses' running means (new keys are created).
+
+        ``mean <- (count * mean + sum of new vectors) / (count + number of new vectors)``. A sense whose vector
+        was propagated or given (count 0) is replaced by the mean of its corpus occurrences.
+
+        Args:
+            keys: N sense keys, repeated keys allowed (one per occurrence).
+            vectors: (N, H) occurrence embeddings, already in the store's space.
+
+        Raises:
+            ValueError: lengths differ, nothing given, wrong dimension, non-finite values, malformed keys.
+        """
+        keys, ids, a = self._checked_ids(keys, vectors, "vectors")
+        uniq, inverse = np.unique(ids, return_inverse=True)
+        order = np.argsort(inverse, kind="stable")
+        starts = np.searchsorted(inverse[order], np.arange(len(uniq)))
+        sums = np.add.reduceat(np.asarray(a, dtype=np.float64)[order], starts, axis=0)  # (U, H)
+        n_new = np.bincount(inverse, minlength=len(uniq)).astype(np.int64)
+        old_counts = self._counts[uniq]
+        old_means = self._unit[uniq].astype(np.float64) * self._norms[uniq, None]
+        total = old_counts + n_new
+        means = (old_means * old_counts[:, None] + sums) / total[:, None]
+        self._write(uniq, means, total, _ORIGIN_CODE["corpus"])
+
+    def set_vectors(self, keys: Sequence[str], vectors, *, origin: str = "given", counts=None) -> None:
+        """Give senses their vectors directly (replacing any mean), e.g. propagated or gloss vectors.
+
+        Args:
+            keys: K distinct sense keys.
+            vectors: (K, H) vectors in the store's space.
+            origin: recorded origin, one of :data:`ORIGINS`.
+            counts: (K,) occurrence counts to record (default 0: the vectors are not corpus means, and a later
+                :meth:`add` replaces them).
+
+        Raises:
+            ValueError: repeated keys, bad shapes or values, unknown origin.
+        """
+        if origin not in _ORIGIN_CODE:
+            raise ValueError("origin must be one of %s, got %r" % (ORIGINS, origin))
+        keys = _check_keys(keys)
+        if len(set(keys)) != len(keys):
+            raise ValueError("set_vectors needs distinct keys; got %d repeats" % (len(keys) - len(set(keys))))
+        c = np.zeros(len(keys), dtype=np.int64) if counts is None else np.asarray(counts, dtype=np.int64)
+        if c.shape != (len(keys),) or (c < 0).any():
+            raise ValueError("counts must be %d non-negative ints, got shape %s" % (len(keys), c.shape))
+        keys, ids, a = self._checked_ids(keys, vectors, "vectors")
+        self._write(ids, a, c, _ORIGIN_CODE[origin])
+
+    def _write(self, ids: np.ndarray, means: np.ndarray, counts: np.ndarray, origin: int) -> None:
+        unit, norms = _unit_rows(means)
+        self._unit[ids] = unit
+        self._norms[ids] = norms
+        self._counts[ids] = counts
+        self._origins[ids] = origin
+        self._index = None
+
+    def transform_vectors(self, fn) -> None:
+        """Replace every mean ``m`` by ``fn(M)`` applied to all means at once (M: (S, H) -> (S, H')).
+
+        Used by the builder to standardise centroids (standardisation is affine, so the standardised mean of
+        the occurrences equals the standardised mean). ``H'`` becomes the store's dimension; the caller updates
+        ``query_transform`` to match.
+        """
+        n = len(self)
+        means = self._unit[:n].astype(np.float64) * self._norms[:n, None]
+        new = _check_matrix(fn(means), "fn(means)", None)
+        if new.shape[0] != n:
+            raise ValueError("fn must keep the number of rows (%d), got %d" % (n, new.shape[0]))
+        unit, norms = _unit_rows(new)
+        self.dim = new.shape[1]
+        self._unit, self._norms = unit, norms
+        self._counts, self._origins = self._counts[:n].copy(), self._origins[:n].copy()
+        self._owns_unit = True
+        self._index = None
+
+    # ---- search -----------------------------------------------------------------------------------------
+    def prepare_queries(self, vectors) -> np.ndarray:
+        """Apply ``query_transform`` to raw embeddings: (N, H_in) -> (N, H) float32 (identity if None)."""
+        if self.query_transform is None:
+            a = _check_matrix(np.atleast_2d(vectors), "vectors", self.dim)
+            return np.array(a, dtype=np.float32).reshape(np.shape(vectors))
+        return self.query_transform(vectors)
+
+    def score(self, vector, candidate_keys: Sequence[str]) -> np.ndarray:
+        """Cosines between one query and some senses (J&M eq. 11.9 before the argmax).
+
+        Args:
+            vector: (H,) query, already in the store's space (see :meth:`prepare_queries`).
+            candidate_keys: K sense keys, all in the store.
+
+        Returns:
+            (K,) float32 cosines in the order of ``candidate_keys`` (empty for no candidates; 0 for a zero
+            query or a zero sense vector).
+
+        Raises:
+            ValueError: wrong shape or dimension, non-finite values.
+            KeyError: a candidate is not in the store.
+        """
+        v = np.asarray(vector)
+        if v.ndim != 1:
+            raise ValueError("vector must be 1-D (H,), got shape %s" % (v.shape,))
+        q = _unit_rows(_check_matrix(v[None, :], "vector", self.dim))[0][0]
+        ids = self.ids(candidate_keys)
+        return self._unit[ids] @ q
+
+    def _faiss_index(self):
+        if self._index is None:
+            faiss = _import_faiss()
+            n = len(self)
+            index = faiss.IndexIDMap2(faiss.IndexFlatIP(self.dim))
+            index.add_with_ids(np.ascontiguousarray(self._unit[:n]), np.arange(n, dtype=np.int64))
+            self._index = index
+        return self._index
+
+    def search(self, vectors, k: int = 10) -> tuple[np.ndarray, list[list[str]]]:
+        """Exact k-nearest senses by cosine over the whole store.
+
+        Args:
+            vectors: (N, H) or (H,) queries in the store's space.
+            k: neighbours per query, 1 <= k <= number of senses.
+
+        Returns:
+            ``(scores, keys)``: scores (N, k) float32 cosines, best first, and the matching sense keys
+            (N lists of k); for a 1-D query, (k,) and one list.
+
+        Raises:
+            ValueError: empty store, k out of range, wrong dimension, non-finite values.
+        """
+        if len(self) == 0:
+            raise ValueError("cannot search an empty SenseStore (add senses first)")
+        if not isinstance(k, (int, np.integer)) or not 1 <= k <= len(self):
+            raise ValueError("k must be an int in [1, %d] (the number of senses), got %r" % (len(self), k))
+        a = np.asarray(vectors)
+        single = a.ndim == 1
+        q, _ = _unit_rows(_check_matrix(a[None, :] if single else a, "vectors", self.dim))
+        scores, ids = self._faiss_index().search(q, int(k))
+        keys = [[self._keys[i] for i in row] for row in ids]
+        return (scores[0], keys[0]) if single else (scores, keys)
+
+    # ---- persistence ------------------------------------------------------------------------------------
+    def save(self, directory: str | os.PathLike) -> Path:
+        """Write the store to a directory, atomically (see the module docstring for the layout).
+
+        The new directory is written beside the target and renamed into place; an existing store there is
+        replaced only once the new one is complete.
+
+        Returns:
+            The directory.
+        """
+        faiss = _import_faiss()
+        directory = Path(directory)
+        directory.parent.mkdir(parents=True, exist_ok=True)
+        n = len(self)
+        tmp = Path(tempfile.mkdtemp(dir=directory.parent, prefix="." + directory.name + ".", suffix=".tmp"))
+        try:
+            meta = dict(self.metadata)
+            meta.update(format_version=FORMAT_VERSION, dim=self.dim, n_senses=n, origins=self.origins())
+            if self.query_transform is not None:
+                meta["query_transform"] = self.query_transform.describe()
+            (tmp / "meta.json").write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+            (tmp / "keys.txt").write_text("".join(k + "\n" for k in self._keys), encoding="utf-8")
+            arrays = dict(norms=self._norms[:n], counts=self._counts[:n], origins=self._origins[:n])
+            if self.query_transform is not None:
+                arrays.update(self.query_transform.to_arrays())
+            np.savez(tmp / "senses.npz", **arrays)
+            faiss.write_index(self._faiss_index(), str(tmp / "index.faiss"))
+            if directory.exists():
+                old = Path(tempfile.mkdtemp(dir=directory.parent, prefix="." + directory.name + ".", suffix=".old"))
+                os.rmdir(old)
+                os.rename(directory, old)
+                os.rename(tmp, directory)
+                shutil.rmtree(old, ignore_errors=True)
+            else:
+                os.rename(tmp, directory)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        logger.info("saved %r to %s", self, directory)
+        return directory
+
+    @classmethod
+    def load(cls, directory: str | os.PathLike) -> "SenseStore":
+        """Read a store written by :meth:`save`.
+
+        Raises:
+            FileNotFoundError: the directory or one of its files is missing.
+            ValueError: unsupported format version or inconsistent files.
+        """
+        faiss = _import_faiss()
+        directory = Path(directory)
+        for name in ("meta.json", "keys.txt", "senses.npz", "index.faiss"):
+            if not (directory / name).is_file():
+                raise FileNotFoundError("%s is not a SenseStore directory: %s is missing" % (directory, name))
+        meta = json.loads((directory / "meta.json").read_text(encoding="utf-8"))
+        version = meta.get("format_version")
+        if version != FORMAT_VERSION:
+            raise ValueError(
+                "%s has SenseStore format version %r; this ctxemb reads version %d" % (directory, version, FORMAT_VERSION)
+            )
+        keys = (directory / "keys.txt").read_text(encoding="utf-8").splitlines()
+        with np.load(directory / "senses.npz") as z:
+            arrays = {k: z[k] for k in z.files}
+        index = faiss.read_index(str(directory / "index.faiss"))
+        dim, n = int(meta["dim"]), len(keys)
+        if index.d != dim or index.ntotal != n or arrays["norms"].shape != (n,):
+            raise ValueError(
+                "%s is inconsistent: %d keys, index of %d vectors of dimension %d, meta dimension %d, %d norms"
+                % (directory, n, index.ntotal, index.d, dim, arrays["norms"].shape[0])
+            )
+        for name in ("format_version", "dim", "n_senses", "origins", "query_transform"):
+            meta.pop(name, None)
+        store = cls(dim, metadata=meta, query_transform=QueryTransform.from_arrays(arrays))
+        flat = faiss.downcast_index(index.index)
+        id_map = faiss.vector_to_array(index.id_map)
+        if not np.array_equal(id_map, np.arange(n)):
+            raise ValueError("%s: the FAISS ids are not 0..%d in order" % (directory, n - 1))
+        # Use the loaded index's vectors in place (no copy); the first update copies them (see _make_writable).
+        store._unit = faiss.rev_swig_ptr(flat.get_xb(), n * dim).reshape(n, dim)
+        store._owns_unit = False
+        store._index = index
+        store._keys = keys
+        store._ids = {k: i for i, k in enumerate(keys)}
+        if len(store._ids) != n:
+            raise ValueError("%s: keys.txt repeats keys" % directory)
+        store._norms = arrays["norms"].astype(np.float64)
+        store._counts = arrays["counts"].astype(np.int64)
+        store._origins = arrays["origins"].astype(np.uint8)
+        logger.info("loaded %r from %s", store, directory)
+        return store
+
+
+def directory_size(directory: str | os.PathLike) -> int:
+    """Total bytes of the files in a directory (e.g. a saved store)."""
+    return sum(p.stat().st_size for p in Path(directory).rglob("*") if p.is_file())
