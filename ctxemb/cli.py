@@ -59,7 +59,52 @@ def run_demo(args: argparse.Namespace) -> int:
     print("\nplots and JSON:")
     for kind, path in result.files.items():
         print(f"  {kind:17s} {path}")
+    print()
+    _demo_wsd(emb, args)
     return 0
+
+
+WSD_SENTENCES = [
+    "He sat on the bank of the river and watched the boats.",
+    "She deposited her salary at the bank on Monday.",
+    "The mouse ran under the kitchen table.",
+]
+
+
+def _demo_wsd(emb, args: argparse.Namespace) -> None:
+    """Nearest-sense WSD (J&M 11.3.1). A full SemCor store built with ``ctxemb wsd build`` is used if it exists at
+    ``--store``; otherwise a small store is built from the SemCor sentences that hold the demo's lemmas."""
+    from ctxemb.paths import shared_data_dir
+    from ctxemb.wsd import BuildConfig, Disambiguator, SenseStore, build_sense_store, read_dataset
+    from ctxemb.wsd import wordnet as wnu
+    from ctxemb.wsd.disambiguate import tokenize
+
+    store_dir = Path(args.store) if args.store else None
+    if store_dir is not None and (store_dir / "meta.json").is_file():
+        store = SenseStore.load(store_dir)
+        print(f"word sense disambiguation with the sense store {store_dir} ({len(store)} senses):")
+    else:
+        semcor = read_dataset(shared_data_dir() / "wsd" / "WSD_Evaluation_Framework" / "Training_Corpora" / "SemCor")
+        lemmas = {wnu.lemmatize(w, p) for text in WSD_SENTENCES for w in tokenize(text) for p in "nvar"}
+        per_lemma: dict[str, int] = {}
+        chosen = []
+        for sentence in semcor.sentences():
+            hits = [i.lemma for i in sentence.instances if i.lemma in lemmas and per_lemma.get(i.lemma, 0) < 40]
+            if hits:
+                chosen.append(sentence)
+                for lemma in hits:
+                    per_lemma[lemma] = per_lemma.get(lemma, 0) + 1
+        store = build_sense_store(chosen, emb, BuildConfig(), show_progress_bar=False)
+        print(f"word sense disambiguation (a demo store of {len(store)} senses from {len(chosen)} SemCor sentences "
+              "that hold these lemmas; `ctxemb wsd build` makes the full one, pass it with --store):")
+    dis = Disambiguator(store, emb)
+    for text in WSD_SENTENCES:
+        print(f"  {text}")
+        for p in dis.tag(text):
+            if p.sense_key is None:
+                continue
+            how = "first sense (back-off)" if p.backed_off else f"cos {p.score:.3f}"
+            print(f"    {p.word:13s} {p.synset:38s} {how:22s} {p.gloss[:60]}")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -69,6 +114,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="contextual embeddings of 'bank' in river and money contexts")
     demo.add_argument("--model", default=DEFAULT_MODEL, help="model name or HF-format directory")
     demo.add_argument("--out-dir", default="ctxemb-demo", help="where plots and JSON go (default: ctxemb-demo)")
+    demo.add_argument("--store", default=None, help="a sense store made by `ctxemb wsd build` (optional)")
     demo.set_defaults(func=run_demo)
 
     from ctxemb.geometry.analysis import add_analyze_subparser
