@@ -118,10 +118,12 @@ def build_parser() -> argparse.ArgumentParser:
     demo.set_defaults(func=run_demo)
 
     from ctxemb.geometry.analysis import add_analyze_subparser
+    from ctxemb.evaluation.similarity_cli import add_similarity_subparser
     from ctxemb.wsd.cli import add_wsd_subparser
 
     add_analyze_subparser(sub)
     add_wsd_subparser(sub)
+    add_similarity_subparser(sub)
     return parser
 
 
