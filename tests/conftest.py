@@ -14,3 +14,14 @@ def shared_data():
     if d is None:
         pytest.skip("shared data folder not found (set CTXEMB_DATA)")
     return d
+
+
+@pytest.fixture(scope="session")
+def wordnet():
+    """nltk's WordNet; tests that need it skip cleanly when it cannot be found."""
+    from ctxemb.wsd import wordnet as wnu
+
+    try:
+        return wnu.get_wordnet()
+    except wnu.WordNetNotFoundError as e:
+        pytest.skip(str(e))

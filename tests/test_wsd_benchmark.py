@@ -19,11 +19,8 @@ FIXTURES = Path(__file__).parent / "fixtures" / "wsd"
 
 
 @pytest.fixture(scope="module", autouse=True)
-def wordnet():
-    try:
-        return wnu.get_wordnet()
-    except wnu.WordNetNotFoundError as e:
-        pytest.skip(str(e))
+def _needs_wordnet(wordnet):
+    """Every test here needs WordNet (skipped cleanly without it)."""
 
 
 @pytest.fixture(scope="module")
