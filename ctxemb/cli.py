@@ -119,9 +119,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     from ctxemb.geometry.analysis import add_analyze_subparser
     from ctxemb.evaluation.similarity_cli import add_similarity_subparser
+    from ctxemb.search_cli import add_index_subparser
     from ctxemb.wsd.cli import add_wsd_subparser
 
     add_analyze_subparser(sub)
+    add_index_subparser(sub)
     add_wsd_subparser(sub)
     add_similarity_subparser(sub)
     return parser

@@ -1,0 +1,409 @@
+"""The FAISS structures behind :class:`ctxemb.search.SemanticIndex`, one small class per index kind.
+
+The wrapper owns string ids, metadata, normalisation and persistence; a backend only stores float32 vectors under
+int64 *labels* chosen by the wrapper and answers ``search`` with labels. Each backend says whether it can delete
+vectors physically (``physical_remove``); when it cannot (HNSW graphs and the IVF-PQ + refine pair keep labels
+equal to insertion positions), the wrapper keeps a tombstone set and passes a selector of live labels to every
+search, so a removed item can never be returned.
+
+Shape legend:
+    N  vectors added or reconstructed
+    Q  queries
+    K  results per query (K' = K * k_factor candidates before exact re-ranking)
+    H  dimensions of a vector
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+import faiss
+import numpy as np
+
+logger = logging.getLogger(__name__)
+
+# File names inside an index directory that an on-disk IVF-PQ index uses as live storage.
+LISTS_FILE = "lists.ivfdata"
+VECTORS_FILE = "vectors.f32"
+
+# Queries are re-ranked in blocks so the gathered candidate vectors, (Q_block, K', H) float32, stay small.
+_REFINE_BLOCK = 256
+
+
+class Backend:
+    """Interface shared by the kinds. ``params`` is the validated dict of the wrapper's constructor."""
+
+    kind: str = ""
+    physical_remove: bool = False
+    #: search-time overrides this kind accepts (names of keyword arguments of ``SemanticIndex.search``).
+    search_options: tuple[str, ...] = ()
+
+    def __init__(self, dim: int, params: dict[str, Any]):
+        self.dim = dim
+        self.params = params
+
+    @property
+    def is_trained(self) -> bool:
+        return True
+
+    def train(self, sample: np.ndarray, n_total: int) -> None:  # pragma: no cover - only kinds that need it
+        raise NotImplementedError
+
+    @property
+    def ntotal(self) -> int:
+        """Vectors the FAISS index holds, including tombstoned ones for kinds without physical removal."""
+        raise NotImplementedError
+
+    def add(self, x: np.ndarray, labels: np.ndarray) -> None:
+        """Add (N, H) float32 C-contiguous ``x`` under (N,) int64 ``labels``."""
+        raise NotImplementedError
+
+    def remove(self, labels: np.ndarray) -> None:
+        """Physically delete ``labels`` (only called when ``physical_remove``)."""
+        raise NotImplementedError
+
+    def search(self, x: np.ndarray, k: int, selector, options: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
+        """Return scores (Q, K) float32 and labels (Q, K) int64, -1 where fewer than K were found."""
+        raise NotImplementedError
+
+    def reconstruct(self, labels: np.ndarray) -> np.ndarray:
+        """The stored (N, H) float32 vectors of ``labels``."""
+        raise NotImplementedError
+
+    def reset(self) -> None:
+        """Drop every vector but keep training (used by ``compact``)."""
+        raise NotImplementedError
+
+    def write(self, path: Path) -> None:
+        faiss.write_index(self.index, str(path))
+
+    def load(self, path: Path, directory: Path) -> None:
+        self.index = faiss.read_index(str(path))
+
+
+def _check_loaded(index, expected: type, kind: str, path: Path) -> None:
+    if not isinstance(index, expected):
+        raise ValueError(
+            "%s holds a %s, but the manifest says kind=%r (expected a %s); the directory is corrupt or was "
+            "written by something else" % (path, type(index).__name__, kind, expected.__name__)
+        )
+
+
+class FlatBackend(Backend):
+    """Exact inner-product search: ``IndexIDMap2(IndexFlatIP)``.
+
+    The id map lets labels survive physical deletion (``remove_ids`` shifts the flat storage, so positions would
+    not); an exact index must not search through tombstones because a selector disables FAISS's BLAS path.
+    """
+
+    kind = "flat"
+    physical_remove = True
+
+    def __init__(self, dim: int, params: dict[str, Any]):
+        super().__init__(dim, params)
+        self.index = faiss.IndexIDMap2(faiss.IndexFlatIP(dim))
+
+    @property
+    def ntotal(self) -> int:
+        return int(self.index.ntotal)
+
+    def add(self, x, labels):
+        self.index.add_with_ids(x, labels)
+
+    def remove(self, labels):
+        removed = self.index.remove_ids(faiss.IDSelectorBatch(labels))
+        if removed != len(labels):
+            raise RuntimeError("FAISS removed %d vectors, expected %d" % (removed, len(labels)))
+
+    def search(self, x, k, selector, options):
+        return self.index.search(x, k)
+
+    def reconstruct(self, labels):
+        return _reconstruct_batch(self.index, labels, self.dim)
+
+    def reset(self):
+        self.index.reset()
+
+    def load(self, path, directory):
+        index = faiss.read_index(str(path))
+        _check_loaded(index, faiss.IndexIDMap2, self.kind, path)
+        self.index = index
+
+
+class HNSWBackend(Backend):
+    """Graph search: ``IndexHNSWFlat`` with the inner-product metric. Labels are insertion positions."""
+
+    kind = "hnsw"
+    search_options = ("ef_search",)
+
+    def __init__(self, dim: int, params: dict[str, Any]):
+        super().__init__(dim, params)
+        self.index = faiss.IndexHNSWFlat(dim, params["hnsw_m"], faiss.METRIC_INNER_PRODUCT)
+        self.index.hnsw.efConstruction = params["ef_construction"]
+        self.index.hnsw.efSearch = params["ef_search"]
+
+    @property
+    def ntotal(self) -> int:
+        return int(self.index.ntotal)
+
+    def add(self, x, labels):
+        _check_sequential(labels, self.ntotal)
+        self.index.add(x)
+
+    def search(self, x, k, selector, options):
+        ef = options.get("ef_search") or self.params["ef_search"]
+        # FAISS explores max(efSearch, k) candidates; asking for fewer than k would silently return fewer.
+        sp = faiss.SearchParametersHNSW(efSearch=max(ef, k), sel=selector)
+        return self.index.search(x, k, params=sp)
+
+    def reconstruct(self, labels):
+        return _reconstruct_batch(self.index, labels, self.dim)
+
+    def reset(self):
+        # The graph cannot drop nodes, so a compacted HNSW index is rebuilt from scratch.
+        self.__init__(self.dim, self.params)
+
+    def load(self, path, directory):
+        index = faiss.read_index(str(path))
+        _check_loaded(index, faiss.IndexHNSWFlat, self.kind, path)
+        self.index = index
+
+
+def _check_sequential(labels: np.ndarray, ntotal: int) -> None:
+    # Internal invariant of the wrapper (labels of position-addressed kinds are ntotal, ntotal+1, ...).
+    if len(labels) and (labels[0] != ntotal or labels[-1] != ntotal + len(labels) - 1):
+        raise RuntimeError("labels %d..%d do not continue the index (ntotal=%d)" % (labels[0], labels[-1], ntotal))
+
+
+def _reconstruct_batch(index, labels: np.ndarray, dim: int) -> np.ndarray:
+    if len(labels) == 0:
+        return np.zeros((0, dim), np.float32)
+    return index.reconstruct_batch(np.ascontiguousarray(labels, dtype=np.int64))
+
+
+def resolve_ivf_shape(dim: int, n_total: int, params: dict[str, Any]) -> tuple[int, int]:
+    """The (nlist, pq_m) to train with: the caller's values, or defaults from the collection size and ``dim``.
+
+    nlist defaults to the power of two nearest 4 sqrt(N) (at least 1, at most N / 39 so every centroid sees the
+    ~39 points k-means wants); pq_m to the divisor of H nearest H / 8, i.e. about 8 dimensions per sub-quantizer.
+    """
+    nlist = params["nlist"]
+    if nlist is None:
+        target = 4 * math.sqrt(max(n_total, 1))
+        nlist = 2 ** max(0, round(math.log2(target)))
+        nlist = max(1, min(nlist, n_total // 39))
+    pq_m = params["pq_m"]
+    if pq_m is None:
+        divisors = [m for m in range(1, dim + 1) if dim % m == 0]
+        pq_m = min(divisors, key=lambda m: (abs(m - dim / 8), -m))
+    return nlist, pq_m
+
+
+class IVFPQBackend(Backend):
+    """Inverted file + product quantisation with exact re-ranking: ``IndexRefineFlat(IndexIVFPQ)``.
+
+    The coarse quantiser and PQ codebooks are trained on a sample; a query scans ``nprobe`` lists with PQ
+    distances, keeps ``k * k_factor`` candidates and re-scores them exactly against the raw vectors the refine
+    index keeps, so recall is limited by the candidate list rather than by quantisation error. Labels are
+    insertion positions (IndexRefine requires the base and refine indexes to agree on them).
+    """
+
+    kind = "ivfpq"
+    search_options = ("nprobe", "k_factor")
+
+    def __init__(self, dim: int, params: dict[str, Any]):
+        super().__init__(dim, params)
+        self.index = None  # built by train(), when nlist/pq_m can be resolved from the data
+
+    @property
+    def is_trained(self) -> bool:
+        return self.index is not None
+
+    def _make_ivfpq(self, n_total: int) -> faiss.IndexIVFPQ:
+        nlist, pq_m = resolve_ivf_shape(self.dim, n_total, self.params)
+        quantizer = faiss.IndexFlatIP(self.dim)
+        ivf = faiss.IndexIVFPQ(quantizer, self.dim, nlist, pq_m, self.params["nbits"], faiss.METRIC_INNER_PRODUCT)
+        ivf.own_fields = True
+        quantizer.this.disown()  # the IVF index frees its quantiser
+        ivf.nprobe = self.params["nprobe"]
+        return ivf
+
+    def _train_ivf(self, sample: np.ndarray, n_total: int) -> faiss.IndexIVFPQ:
+        ivf = self._make_ivfpq(n_total)
+        logger.info(
+            "training IVF-PQ (nlist=%d, pq_m=%d, nbits=%d) on %d of %d vectors",
+            ivf.nlist, ivf.pq.M, self.params["nbits"], len(sample), n_total,
+        )
+        ivf.train(sample)
+        return ivf
+
+    def train(self, sample: np.ndarray, n_total: int) -> None:
+        """Train on (N_sample, H) unit vectors; ``n_total`` (the collection size) sizes the default nlist."""
+        ivf = self._train_ivf(sample, n_total)
+        self.index = faiss.IndexRefineFlat(ivf)
+        self.index.own_fields = True
+        ivf.this.disown()
+        self.index.k_factor = float(self.params["k_factor"])
+
+    @property
+    def ntotal(self) -> int:
+        return 0 if self.index is None else int(self.index.ntotal)
+
+    @property
+    def ivf(self) -> faiss.IndexIVFPQ:
+        return faiss.downcast_index(self.index.base_index)
+
+    def add(self, x, labels):
+        _check_sequential(labels, self.ntotal)
+        self.index.add(x)
+
+    def _ivf_params(self, selector, options):
+        nprobe = options.get("nprobe") or self.params["nprobe"]
+        return faiss.SearchParametersIVF(nprobe=min(nprobe, self.ivf.nlist), sel=selector)
+
+    def search(self, x, k, selector, options):
+        base = self._ivf_params(selector, options)
+        kf = options.get("k_factor") or self.params["k_factor"]
+        sp = faiss.IndexRefineSearchParameters(k_factor=float(kf), base_index_params=base)
+        return self.index.search(x, k, params=sp)
+
+    def reconstruct(self, labels):
+        # IndexRefineFlat reconstructs from the refine (raw float) index, so this is exact.
+        return _reconstruct_batch(self.index, labels, self.dim)
+
+    def reset(self):
+        if self.index is not None:
+            self.index.reset()  # keeps the trained quantiser and codebooks
+
+    def load(self, path, directory):
+        index = faiss.read_index(str(path))
+        _check_loaded(index, faiss.IndexRefineFlat, self.kind, path)
+        self.index = index
+
+
+class OnDiskIVFPQBackend(IVFPQBackend):
+    """IVF-PQ whose inverted lists live in ``<directory>/lists.ivfdata`` (``faiss.OnDiskInvertedLists``, mmapped).
+
+    The raw vectors for exact re-ranking are appended to ``<directory>/vectors.f32`` (row = label) and read through
+    a memory map, so neither the codes nor the raw vectors need to fit in RAM; the page cache holds what queries
+    touch. Labels are explicit (``add_with_ids``) and removal deletes entries from the lists; rows of removed items
+    stay in ``vectors.f32`` unreferenced.
+    """
+
+    physical_remove = True
+
+    def __init__(self, dim: int, params: dict[str, Any], directory: Path):
+        super().__init__(dim, params)
+        self.directory = Path(directory)
+        self.n_rows = 0  # rows of vectors.f32 that belong to the index (a crash may leave a longer file)
+        self._memmap = None
+
+    @property
+    def ivf(self) -> faiss.IndexIVFPQ:
+        return self.index
+
+    def train(self, sample, n_total):
+        ivf = self._train_ivf(sample, n_total)
+        lists = faiss.OnDiskInvertedLists(ivf.nlist, ivf.code_size, str(self.directory / LISTS_FILE))
+        ivf.replace_invlists(lists, True)
+        lists.this.disown()  # owned by the IVF index now
+        self.index = ivf
+
+    def add(self, x, labels):
+        if len(labels) and labels[0] != self.n_rows:
+            raise RuntimeError("labels start at %d but vectors.f32 has %d rows" % (labels[0], self.n_rows))
+        self._append_rows(x)
+        self.index.add_with_ids(x, labels)
+
+    def _append_rows(self, x: np.ndarray) -> None:
+        path = self.directory / VECTORS_FILE
+        mode = "r+b" if path.exists() else "w+b"
+        with open(path, mode) as f:
+            # Overwrite from the last committed row: rows beyond it are leftovers of an interrupted add.
+            f.seek(self.n_rows * self.dim * 4)
+            f.write(np.ascontiguousarray(x, dtype=np.float32).tobytes())
+            f.truncate()
+        self.n_rows += len(x)
+        self._memmap = None
+
+    @property
+    def vectors(self) -> np.ndarray:
+        """(rows, H) float32 read-only memory map of ``vectors.f32``."""
+        if self._memmap is None:
+            if self.n_rows == 0:
+                return np.zeros((0, self.dim), np.float32)
+            self._memmap = np.memmap(
+                self.directory / VECTORS_FILE, dtype=np.float32, mode="r", shape=(self.n_rows, self.dim)
+            )
+        return self._memmap
+
+    def remove(self, labels):
+        # Without a direct map FAISS scans every list once; fine for batched removals.
+        removed = self.index.remove_ids(faiss.IDSelectorBatch(labels))
+        if removed != len(labels):
+            raise RuntimeError("FAISS removed %d vectors, expected %d" % (removed, len(labels)))
+
+    def search(self, x, k, selector, options):
+        kf = options.get("k_factor") or self.params["k_factor"]
+        k_candidates = max(k, int(math.ceil(k * kf)))
+        _, cand = self.index.search(x, k_candidates, params=self._ivf_params(selector, options))  # (Q, K')
+        return self._rerank(x, cand, k)
+
+    def _rerank(self, x: np.ndarray, cand: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """Exact inner products of the candidates, best ``k`` per query; -1 labels stay at the end."""
+        q = len(x)
+        scores = np.full((q, k), -np.inf, dtype=np.float32)
+        labels = np.full((q, k), -1, dtype=np.int64)
+        vectors = self.vectors
+        for start in range(0, q, _REFINE_BLOCK):
+            c = cand[start : start + _REFINE_BLOCK]  # (Qb, K')
+            valid = c >= 0
+            rows = vectors[np.where(valid, c, 0).ravel()].reshape(c.shape + (self.dim,))  # (Qb, K', H)
+            s = np.einsum("qkh,qh->qk", rows, x[start : start + _REFINE_BLOCK])
+            s[~valid] = -np.inf
+            kk = min(k, s.shape[1])
+            top = np.argsort(-s, axis=1, kind="stable")[:, :kk]  # (Qb, k)
+            scores[start : start + len(c), :kk] = np.take_along_axis(s, top, axis=1)
+            labels[start : start + len(c), :kk] = np.where(
+                np.isfinite(scores[start : start + len(c), :kk]), np.take_along_axis(c, top, axis=1), -1
+            )
+        return scores, labels
+
+    def reconstruct(self, labels):
+        return np.array(self.vectors[np.asarray(labels, dtype=np.int64)], dtype=np.float32)
+
+    def reset(self):
+        raise NotImplementedError(
+            "compact() is not supported for on-disk indexes: removal already deletes list entries; to reclaim the "
+            "space of removed rows in vectors.f32, build a new index"
+        )
+
+    def load(self, path, directory):
+        # ONDISK_SAME_DIR makes FAISS look for lists.ivfdata beside the index file, so a moved directory still works.
+        index = faiss.read_index(str(path), faiss.IO_FLAG_ONDISK_SAME_DIR)
+        _check_loaded(index, faiss.IndexIVFPQ, self.kind, path)
+        self.index = index
+        self.directory = Path(directory)
+        size = (self.directory / VECTORS_FILE).stat().st_size if (self.directory / VECTORS_FILE).exists() else 0
+        if size < self.n_rows * self.dim * 4:
+            raise ValueError(
+                "%s has %d bytes but the manifest needs %d rows of %d float32 (%d bytes)"
+                % (self.directory / VECTORS_FILE, size, self.n_rows, self.dim, self.n_rows * self.dim * 4)
+            )
+        self._memmap = None
+
+
+def make_backend(kind: str, dim: int, params: dict[str, Any], directory: os.PathLike | None = None) -> Backend:
+    if kind == "flat":
+        return FlatBackend(dim, params)
+    if kind == "hnsw":
+        return HNSWBackend(dim, params)
+    if kind == "ivfpq":
+        if params["on_disk"]:
+            return OnDiskIVFPQBackend(dim, params, Path(directory))
+        return IVFPQBackend(dim, params)
+    raise ValueError("unknown index kind %r" % (kind,))  # the wrapper validates first; kept for safety

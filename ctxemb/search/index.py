@@ -1,0 +1,844 @@
+"""``SemanticIndex``: nearest-neighbour search over embedding arrays with string ids and metadata, on FAISS.
+
+Three kinds share one interface:
+
+- ``"flat"``: exact search (``IndexFlatIP`` behind ``IndexIDMap2``). The reference the others are measured
+  against; fine up to a few hundred thousand vectors.
+- ``"hnsw"``: a graph index (``IndexHNSWFlat``, inner-product metric). Fast and accurate in memory; no training.
+  Parameters ``hnsw_m`` (graph degree, FAISS's M), ``ef_construction`` and ``ef_search`` (beam widths).
+- ``"ivfpq"``: inverted file with product-quantised codes (``IndexIVFPQ``) whose ``k * k_factor`` best candidates
+  are re-ranked exactly (``IndexRefineFlat``), for large collections. Needs training (done on the first ``add``
+  or by ``train``). Parameters ``nlist``, ``pq_m`` (sub-quantisers, FAISS's m), ``nbits``, ``nprobe``,
+  ``k_factor``. With ``on_disk=True`` the inverted lists live in ``<directory>/lists.ivfdata``
+  (``faiss.OnDiskInvertedLists``, memory-mapped) and the raw vectors for re-ranking in ``<directory>/vectors.f32``,
+  so the collection may be larger than RAM.
+
+With ``metric="cosine"`` (the default) vectors and queries are L2-normalised on a copy (the caller's arrays are
+never modified) and scores are cosine similarities; ``metric="inner_product"`` uses the vectors as given.
+
+Items have unique string ids and optional JSON metadata. ``add`` refuses ids already present (``upsert``
+replaces them); ``remove`` guarantees the id is never returned again: exact and on-disk indexes delete the vector,
+HNSW and in-memory IVF-PQ (whose FAISS structures cannot delete) keep a tombstone that every search excludes via
+an ``IDSelectorBitmap`` until ``compact()`` rebuilds them.
+
+A saved index is a directory: ``manifest.json`` (kind, parameters, the embedder configuration, file names),
+``index.<gen>.faiss`` and ``items.<gen>.json`` (ids and metadata by label). Each save writes a new generation and
+then replaces the manifest atomically, so a crash leaves the previous save loadable. On-disk IVF-PQ indexes are
+the exception for their two data files, which are live storage updated in place by ``add``/``remove``.
+
+Shape legend:
+    N  vectors (items) added
+    Q  queries
+    K  results per query
+    H  dimensions of a vector
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import numbers
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal, Mapping, Sequence
+
+import faiss
+import numpy as np
+from tqdm.auto import tqdm
+
+from ctxemb.paths import atomic_path, atomic_write
+from ctxemb.search._backends import LISTS_FILE, VECTORS_FILE, Backend, make_backend, resolve_ivf_shape
+
+logger = logging.getLogger(__name__)
+
+INDEX_KINDS = ("flat", "hnsw", "ivfpq")
+METRICS = ("cosine", "inner_product")
+MANIFEST_FILE = "manifest.json"
+_FORMAT = "ctxemb.search.SemanticIndex"
+_FORMAT_VERSION = 1
+
+# Vectors are validated, normalised and handed to FAISS in chunks so a large add never needs a second full copy.
+_ADD_CHUNK = 65_536
+# The smallest default IVF-PQ training sample (the PQ codebooks want ~39 points per centroid, 2**8 centroids).
+_MIN_DEFAULT_TRAIN = 10_000
+
+IndexKind = Literal["flat", "hnsw", "ivfpq"]
+Metric = Literal["cosine", "inner_product"]
+
+
+@dataclass(frozen=True, slots=True)
+class Hit:
+    """One search result.
+
+    Attributes:
+        id: the item's string id.
+        score: cosine similarity (``metric="cosine"``) or inner product; higher is closer.
+        metadata: the item's metadata as stored (a fresh JSON-decoded copy), or None.
+    """
+
+    id: str
+    score: float
+    metadata: dict | None
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# argument checks
+
+
+def _check_int(value, name: str, *, low: int, high: int | None = None, allow_none: bool = False) -> int | None:
+    if value is None and allow_none:
+        return None
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError("%s must be an int; got %r (%s)" % (name, value, type(value).__name__))
+    value = int(value)
+    if value < low or (high is not None and value > high):
+        bounds = ">= %d" % low if high is None else "in [%d, %d]" % (low, high)
+        raise ValueError("%s must be %s; got %d" % (name, bounds, value))
+    return value
+
+
+def _check_float(value, name: str, *, low: float) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError("%s must be a number; got %r (%s)" % (name, value, type(value).__name__))
+    value = float(value)
+    if not np.isfinite(value) or value < low:
+        raise ValueError("%s must be a finite number >= %g; got %r" % (name, low, value))
+    return value
+
+
+def _check_choice(value, name: str, choices: Sequence[str]) -> str:
+    if value not in choices:
+        raise ValueError("%s must be one of %s; got %r" % (name, ", ".join(repr(c) for c in choices), value))
+    return value
+
+
+def _json_dict(value, name: str) -> dict | None:
+    """A JSON-able dict, normalised through a JSON round trip (tuples become lists) so comparisons are stable."""
+    if value is None:
+        return None
+    if not isinstance(value, Mapping) and hasattr(value, "to_dict"):
+        value = value.to_dict()
+    if not isinstance(value, Mapping):
+        raise TypeError("%s must be a dict (or have a to_dict() method); got %s" % (name, type(value).__name__))
+    try:
+        return json.loads(json.dumps(dict(value), allow_nan=False))
+    except (TypeError, ValueError) as e:
+        raise TypeError("%s must be JSON-serialisable: %s" % (name, e)) from None
+
+
+def _check_id_list(ids, name: str = "ids") -> list[str]:
+    if isinstance(ids, (str, bytes)):
+        raise TypeError(
+            "%s must be a sequence of strings; got a single %s (wrap one id in a list)" % (name, type(ids).__name__)
+        )
+    try:
+        ids = list(ids)
+    except TypeError:
+        raise TypeError("%s must be a sequence of strings; got %s" % (name, type(ids).__name__)) from None
+    for i, x in enumerate(ids):
+        if not isinstance(x, str):
+            raise TypeError("%s must hold strings; %s[%d] is %r (%s)" % (name, name, i, x, type(x).__name__))
+    return ids
+
+
+def _preview(items: Sequence, limit: int = 5) -> str:
+    shown = ", ".join(repr(x) for x in list(items)[:limit])
+    return "[%s%s]" % (shown, ", ... (%d in all)" % len(items) if len(items) > limit else "")
+
+
+def _validate_params(
+    dim, kind, metric, hnsw_m, ef_construction, ef_search, nlist, pq_m, nbits, nprobe, k_factor, train_size, seed,
+    on_disk,
+) -> dict[str, Any]:
+    dim = _check_int(dim, "dim", low=1)
+    _check_choice(kind, "kind", INDEX_KINDS)
+    _check_choice(metric, "metric", METRICS)
+    params = {
+        "hnsw_m": _check_int(hnsw_m, "hnsw_m", low=2),
+        "ef_construction": _check_int(ef_construction, "ef_construction", low=1),
+        "ef_search": _check_int(ef_search, "ef_search", low=1),
+        "nlist": _check_int(nlist, "nlist", low=1, allow_none=True),
+        "pq_m": _check_int(pq_m, "pq_m", low=1, allow_none=True),
+        "nbits": _check_int(nbits, "nbits", low=1, high=16),
+        "nprobe": _check_int(nprobe, "nprobe", low=1),
+        "k_factor": _check_float(k_factor, "k_factor", low=1.0),
+        "train_size": _check_int(train_size, "train_size", low=1, allow_none=True),
+        "seed": _check_int(seed, "seed", low=0),
+        "on_disk": bool(on_disk),
+    }
+    if params["pq_m"] is not None and dim % params["pq_m"]:
+        raise ValueError("pq_m (%d) must divide the dimension dim (%d)" % (params["pq_m"], dim))
+    if params["on_disk"] and kind != "ivfpq":
+        raise ValueError("on_disk=True needs kind='ivfpq' (on-disk inverted lists); got kind=%r" % kind)
+    return params
+
+
+# ---------------------------------------------------------------------------------------------------------------
+
+
+class SemanticIndex:
+    """A nearest-neighbour index of (N, H) vectors with string ids and JSON metadata. See the module docstring.
+
+    Args:
+        dim: H, the dimension of the vectors.
+        kind: ``"flat"`` (exact), ``"hnsw"`` or ``"ivfpq"``.
+        metric: ``"cosine"`` (normalise copies; scores are cosines) or ``"inner_product"``.
+        hnsw_m: HNSW graph degree M (``kind="hnsw"``).
+        ef_construction: HNSW beam width while inserting.
+        ef_search: HNSW beam width while searching (raised to K when K is larger); overridable per search.
+        nlist: IVF lists; None picks the power of two nearest 4 sqrt(N) at training (at most N / 39).
+        pq_m: PQ sub-quantisers, must divide ``dim``; None picks the divisor nearest dim / 8.
+        nbits: bits per PQ code (2**nbits centroids per sub-quantiser).
+        nprobe: IVF lists scanned per query; overridable per search.
+        k_factor: IVF-PQ candidates re-ranked exactly = K * k_factor; overridable per search.
+        train_size: IVF-PQ training sample; None uses max(64 * nlist, 10,000) vectors (all when fewer).
+        seed: seed of the training sample.
+        on_disk: keep IVF-PQ inverted lists and raw vectors in files under ``directory`` (larger-than-RAM).
+        directory: the index directory; required with ``on_disk=True`` (must not already hold an on-disk index),
+            and the default target of ``save()``.
+        embedder_config: the configuration (dict, or an object with ``to_dict()``) of the embedder that made the
+            vectors; stored with the index and compared by ``check_config``.
+        recipe: JSON dict saying how items were embedded (set by ``build_sentence_index``/``build_word_index``
+            so that query helpers embed queries the same way).
+
+    Searches may run concurrently from several threads; ``add``/``upsert``/``remove``/``compact``/``save`` need
+    the caller's lock. One process at a time may write an on-disk index directory.
+
+    Raises:
+        TypeError / ValueError: for an argument of the wrong type or out of range, naming it.
+        FileExistsError: ``on_disk=True`` and ``directory`` already holds on-disk index files.
+    """
+
+    def __init__(
+        self,
+        dim: int,
+        *,
+        kind: IndexKind = "flat",
+        metric: Metric = "cosine",
+        hnsw_m: int = 32,
+        ef_construction: int = 200,
+        ef_search: int = 64,
+        nlist: int | None = None,
+        pq_m: int | None = None,
+        nbits: int = 8,
+        nprobe: int = 16,
+        k_factor: float = 10.0,
+        train_size: int | None = None,
+        seed: int = 0,
+        on_disk: bool = False,
+        directory: str | Path | None = None,
+        embedder_config: Mapping | Any | None = None,
+        recipe: Mapping | None = None,
+    ):
+        params = _validate_params(
+            dim, kind, metric, hnsw_m, ef_construction, ef_search, nlist, pq_m, nbits, nprobe, k_factor,
+            train_size, seed, on_disk,
+        )
+        if on_disk:
+            if directory is None:
+                raise ValueError("on_disk=True needs directory=, the folder that will hold the inverted lists")
+            directory = Path(directory)
+            for name in (LISTS_FILE, VECTORS_FILE):
+                if (directory / name).exists():
+                    raise FileExistsError(
+                        "%s already exists; load that index with SemanticIndex.load(%r) or choose an empty "
+                        "directory" % (directory / name, str(directory))
+                    )
+            directory.mkdir(parents=True, exist_ok=True)
+        self._init_state(
+            int(dim), kind, metric, params,
+            _json_dict(embedder_config, "embedder_config"), _json_dict(recipe, "recipe"),
+            None if directory is None else Path(directory),
+        )
+
+    def _init_state(self, dim, kind, metric, params, embedder_config, recipe, directory) -> None:
+        self.dim = dim
+        self.kind = kind
+        self.metric = metric
+        self.params = params
+        self.embedder_config = embedder_config
+        self.recipe = recipe
+        self.directory = directory
+        self._backend: Backend = make_backend(kind, dim, params, directory)
+        # label -> id (None once removed); label -> metadata as a JSON string (None when absent)
+        self._ids: list[str | None] = []
+        self._meta: list[str | None] = []
+        self._label_of: dict[str, int] = {}
+        # tombstoned labels of kinds whose FAISS index cannot delete (hnsw, in-memory ivfpq)
+        self._dead: set[int] = set()
+        self._selector_cache = None  # (bitmap array kept alive, faiss.IDSelectorBitmap)
+
+    # ----------------------------------------------------------------------------------------------------------
+    # size and lookup
+
+    def __len__(self) -> int:
+        """Number of items (removed ones excluded)."""
+        return len(self._label_of)
+
+    def __contains__(self, item_id: object) -> bool:
+        return item_id in self._label_of
+
+    def __repr__(self) -> str:
+        return "SemanticIndex(kind=%r, dim=%d, metric=%r, items=%d%s%s)" % (
+            self.kind, self.dim, self.metric, len(self),
+            ", tombstones=%d" % len(self._dead) if self._dead else "",
+            ", on_disk=%r" % str(self.directory) if self.params["on_disk"] else "",
+        )
+
+    @property
+    def ids(self) -> list[str]:
+        """The ids of all items, in insertion order."""
+        return [i for i in self._ids if i is not None]
+
+    @property
+    def is_trained(self) -> bool:
+        """False only for an IVF-PQ index before ``train``/the first ``add``."""
+        return self._backend.is_trained
+
+    @property
+    def n_tombstones(self) -> int:
+        """Removed items whose vectors are still inside the FAISS index (excluded from results; see ``compact``)."""
+        return len(self._dead)
+
+    def _label(self, item_id: str, name: str = "id") -> int:
+        if not isinstance(item_id, str):
+            raise TypeError("%s must be a string; got %r (%s)" % (name, item_id, type(item_id).__name__))
+        try:
+            return self._label_of[item_id]
+        except KeyError:
+            raise KeyError("id %r is not in the index" % item_id) from None
+
+    def get_metadata(self, item_id: str) -> dict | None:
+        """The metadata stored for ``item_id`` (a fresh copy), or None. Raises KeyError for an unknown id."""
+        m = self._meta[self._label(item_id)]
+        return None if m is None else json.loads(m)
+
+    def get_vector(self, item_id: str) -> np.ndarray:
+        """The stored (H,) float32 vector of ``item_id`` (L2-normalised for ``metric="cosine"``).
+
+        Raises:
+            KeyError: for an unknown id.
+        """
+        return self._backend.reconstruct(np.array([self._label(item_id)], dtype=np.int64))[0]
+
+    # ----------------------------------------------------------------------------------------------------------
+    # input preparation
+
+    def _check_matrix(self, value, name: str, *, allow_1d: bool) -> tuple[np.ndarray, bool]:
+        """Validate a (N, H) numeric array-like without copying; returns it and whether it was a single 1-D row."""
+        arr = value if isinstance(value, np.ndarray) else np.asarray(value)
+        if arr.dtype.kind not in "iuf":
+            raise TypeError("%s must be a real numeric array; got dtype %s" % (name, arr.dtype))
+        single = arr.ndim == 1 and allow_1d
+        if single:
+            arr = arr[None, :]
+        if arr.ndim != 2:
+            raise ValueError(
+                "%s must be a 2-D array of shape (N, %d)%s; got shape %s"
+                % (name, self.dim, " or a single (%d,) vector" % self.dim if allow_1d else "", arr.shape)
+            )
+        if arr.shape[1] != self.dim:
+            raise ValueError(
+                "%s have dimension %d, but this index holds %d-dimensional vectors (shape %s)"
+                % (name, arr.shape[1], self.dim, arr.shape)
+            )
+        if arr.dtype.kind == "f":
+            for start in range(0, len(arr), _ADD_CHUNK):
+                block = arr[start : start + _ADD_CHUNK]
+                finite = np.isfinite(block)
+                if not finite.all():
+                    r, c = np.argwhere(~finite)[0]
+                    raise ValueError("%s contains NaN or infinity (first at row %d, column %d)" % (name, start + r, c))
+        return arr, single
+
+    def _prepare(self, arr: np.ndarray, name: str) -> np.ndarray:
+        """A float32 C-contiguous copy of checked rows, L2-normalised for the cosine metric."""
+        x = np.array(arr, dtype=np.float32, order="C", copy=True)
+        if not np.isfinite(x).all():
+            raise ValueError("%s overflows float32 (values beyond +-3.4e38)" % name)
+        if self.metric == "cosine":
+            norms = np.linalg.norm(x, axis=1, keepdims=True)  # (N, 1)
+            zero = norms[:, 0] == 0
+            if zero.any():
+                logger.warning(
+                    "%s has %d all-zero rows; they stay zero and score 0 against everything", name, zero.sum()
+                )
+                norms[zero] = 1.0
+            x /= norms
+        return x
+
+    def _check_metadata(self, metadata, n: int) -> list[str | None]:
+        if metadata is None:
+            return [None] * n
+        if isinstance(metadata, Mapping):
+            raise TypeError("metadata must be a sequence of dicts (one per id) or None; got a single dict")
+        metadata = list(metadata)
+        if len(metadata) != n:
+            raise ValueError("metadata has %d entries but there are %d ids" % (len(metadata), n))
+        out: list[str | None] = []
+        for i, m in enumerate(metadata):
+            if m is None:
+                out.append(None)
+                continue
+            if not isinstance(m, Mapping):
+                raise TypeError("metadata[%d] must be a dict or None; got %s" % (i, type(m).__name__))
+            try:
+                out.append(json.dumps(dict(m), allow_nan=False, separators=(",", ":")))
+            except (TypeError, ValueError) as e:
+                raise TypeError("metadata[%d] is not JSON-serialisable: %s" % (i, e)) from None
+        return out
+
+    def _check_batch(self, ids, vectors, metadata) -> tuple[list[str], np.ndarray, list[str | None]]:
+        ids = _check_id_list(ids)
+        arr, _ = self._check_matrix(vectors, "vectors", allow_1d=False)
+        if len(arr) != len(ids):
+            raise ValueError("vectors has %d rows but there are %d ids" % (len(arr), len(ids)))
+        if len(set(ids)) != len(ids):
+            seen, dup = set(), []
+            for i in ids:
+                if i in seen:
+                    dup.append(i)
+                seen.add(i)
+            raise ValueError("ids must be unique within a call; repeated: %s" % _preview(dup))
+        return ids, arr, self._check_metadata(metadata, len(ids))
+
+    # ----------------------------------------------------------------------------------------------------------
+    # training and adding
+
+    def _train_sample(self, arr: np.ndarray) -> np.ndarray:
+        n = len(arr)
+        nlist, _ = resolve_ivf_shape(self.dim, n, self.params)
+        size = self.params["train_size"] or max(64 * nlist, _MIN_DEFAULT_TRAIN)
+        if n > size:
+            rng = np.random.default_rng(self.params["seed"])
+            arr = arr[np.sort(rng.choice(n, size=size, replace=False))]
+        need = max(nlist, 2 ** self.params["nbits"])
+        if len(arr) < need:
+            raise ValueError(
+                "IVF-PQ training needs at least %d vectors (max(nlist=%d, 2**nbits=%d)); got %d. Train on a larger "
+                "sample, add more vectors in the first call, or lower nlist/nbits"
+                % (need, nlist, 2 ** self.params["nbits"], len(arr))
+            )
+        return self._prepare(arr, "training vectors")
+
+    def train(self, vectors) -> "SemanticIndex":
+        """Train the IVF-PQ quantisers on (N, H) ``vectors`` (a sample of the collection). No-op for flat/hnsw.
+
+        Args:
+            vectors: (N, H) array; N must be at least max(nlist, 2**nbits), and sizes the default nlist.
+
+        Returns:
+            self.
+
+        Raises:
+            ValueError: too few vectors, a wrong dimension, or the index already trained and holding items.
+        """
+        arr, _ = self._check_matrix(vectors, "vectors", allow_1d=False)
+        if self.kind != "ivfpq":
+            return self
+        if self._backend.is_trained and self._backend.ntotal:
+            raise ValueError("this IVF-PQ index is already trained and holds %d vectors" % self._backend.ntotal)
+        self._backend.train(self._train_sample(arr), len(arr))
+        return self
+
+    def add(self, ids: Sequence[str], vectors, metadata: Sequence[Mapping | None] | None = None, *,
+            show_progress_bar: bool = True) -> "SemanticIndex":
+        """Add new items.
+
+        An untrained IVF-PQ index is first trained on (a sample of) ``vectors``.
+
+        Args:
+            ids: N unique string ids, none already in the index.
+            vectors: (N, H) array-like; never modified.
+            metadata: N JSON-serialisable dicts (or None entries), or None.
+            show_progress_bar: show a tqdm bar when the batch spans several chunks of 65,536 vectors.
+
+        Returns:
+            self.
+
+        Raises:
+            TypeError: non-string ids, non-numeric vectors, metadata that is not JSON.
+            ValueError: wrong shape or dimension, NaN/inf, repeated ids, or ids already present (use ``upsert``).
+        """
+        ids, arr, meta = self._check_batch(ids, vectors, metadata)
+        present = [i for i in ids if i in self._label_of]
+        if present:
+            raise ValueError("ids already in the index: %s; use upsert() to replace them" % _preview(present))
+        self._add_rows(ids, arr, meta, show_progress_bar)
+        return self
+
+    def upsert(self, ids: Sequence[str], vectors, metadata: Sequence[Mapping | None] | None = None, *,
+               show_progress_bar: bool = True) -> "SemanticIndex":
+        """Add items, replacing the vector and metadata of ids already present (metadata None clears it).
+
+        Args / Raises: as for ``add``, except that present ids are allowed.
+
+        Returns:
+            self.
+        """
+        ids, arr, meta = self._check_batch(ids, vectors, metadata)
+        self._remove_labels([self._label_of[i] for i in ids if i in self._label_of])
+        self._add_rows(ids, arr, meta, show_progress_bar)
+        return self
+
+    def _add_rows(self, ids: list[str], arr: np.ndarray, meta: list[str | None], show_progress_bar: bool) -> None:
+        n = len(ids)
+        if n == 0:
+            return
+        if not self._backend.is_trained:
+            self._backend.train(self._train_sample(arr), n)
+        with tqdm(total=n, desc="indexing", unit="vec", disable=not show_progress_bar or n <= _ADD_CHUNK) as bar:
+            for start in range(0, n, _ADD_CHUNK):
+                stop = min(start + _ADD_CHUNK, n)
+                x = self._prepare(arr[start:stop], "vectors")
+                first = len(self._ids)
+                labels = np.arange(first, first + len(x), dtype=np.int64)
+                self._backend.add(x, labels)
+                for offset, item_id in enumerate(ids[start:stop]):
+                    self._label_of[item_id] = first + offset
+                self._ids.extend(ids[start:stop])
+                self._meta.extend(meta[start:stop])
+                bar.update(len(x))
+        self._selector_cache = None
+
+    # ----------------------------------------------------------------------------------------------------------
+    # removal
+
+    def remove(self, ids: Sequence[str]) -> "SemanticIndex":
+        """Remove items; a removed id is never returned by a search again (until it is added anew).
+
+        Args:
+            ids: string ids, all present (repeats are ignored).
+
+        Returns:
+            self.
+
+        Raises:
+            KeyError: some ids are not in the index (nothing is removed then).
+        """
+        ids = list(dict.fromkeys(_check_id_list(ids)))
+        missing = [i for i in ids if i not in self._label_of]
+        if missing:
+            raise KeyError("ids not in the index: %s" % _preview(missing))
+        self._remove_labels([self._label_of[i] for i in ids])
+        return self
+
+    def _remove_labels(self, labels: list[int]) -> None:
+        if not labels:
+            return
+        if self._backend.physical_remove:
+            self._backend.remove(np.array(sorted(labels), dtype=np.int64))
+        else:
+            self._dead.update(labels)
+            self._selector_cache = None
+        for label in labels:
+            del self._label_of[self._ids[label]]
+            self._ids[label] = None
+            self._meta[label] = None
+
+    def compact(self, *, show_progress_bar: bool = True) -> "SemanticIndex":
+        """Rebuild the FAISS index without tombstoned vectors (hnsw, in-memory ivfpq) and renumber labels.
+
+        Results are unchanged for exact search; HNSW rebuilds its graph (as slow as building it), IVF-PQ re-encodes
+        with its trained quantisers. Needs memory for a (N, H) float32 copy of the items.
+
+        Returns:
+            self.
+
+        Raises:
+            NotImplementedError: for on-disk indexes (their removal already deletes list entries).
+        """
+        if self.params["on_disk"]:
+            self._backend.reset()  # raises NotImplementedError with the reason
+        if len(self._ids) == len(self._label_of):
+            return self
+        live = np.array([label for label, i in enumerate(self._ids) if i is not None], dtype=np.int64)
+        x = self._backend.reconstruct(live)  # (N, H), already normalised
+        ids = [self._ids[label] for label in live]
+        meta = [self._meta[label] for label in live]
+        self._backend.reset()
+        self._ids, self._meta, self._label_of, self._dead = [], [], {}, set()
+        self._selector_cache = None
+        # The stored vectors are already unit length; re-normalising them is harmless (idempotent up to rounding).
+        self._add_rows(ids, x, meta, show_progress_bar)
+        return self
+
+    def _selector(self):
+        """An IDSelectorBitmap of live labels, or None when nothing is tombstoned."""
+        if not self._dead:
+            return None
+        if self._selector_cache is None:
+            live = np.ones(self._backend.ntotal, dtype=bool)
+            live[np.fromiter(self._dead, dtype=np.int64, count=len(self._dead))] = False
+            bitmap = np.packbits(live, bitorder="little")  # bit (label % 8) of byte label // 8
+            # The selector keeps a raw pointer: hold the array for as long as the selector lives.
+            self._selector_cache = (bitmap, faiss.IDSelectorBitmap(len(bitmap), faiss.swig_ptr(bitmap)))
+        return self._selector_cache[1]
+
+    # ----------------------------------------------------------------------------------------------------------
+    # search
+
+    def _search_labels(self, queries, k: int, overrides: dict[str, Any]) -> tuple[np.ndarray, np.ndarray, bool]:
+        k = _check_int(k, "k", low=1)
+        options = {}
+        for name, value in overrides.items():
+            if value is None:
+                continue
+            if name not in self._backend.search_options:
+                accepted = {"ef_search": "'hnsw'", "nprobe": "'ivfpq'", "k_factor": "'ivfpq'"}[name]
+                raise ValueError("%s applies to kind=%s indexes; this index is kind=%r" % (name, accepted, self.kind))
+            options[name] = (
+                _check_float(value, name, low=1.0) if name == "k_factor" else _check_int(value, name, low=1)
+            )
+        arr, single = self._check_matrix(queries, "queries", allow_1d=True)
+        if len(self) == 0:
+            raise ValueError("the index is empty: add items before searching")
+        x = self._prepare(arr, "queries")
+        k_eff = min(k, len(self))
+        if len(x) == 0:
+            return np.zeros((0, k_eff), np.float32), np.zeros((0, k_eff), np.int64), single
+        scores, labels = self._backend.search(x, k_eff, self._selector(), options)
+        return scores, labels, single
+
+    def _clean(self, scores: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Move valid results to the left of each row; the rest get id None and score -inf."""
+        ids = np.empty(labels.shape, dtype=object)
+        out = np.full(scores.shape, -np.inf, dtype=np.float32)
+        for r in range(labels.shape[0]):
+            j = 0
+            for s, label in zip(scores[r], labels[r]):
+                item_id = self._ids[label] if 0 <= label < len(self._ids) else None
+                if item_id is None:  # FAISS's -1 fill (fewer than K found); never a tombstone (selector)
+                    continue
+                ids[r, j] = item_id
+                out[r, j] = s
+                j += 1
+        return out, ids
+
+    def search(self, queries, k: int = 10, *, ef_search: int | None = None, nprobe: int | None = None,
+               k_factor: float | None = None) -> list[list[Hit]] | list[Hit]:
+        """The ``k`` nearest items of each query, best first.
+
+        Args:
+            queries: (Q, H) array-like, or a single (H,) vector.
+            k: results per query; when the index holds fewer than ``k`` items, all of them. Approximate kinds may
+                return fewer than ``k`` when their search explores too little (raise ``ef_search``/``nprobe``).
+            ef_search: HNSW beam width for this call (kind "hnsw").
+            nprobe: IVF lists to scan for this call (kind "ivfpq").
+            k_factor: candidates re-ranked exactly = k * k_factor, for this call (kind "ivfpq").
+
+        Returns:
+            Q lists of ``Hit(id, score, metadata)`` in decreasing score; a single list for a 1-D query.
+
+        Raises:
+            TypeError / ValueError: bad ``k``, wrong query shape or dimension, NaN/inf, an option that does not
+                apply to this kind, or an empty index.
+        """
+        scores, labels, single = self._search_labels(
+            queries, k, {"ef_search": ef_search, "nprobe": nprobe, "k_factor": k_factor}
+        )
+        results = []
+        for r in range(labels.shape[0]):
+            row = []
+            for s, label in zip(scores[r].tolist(), labels[r].tolist()):
+                item_id = self._ids[label] if 0 <= label < len(self._ids) else None
+                if item_id is None:
+                    continue
+                m = self._meta[label]
+                row.append(Hit(item_id, s, None if m is None else json.loads(m)))
+            results.append(row)
+        return results[0] if single else results
+
+    def search_array(self, queries, k: int = 10, *, ef_search: int | None = None, nprobe: int | None = None,
+                     k_factor: float | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Array form of ``search``: scores and string ids.
+
+        Args: as for ``search``.
+
+        Returns:
+            scores: (Q, K') float32, decreasing along each row, K' = min(k, len(index)).
+            ids: (Q, K') object array of str. Where an approximate search found fewer than K' items the row ends
+                with id None and score -inf (never FAISS's -1 labels). For a 1-D query both are 1-D (K',).
+        """
+        scores, labels, single = self._search_labels(
+            queries, k, {"ef_search": ef_search, "nprobe": nprobe, "k_factor": k_factor}
+        )
+        scores, ids = self._clean(scores, labels)
+        return (scores[0], ids[0]) if single else (scores, ids)
+
+    # ----------------------------------------------------------------------------------------------------------
+    # embedder configuration
+
+    def check_config(self, config: Mapping | Any) -> None:
+        """Raise unless ``config`` equals the embedder configuration stored with the index.
+
+        Args:
+            config: the query embedder's configuration: a dict (``emb.config.to_dict()``) or an object with
+                ``to_dict()``.
+
+        Raises:
+            ValueError: listing each differing field with the index's and the given value, or saying that the
+                index stores no configuration to compare against.
+        """
+        given = _json_dict(config, "config")
+        if self.embedder_config is None:
+            raise ValueError(
+                "this index stores no embedder configuration, so queries cannot be checked against it; pass "
+                "embedder_config= when building it (build_sentence_index/build_word_index do this)"
+            )
+        missing = object()
+        diffs = []
+        for key in sorted(set(self.embedder_config) | set(given)):
+            a, b = self.embedder_config.get(key, missing), given.get(key, missing)
+            if a != b:
+                shown = ["(absent)" if v is missing else json.dumps(v) for v in (a, b)]
+                diffs.append("  %s: index has %s, given %s" % (key, shown[0], shown[1]))
+        if diffs:
+            raise ValueError(
+                "the embedder configuration differs from the one this index was built with in %d field(s):\n%s\n"
+                "Queries embedded differently would return meaningless neighbours: query with the same embedder "
+                "settings or rebuild the index." % (len(diffs), "\n".join(diffs))
+            )
+
+    # ----------------------------------------------------------------------------------------------------------
+    # persistence
+
+    def save(self, directory: str | Path | None = None) -> Path:
+        """Save to a directory atomically (a new generation of files, then the manifest replaced in one step).
+
+        Args:
+            directory: target folder (created if needed); defaults to the index's own ``directory``. An on-disk
+                index saved elsewhere copies its data files there.
+
+        Returns:
+            The directory.
+
+        Raises:
+            ValueError: no directory given and the index has none.
+        """
+        if directory is None:
+            if self.directory is None:
+                raise ValueError("save() needs a directory (this index was not created or loaded with one)")
+            directory = self.directory
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        old = _read_manifest(directory, required=False)
+        gen = int(old.get("generation", 0)) + 1 if old else 1
+        files = {"index": None, "items": "items.%06d.json" % gen}
+        if self._backend.is_trained:
+            files["index"] = "index.%06d.faiss" % gen
+        if self.params["on_disk"]:
+            files["lists"], files["vectors"] = LISTS_FILE, VECTORS_FILE
+            if self._backend.is_trained and directory.resolve() != self._backend.directory.resolve():
+                for name in (LISTS_FILE, VECTORS_FILE):
+                    with atomic_path(directory / name) as tmp:
+                        shutil.copyfile(self._backend.directory / name, tmp)
+        if files["index"]:
+            with atomic_path(directory / files["index"]) as tmp:
+                self._backend.write(tmp)
+        with atomic_write(directory / files["items"]) as f:
+            json.dump({"ids": self._ids, "metadata": self._meta}, f)
+        manifest = {
+            "format": _FORMAT,
+            "format_version": _FORMAT_VERSION,
+            "generation": gen,
+            "kind": self.kind,
+            "dim": self.dim,
+            "metric": self.metric,
+            "params": self.params,
+            "embedder_config": self.embedder_config,
+            "recipe": self.recipe,
+            "n_labels": len(self._ids),
+            "n_items": len(self),
+            "ntotal": self._backend.ntotal,
+            "files": files,
+            "faiss_version": faiss.__version__,
+        }
+        with atomic_write(directory / MANIFEST_FILE) as f:
+            json.dump(manifest, f, indent=2)
+        # The new manifest is committed: files only the previous generation used can go.
+        if old:
+            keep = {v for v in files.values() if v}
+            for name in (old.get("files") or {}).values():
+                if name and name not in keep and "/" not in name:
+                    with contextlib.suppress(FileNotFoundError):
+                        (directory / name).unlink()
+        logger.info("saved %r to %s (generation %d)", self, directory, gen)
+        return directory
+
+    @classmethod
+    def load(cls, directory: str | Path, *, expected_config: Mapping | Any | None = None) -> "SemanticIndex":
+        """Load an index saved by ``save``.
+
+        Args:
+            directory: the index directory.
+            expected_config: if given, the embedder configuration the caller will query with; a mismatch with
+                the stored one raises (see ``check_config``).
+
+        Returns:
+            The index; its ``directory`` is ``directory``.
+
+        Raises:
+            FileNotFoundError: no manifest in ``directory``.
+            ValueError: an unknown format, inconsistent files, or a configuration mismatch.
+        """
+        directory = Path(directory)
+        m = _read_manifest(directory, required=True)
+        params = m["params"]
+        checked = _validate_params(
+            m["dim"], m["kind"], m["metric"], params["hnsw_m"], params["ef_construction"], params["ef_search"],
+            params["nlist"], params["pq_m"], params["nbits"], params["nprobe"], params["k_factor"],
+            params["train_size"], params["seed"], params["on_disk"],
+        )
+        self = cls.__new__(cls)
+        self._init_state(
+            m["dim"], m["kind"], m["metric"], checked, m.get("embedder_config"), m.get("recipe"), directory
+        )
+        files = m["files"]
+        with open(directory / files["items"], encoding="utf-8") as f:
+            items = json.load(f)
+        ids, meta = items["ids"], items["metadata"]
+        n_labels = int(m["n_labels"])
+        if len(ids) != n_labels or len(meta) != n_labels:
+            raise ValueError(
+                "%s holds %d ids and %d metadata entries; the manifest says %d"
+                % (directory / files["items"], len(ids), len(meta), n_labels)
+            )
+        if files.get("index"):
+            if checked["on_disk"]:
+                self._backend.n_rows = n_labels
+            self._backend.load(directory / files["index"], directory)
+        self._ids, self._meta = ids, meta
+        self._label_of = {i: label for label, i in enumerate(ids) if i is not None}
+        if len(self._label_of) != sum(i is not None for i in ids):
+            raise ValueError("%s repeats ids" % (directory / files["items"]))
+        expected_ntotal = len(self._label_of) if self._backend.physical_remove else n_labels
+        if self._backend.ntotal != expected_ntotal:
+            raise ValueError(
+                "the FAISS index in %s holds %d vectors but the items file implies %d; the directory is inconsistent"
+                % (directory, self._backend.ntotal, expected_ntotal)
+            )
+        if not self._backend.physical_remove:
+            self._dead = {label for label, i in enumerate(ids) if i is None}
+        if expected_config is not None:
+            self.check_config(expected_config)
+        return self
+
+
+def _read_manifest(directory: Path, *, required: bool) -> dict | None:
+    path = directory / MANIFEST_FILE
+    if not path.exists():
+        if required:
+            raise FileNotFoundError("%s not found: %s is not a saved SemanticIndex directory" % (path, directory))
+        return None
+    with open(path, encoding="utf-8") as f:
+        m = json.load(f)
+    if m.get("format") != _FORMAT:
+        raise ValueError("%s is not a SemanticIndex manifest (format %r)" % (path, m.get("format")))
+    if m.get("format_version") != _FORMAT_VERSION:
+        raise ValueError(
+            "%s has format_version %r; this ctxemb reads version %d" % (path, m.get("format_version"), _FORMAT_VERSION)
+        )
+    return m

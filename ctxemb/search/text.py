@@ -1,0 +1,413 @@
+"""Build and query a :class:`SemanticIndex` from texts with an embedder.
+
+These helpers take any object with the embedder interface of ``ctxemb.embedding.Embedder`` (``config.to_dict()``,
+``embed_sentences``, ``embed_words``); they never import a model themselves, so ``ctxemb.search`` stays below the
+embedding layer. Each index records the embedder configuration and a *recipe* (sentence pooling, or target word
+and layer choice), and the query helpers embed queries by the same recipe after checking the configuration, so a
+query from a different model or layer mix raises instead of returning meaningless neighbours.
+
+Shape legend:
+    N  items (sentences, or occurrences of a word)
+    W  words of a sentence
+    H  embedding dimension
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Literal, Protocol, Sequence
+
+import numpy as np
+
+from ctxemb.search.index import Hit, IndexKind, SemanticIndex, _check_id_list
+
+logger = logging.getLogger(__name__)
+
+
+class EmbedderLike(Protocol):
+    """The part of ``ctxemb.embedding.Embedder`` these helpers use."""
+
+    config: Any  # has to_dict()
+
+    def embed_sentences(self, texts: Sequence[str], **kwargs) -> np.ndarray: ...
+
+    def embed_words(self, sentences: Sequence[Sequence[str]], **kwargs) -> list[np.ndarray]: ...
+
+
+def _config_of(embedder) -> dict:
+    cfg = getattr(embedder, "config", None)
+    if cfg is None:
+        raise TypeError("embedder must have a .config (with to_dict()); got %s" % type(embedder).__name__)
+    return cfg.to_dict() if hasattr(cfg, "to_dict") else dict(cfg)
+
+
+def _check_texts(texts, name: str) -> list[str]:
+    if isinstance(texts, str):
+        raise TypeError("%s must be a sequence of strings; got a single str (wrap it in a list)" % name)
+    texts = list(texts)
+    for i, t in enumerate(texts):
+        if not isinstance(t, str):
+            raise TypeError("%s[%d] must be a str; got %s" % (name, i, type(t).__name__))
+    return texts
+
+
+def _check_sentences(sentences, name: str) -> list[list[str]]:
+    if isinstance(sentences, str):
+        raise TypeError("%s must be a sequence of word lists; got a str (split it into words)" % name)
+    out = []
+    for i, s in enumerate(sentences):
+        if isinstance(s, str):
+            raise TypeError("%s[%d] must be a list of words; got a str (split it into words)" % (name, i))
+        words = list(s)
+        for j, w in enumerate(words):
+            if not isinstance(w, str):
+                raise TypeError("%s[%d][%d] must be a str; got %s" % (name, i, j, type(w).__name__))
+        out.append(words)
+    return out
+
+
+def build_sentence_index(
+    embedder: EmbedderLike,
+    texts: Sequence[str],
+    ids: Sequence[str] | None = None,
+    *,
+    metadata: Sequence[dict | None] | None = None,
+    kind: IndexKind = "flat",
+    pooling: Literal["mean", "cls"] = "mean",
+    layers: Sequence[int] | None = None,
+    layer_pooling: str | None = None,
+    store_text: bool = True,
+    batch_size: int = 32,
+    show_progress_bar: bool = True,
+    **index_kwargs,
+) -> SemanticIndex:
+    """Embed one vector per text and index them.
+
+    Args:
+        embedder: an ``Embedder`` (or anything with the same interface).
+        texts: N texts.
+        ids: N unique string ids; default "0", "1", ...
+        metadata: N dicts stored with the items; default ``{"text": text}`` when ``store_text``.
+        kind: "flat", "hnsw" or "ivfpq".
+        pooling: sentence pooling passed to ``embed_sentences`` (recorded for queries).
+        layers: hidden-state indices to pool, overriding the embedder's (0 = embedding output, -1 = last layer);
+            ``[-1]`` with mean pooling is what sentence-transformers computes.
+        layer_pooling: layer pooling override.
+        store_text: put the text in default metadata (ignored when ``metadata`` is given).
+        batch_size / show_progress_bar: passed to the embedder.
+        **index_kwargs: further ``SemanticIndex`` arguments (``ef_search``, ``nlist``, ``on_disk``, ...).
+
+    Returns:
+        The index, with ``embedder_config`` and ``recipe={"mode": "sentences", "pooling", "layers",
+        "layer_pooling"}`` set.
+
+    Raises:
+        TypeError / ValueError: for bad texts, ids or metadata, as ``SemanticIndex.add`` does.
+    """
+    texts = _check_texts(texts, "texts")
+    if not texts:
+        raise ValueError("texts is empty")
+    if pooling not in ("mean", "cls"):
+        raise ValueError("pooling must be 'mean' or 'cls'; got %r" % (pooling,))
+    ids = [str(i) for i in range(len(texts))] if ids is None else _check_unique_ids(ids, len(texts), "texts")
+    if metadata is None and store_text:
+        metadata = [{"text": t} for t in texts]
+    if layer_pooling == "stack":
+        raise ValueError("layer_pooling='stack' does not give one vector per text; pick a pooling")
+    recipe = {
+        "mode": "sentences",
+        "pooling": pooling,
+        "layers": None if layers is None else [int(x) for x in layers],
+        "layer_pooling": layer_pooling,
+    }
+    make_index = _index_factory(embedder, kind, recipe, index_kwargs)
+    vectors = _embed_texts(embedder, texts, recipe, batch_size=batch_size, show_progress_bar=show_progress_bar)
+    return make_index(vectors.shape[1]).add(ids, vectors, metadata, show_progress_bar=show_progress_bar)
+
+
+def _check_unique_ids(ids, n: int, what: str) -> list[str]:
+    ids = _check_id_list(ids)
+    if len(ids) != n:
+        raise ValueError("ids has %d entries but there are %d %s" % (len(ids), n, what))
+    if len(set(ids)) != len(ids):
+        raise ValueError("ids must be unique")
+    return ids
+
+
+def _index_factory(embedder, kind: str, recipe: dict, index_kwargs: dict):
+    """Validate the index arguments before the (slow) embedding; returns ``dim -> SemanticIndex``.
+
+    With the contract's ``embedder.dim`` the index is created up front, so a bad argument fails before any model
+    runs; otherwise it is created once the vectors show the dimension.
+    """
+    config = _config_of(embedder)
+
+    def make(dim: int) -> SemanticIndex:
+        return SemanticIndex(dim, kind=kind, embedder_config=config, recipe=recipe, **index_kwargs)
+
+    dim = getattr(embedder, "dim", None)
+    if not isinstance(dim, int):
+        return make
+    early = make(dim)
+
+    def reuse(actual: int) -> SemanticIndex:
+        if actual != dim:
+            raise ValueError("the embedder returned %d-dimensional vectors but its dim is %d" % (actual, dim))
+        return early
+
+    return reuse
+
+
+def _layer_kwargs(recipe: dict) -> dict:
+    """The layer overrides a recipe records, as keyword arguments for the embedder (none when not overridden)."""
+    kwargs = {}
+    if recipe.get("layers") is not None:
+        kwargs["layers"] = tuple(recipe["layers"])
+    if recipe.get("layer_pooling") is not None:
+        kwargs["layer_pooling"] = recipe["layer_pooling"]
+    return kwargs
+
+
+def _embed_texts(embedder, texts: list[str], recipe: dict, *, batch_size: int, show_progress_bar: bool) -> np.ndarray:
+    vectors = np.asarray(
+        embedder.embed_sentences(
+            texts, pooling=recipe["pooling"], batch_size=batch_size, show_progress_bar=show_progress_bar,
+            normalize=False, **_layer_kwargs(recipe),
+        )
+    )  # (N, H)
+    if vectors.ndim != 2 or len(vectors) != len(texts):
+        raise ValueError("embed_sentences returned shape %s for %d texts" % (vectors.shape, len(texts)))
+    return vectors
+
+
+def _find_word(words: Sequence[str], target: str) -> list[int]:
+    t = target.casefold()
+    return [j for j, w in enumerate(words) if w.casefold() == t]
+
+
+def _embed_positions(
+    embedder, sentences: list[list[str]], positions: list[tuple[int, int]], recipe: dict, *, batch_size: int,
+    show_progress_bar: bool,
+) -> np.ndarray:
+    """(N, H) vectors of the words at ``positions`` ((sentence, word) pairs), embedding each sentence once."""
+    needed = sorted({s for s, _ in positions})
+    row_of = {s: r for r, s in enumerate(needed)}
+    kwargs = dict(_layer_kwargs(recipe), batch_size=batch_size, show_progress_bar=show_progress_bar)
+    per_sentence = embedder.embed_words([sentences[s] for s in needed], **kwargs)  # list of (W_i, H)
+    out = []
+    for s, w in positions:
+        arr = np.asarray(per_sentence[row_of[s]])
+        if arr.ndim != 2 or arr.shape[0] != len(sentences[s]):
+            raise ValueError(
+                "embed_words returned shape %s for a sentence of %d words; word search needs one (W, H) matrix per "
+                "sentence (layer_pooling='stack' cannot be indexed)" % (arr.shape, len(sentences[s]))
+            )
+        out.append(arr[w])
+    return np.stack(out) if out else np.zeros((0, 0), np.float32)
+
+
+def build_word_index(
+    embedder: EmbedderLike,
+    sentences: Sequence[Sequence[str]],
+    target_word: str | None = None,
+    *,
+    positions: Sequence[tuple[int, int]] | None = None,
+    ids: Sequence[str] | None = None,
+    sentence_ids: Sequence[str] | None = None,
+    kind: IndexKind = "flat",
+    layers: Sequence[int] | None = None,
+    layer_pooling: str | None = None,
+    store_text: bool = True,
+    batch_size: int = 32,
+    show_progress_bar: bool = True,
+    **index_kwargs,
+) -> SemanticIndex:
+    """Index words in context: every occurrence of ``target_word``, or the words at ``positions``.
+
+    "Find the uses of *bank* closest to this one": index the occurrences, then ``query_words`` with a sentence.
+
+    Args:
+        embedder: an ``Embedder`` (or anything with the same interface).
+        sentences: sentences as word lists.
+        target_word: index every occurrence, matched case-insensitively (``str.casefold``).
+        positions: instead of ``target_word``: (sentence index, word index) pairs.
+        ids: one string id per occurrence; default "<sentence id>:<word index>".
+        sentence_ids: one string id per sentence (e.g. "line:12"), used in default ids and stored in metadata as
+            "sentence_id"; default the sentence's index.
+        kind: "flat", "hnsw" or "ivfpq".
+        layers: hidden-state indices to pool, overriding the embedder's (0 = embedding output, -1 = last layer).
+        layer_pooling: layer pooling override ("stack" is refused: it does not give one vector per word).
+        store_text: put the sentence text in the metadata, besides sentence, position and word.
+        batch_size / show_progress_bar: passed to the embedder.
+        **index_kwargs: further ``SemanticIndex`` arguments.
+
+    Returns:
+        The index; metadata per item is ``{"sentence", "position", "word"[, "sentence_id"][, "text"]}``;
+        ``recipe`` records the target word and layer choice so that queries are embedded the same way.
+
+    Raises:
+        ValueError: neither or both of ``target_word``/``positions``, positions out of range, no occurrence
+            found, ``layer_pooling="stack"``.
+    """
+    sentences = _check_sentences(sentences, "sentences")
+    if (target_word is None) == (positions is None):
+        raise ValueError("give exactly one of target_word and positions")
+    if layer_pooling == "stack":
+        raise ValueError(
+            "layer_pooling='stack' gives (W, L, H) per sentence, not one vector per word; pick another pooling"
+        )
+    if target_word is not None:
+        if not isinstance(target_word, str) or not target_word:
+            raise TypeError("target_word must be a non-empty str; got %r" % (target_word,))
+        pos = [(s, w) for s, words in enumerate(sentences) for w in _find_word(words, target_word)]
+        if not pos:
+            raise ValueError("target_word %r occurs in none of the %d sentences" % (target_word, len(sentences)))
+    else:
+        pos = []
+        for i, p in enumerate(positions):
+            s, w = (int(v) for v in p)
+            if not 0 <= s < len(sentences) or not 0 <= w < len(sentences[s]):
+                raise ValueError(
+                    "positions[%d] = (%d, %d) is out of range (%d sentences%s)"
+                    % (i, s, w, len(sentences), "; sentence %d has %d words" % (s, len(sentences[s]))
+                       if 0 <= s < len(sentences) else "")
+                )
+            pos.append((s, w))
+        if not pos:
+            raise ValueError("positions is empty")
+    if sentence_ids is not None:
+        sentence_ids = [str(x) for x in sentence_ids]
+        if len(sentence_ids) != len(sentences):
+            raise ValueError(
+                "sentence_ids has %d entries but there are %d sentences" % (len(sentence_ids), len(sentences))
+            )
+    if ids is None:
+        ids = ["%s:%d" % (s if sentence_ids is None else sentence_ids[s], w) for s, w in pos]
+    else:
+        ids = _check_unique_ids(ids, len(pos), "word occurrences")
+    recipe = {
+        "mode": "words",
+        "target_word": target_word,
+        "layers": None if layers is None else [int(x) for x in layers],
+        "layer_pooling": layer_pooling,
+    }
+    make_index = _index_factory(embedder, kind, recipe, index_kwargs)
+    vectors = _embed_positions(
+        embedder, sentences, pos, recipe, batch_size=batch_size, show_progress_bar=show_progress_bar
+    )  # (N, H)
+    metadata = []
+    for s, w in pos:
+        m = {"sentence": s, "position": w, "word": sentences[s][w]}
+        if sentence_ids is not None:
+            m["sentence_id"] = sentence_ids[s]
+        if store_text:
+            m["text"] = " ".join(sentences[s])
+        metadata.append(m)
+    logger.info("embedded %d word occurrences from %d sentences", len(pos), len({s for s, _ in pos}))
+    return make_index(vectors.shape[1]).add(ids, vectors, metadata, show_progress_bar=show_progress_bar)
+
+
+def _recipe(index: SemanticIndex, mode: str) -> dict:
+    recipe = index.recipe or {}
+    if recipe.get("mode") != mode:
+        raise ValueError(
+            "this index was built with recipe %r, not by build_%s_index; query it with %s"
+            % (index.recipe, "sentence" if mode == "sentences" else "word",
+               "query_words" if recipe.get("mode") == "words" else "query_sentences"
+               if recipe.get("mode") == "sentences" else "SemanticIndex.search on your own vectors")
+        )
+    return recipe
+
+
+def query_sentences(
+    index: SemanticIndex,
+    embedder: EmbedderLike,
+    texts: str | Sequence[str],
+    k: int = 10,
+    *,
+    batch_size: int = 32,
+    show_progress_bar: bool = False,
+    **search_kwargs,
+) -> list[list[Hit]] | list[Hit]:
+    """Embed texts as ``build_sentence_index`` did and search.
+
+    Args:
+        index: built by ``build_sentence_index`` (or loaded from one).
+        embedder: must have the configuration stored in the index.
+        texts: query texts, or one text (then one list of hits is returned).
+        k: results per query.
+        **search_kwargs: ``ef_search``/``nprobe``/``k_factor`` for ``SemanticIndex.search``.
+
+    Returns:
+        Q lists of hits (one list for a single text).
+
+    Raises:
+        ValueError: the embedder's configuration differs from the index's, or the index is not a sentence index.
+    """
+    recipe = _recipe(index, "sentences")
+    index.check_config(_config_of(embedder))
+    single = isinstance(texts, str)
+    texts = _check_texts([texts] if single else texts, "texts")
+    q = _embed_texts(embedder, texts, recipe, batch_size=batch_size, show_progress_bar=show_progress_bar)  # (Q, H)
+    hits = index.search(q, k, **search_kwargs)
+    return hits[0] if single else hits
+
+
+def query_words(
+    index: SemanticIndex,
+    embedder: EmbedderLike,
+    sentences: Sequence[str] | Sequence[Sequence[str]],
+    positions: int | Sequence[int] | None = None,
+    k: int = 10,
+    *,
+    batch_size: int = 32,
+    show_progress_bar: bool = False,
+    **search_kwargs,
+) -> list[list[Hit]] | list[Hit]:
+    """Embed a word in its sentence as ``build_word_index`` did and find the closest indexed uses.
+
+    Args:
+        index: built by ``build_word_index`` (or loaded from one).
+        embedder: must have the configuration stored in the index.
+        sentences: one sentence as a word list, or several.
+        positions: the query word's index in each sentence (an int for one sentence); None finds the index's
+            target word (its first occurrence, case-insensitive).
+        k: results per query.
+        **search_kwargs: ``ef_search``/``nprobe``/``k_factor`` for ``SemanticIndex.search``.
+
+    Returns:
+        Q lists of hits (one list for a single sentence).
+
+    Raises:
+        ValueError: configuration mismatch, not a word index, a position out of range, or the target word
+            missing from a sentence when ``positions`` is None.
+    """
+    recipe = _recipe(index, "words")
+    index.check_config(_config_of(embedder))
+    single = not isinstance(sentences, str) and len(sentences) > 0 and isinstance(sentences[0], str)
+    sents = _check_sentences([sentences] if single else sentences, "sentences")
+    if positions is None:
+        target = recipe.get("target_word")
+        if target is None:
+            raise ValueError("positions is required: this index was built from positions, not a target word")
+        pos = []
+        for i, words in enumerate(sents):
+            found = _find_word(words, target)
+            if not found:
+                raise ValueError("sentence %d does not contain the target word %r; pass positions" % (i, target))
+            pos.append(found[0])
+    else:
+        pos = [positions] if single and not isinstance(positions, (list, tuple, np.ndarray)) else list(positions)
+        if len(pos) != len(sents):
+            raise ValueError("positions has %d entries but there are %d sentences" % (len(pos), len(sents)))
+        for i, p in enumerate(pos):
+            if not 0 <= int(p) < len(sents[i]):
+                raise ValueError(
+                    "positions[%d] = %d is out of range for a sentence of %d words" % (i, p, len(sents[i]))
+                )
+    q = _embed_positions(
+        embedder, sents, [(i, int(p)) for i, p in enumerate(pos)], recipe, batch_size=batch_size,
+        show_progress_bar=show_progress_bar,
+    )  # (Q, H)
+    hits = index.search(q, k, **search_kwargs)
+    return hits[0] if single else hits

@@ -1,0 +1,189 @@
+"""``ctxemb index build`` and ``ctxemb index query``: semantic search indexes from the command line.
+
+    ctxemb index build corpus.txt --out my_index [--kind hnsw] [--words bank]
+    ctxemb index query my_index "a sentence to look for" [-k 5] [--json]
+
+``build`` reads one sentence per line (blank lines skipped; ids are ``line:N``, 1-based) and embeds each line with
+``embed_sentences`` or, with ``--words WORD``, every occurrence of WORD (whitespace-split, case-insensitive;
+ids ``line:N:W`` with W the 0-based word index) for word-in-context search. ``query`` loads the embedder recorded
+in the index (or ``--model``) and refuses to run if its configuration differs from the one the index was built with.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+from ctxemb.registry import DEFAULT_MODEL
+from ctxemb.search import (
+    INDEX_KINDS,
+    SemanticIndex,
+    build_sentence_index,
+    build_word_index,
+    query_sentences,
+    query_words,
+)
+
+logger = logging.getLogger(__name__)
+
+
+def load_embedder(model: str | None, device: str, config: dict[str, Any] | None = None):
+    """An ``Embedder`` for ``model``; with ``config`` (an index's stored configuration) its pooling settings too.
+
+    Args:
+        model: model name or path; None takes ``config["model"]``.
+        device: torch device string.
+        config: an ``EmbedderConfig.to_dict()``; when given, the embedder is built with the same fields.
+    """
+    from ctxemb.embedding import Embedder, EmbedderConfig
+
+    if config is None:
+        return Embedder.from_pretrained(model or DEFAULT_MODEL, device=device)
+    fields = dict(EmbedderConfig.from_dict(config).to_dict())  # validates the stored fields
+    stored_model = fields.pop("model")
+    return Embedder.from_pretrained(model or stored_model, device=device, **fields)
+
+
+def _read_corpus(path: Path) -> tuple[list[str], list[int]]:
+    """Non-blank lines (stripped) and their 1-based line numbers."""
+    if not path.is_file():
+        raise FileNotFoundError("corpus %s not found" % path)
+    texts, lines = [], []
+    with open(path, encoding="utf-8") as f:
+        for number, line in enumerate(f, start=1):
+            line = line.strip()
+            if line:
+                texts.append(line)
+                lines.append(number)
+    if not texts:
+        raise ValueError("corpus %s has no non-blank lines" % path)
+    return texts, lines
+
+
+def _index_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    kwargs = {"kind": args.kind}
+    for name in ("hnsw_m", "ef_construction", "ef_search", "nlist", "pq_m", "nbits", "nprobe", "k_factor"):
+        value = getattr(args, name)
+        if value is not None:
+            kwargs[name] = value
+    if args.on_disk:
+        kwargs.update(on_disk=True, directory=args.out)
+    return kwargs
+
+
+def run_build(args: argparse.Namespace) -> int:
+    texts, lines = _read_corpus(Path(args.corpus))
+    emb = load_embedder(args.model, args.device)
+    progress = not args.no_progress
+    common = dict(batch_size=args.batch_size, show_progress_bar=progress, store_text=not args.no_text,
+                  layer_pooling=args.layer_pooling, **_index_kwargs(args))
+    if args.words:
+        index = build_word_index(
+            emb, [t.split() for t in texts], args.words, sentence_ids=["line:%d" % n for n in lines],
+            layers=args.layers, **common,
+        )
+    else:
+        # Mean pooling of the last layer is the sentence-transformers recipe the default model was trained for.
+        layers = args.layers if args.layers is not None else [-1]
+        metadata = [{"text": t, "line": n} for t, n in zip(texts, lines)] if not args.no_text else None
+        index = build_sentence_index(
+            emb, texts, ["line:%d" % n for n in lines], metadata=metadata, pooling=args.pooling, layers=layers,
+            **common,
+        )
+    index.save(args.out)
+    print("indexed %d %s from %s into %s (%s)" % (
+        len(index), "occurrences of %r" % args.words if args.words else "lines", args.corpus, args.out, index))
+    return 0
+
+
+def _describe(hit, recipe: dict) -> str:
+    m = hit.metadata or {}
+    text = m.get("text", "")
+    if recipe.get("mode") == "words" and text and "position" in m:
+        words = text.split()
+        if 0 <= m["position"] < len(words):
+            words[m["position"]] = "[%s]" % words[m["position"]]
+            text = " ".join(words)
+    return text
+
+
+def run_query(args: argparse.Namespace) -> int:
+    index = SemanticIndex.load(args.index)
+    if index.embedder_config is None:
+        raise ValueError("%s stores no embedder configuration; it was not built from text" % args.index)
+    if args.model is not None:
+        # Fail before loading a model that cannot match (the full check runs again on the loaded embedder).
+        index.check_config(dict(index.embedder_config, model=args.model))
+    emb = load_embedder(args.model, args.device, index.embedder_config)
+    options = {name: getattr(args, name) for name in ("ef_search", "nprobe", "k_factor")
+               if getattr(args, name) is not None}
+    recipe = index.recipe or {}
+    if recipe.get("mode") == "words":
+        positions = None if args.position is None else [args.position] * len(args.text)
+        results = query_words(index, emb, [t.split() for t in args.text], positions, args.k, **options)
+    else:
+        results = query_sentences(index, emb, list(args.text), args.k, **options)
+    for text, hits in zip(args.text, results):
+        if args.json:
+            print(json.dumps([dict(hit.metadata or {}, id=hit.id, score=round(hit.score, 6)) for hit in hits],
+                             ensure_ascii=False))
+            continue
+        print("query: %s" % text)
+        for rank, hit in enumerate(hits, start=1):
+            print("  %2d  %.4f  %-14s %s" % (rank, hit.score, hit.id, _describe(hit, recipe)))
+    return 0
+
+
+def add_index_subparser(subparsers) -> argparse.ArgumentParser:
+    """Add ``index build`` and ``index query`` to a ``parser.add_subparsers()`` object; returns the ``index`` parser."""
+    index = subparsers.add_parser("index", help="build and query semantic search indexes",
+                                  description=__doc__.split("\n\n")[0])
+    sub = index.add_subparsers(dest="index_command", required=True)
+
+    build = sub.add_parser("build", help="embed a corpus (one sentence per line) and save an index")
+    build.add_argument("corpus", help="text file, one sentence per line")
+    build.add_argument("--out", required=True, help="index directory to write")
+    build.add_argument("--model", default=None, help="model name or HF-format directory (default %s)" % DEFAULT_MODEL)
+    build.add_argument("--device", default="cpu")
+    build.add_argument("--words", metavar="WORD", default=None,
+                       help="index every occurrence of WORD in context instead of whole lines")
+    build.add_argument("--kind", choices=INDEX_KINDS, default="flat")
+    build.add_argument("--pooling", choices=("mean", "cls"), default="mean", help="sentence pooling")
+    build.add_argument("--layers", type=int, nargs="+", default=None,
+                       help="hidden-state indices to pool (0 = embeddings, -1 = last layer); default -1 for lines, "
+                            "the embedder's default (last four) for --words")
+    build.add_argument("--layer-pooling", choices=("mean", "sum", "concat"), default=None)
+    build.add_argument("--batch-size", type=int, default=32)
+    build.add_argument("--no-text", action="store_true", help="do not store the text in the metadata")
+    build.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    _add_index_options(build)
+    build.add_argument("--hnsw-m", type=int, default=None)
+    build.add_argument("--ef-construction", type=int, default=None)
+    build.add_argument("--nlist", type=int, default=None)
+    build.add_argument("--pq-m", type=int, default=None)
+    build.add_argument("--nbits", type=int, default=None)
+    build.add_argument("--on-disk", action="store_true", help="ivfpq: keep inverted lists and vectors in --out")
+    build.set_defaults(func=run_build)
+
+    query = sub.add_parser("query", help="search an index with one or more texts")
+    query.add_argument("index", help="index directory")
+    query.add_argument("text", nargs="+", help="query text(s); for a word index, a sentence containing the word")
+    query.add_argument("-k", type=int, default=10, help="results per query")
+    query.add_argument("--model", default=None, help="override the model recorded in the index (checked)")
+    query.add_argument("--device", default="cpu")
+    query.add_argument("--position", type=int, default=None,
+                       help="0-based position of the query word in each text (word indexes; default: the first "
+                            "occurrence of the indexed word)")
+    query.add_argument("--json", action="store_true", help="print one JSON list of hits per query")
+    _add_index_options(query)
+    query.set_defaults(func=run_query)
+    return index
+
+
+def _add_index_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--ef-search", type=int, default=None, help="hnsw beam width")
+    parser.add_argument("--nprobe", type=int, default=None, help="ivfpq lists to scan")
+    parser.add_argument("--k-factor", type=float, default=None, help="ivfpq candidates re-ranked per result")
