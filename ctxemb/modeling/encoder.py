@@ -63,7 +63,7 @@ class Embeddings(nn.Module):
         self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
 
-    def position_ids(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    def position_ids(self, input_ids: torch.Tensor) -> torch.Tensor:
         """(B, T) position ids. BERT counts from 0; RoBERTa/MPNet count real tokens from pad_token_id + 1 and
         give padding the padding index (whose embedding is never trained)."""
         if self.config.model_type == "bert":
@@ -71,9 +71,8 @@ class Embeddings(nn.Module):
         is_token = (input_ids != self.config.pad_token_id).long()
         return torch.cumsum(is_token, dim=1) * is_token + self.config.pad_token_id
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                token_type_ids: torch.Tensor | None) -> torch.Tensor:
-        x = self.word_embeddings(input_ids) + self.position_embeddings(self.position_ids(input_ids, attention_mask))
+    def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None) -> torch.Tensor:
+        x = self.word_embeddings(input_ids) + self.position_embeddings(self.position_ids(input_ids))
         if self.token_type_embeddings is not None:
             if token_type_ids is None:
                 token_type_ids = torch.zeros_like(input_ids)
@@ -306,7 +305,7 @@ class Encoder(nn.Module):
         if not output_hidden_states:
             keep = set()
 
-        x = self.embeddings(input_ids, attention_mask, token_type_ids)
+        x = self.embeddings(input_ids, token_type_ids)
         mask = self.attention_mask(attention_mask, x.dtype)
         kept: list[torch.Tensor] = []
         kept_idx: list[int] = []

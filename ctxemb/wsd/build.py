@@ -39,6 +39,7 @@ from typing import Any, Iterable, Literal, Mapping, Sequence
 
 import numpy as np
 
+from ctxemb.geometry.postprocessing import Standardizer
 from ctxemb.wsd import wordnet as wnu
 from ctxemb.wsd.corpus import Corpus, Sentence, regex_tokenize, split_corpus_by_document
 from ctxemb.wsd.sense_store import QueryTransform, SenseStore, _unit_rows
@@ -202,21 +203,6 @@ class CorpusEmbeddings:
     stats: dict[str, Any] = field(default_factory=dict)
 
 
-def _new_standardizer():
-    """ctxemb's Standardizer if present (it has partial_fit), else scikit-learn's StandardScaler."""
-    try:
-        from ctxemb.geometry.postprocessing import Standardizer
-
-        if hasattr(Standardizer, "partial_fit"):
-            return Standardizer()
-    except ImportError:
-        pass
-    from sklearn.preprocessing import StandardScaler
-
-    logger.info("ctxemb.geometry.postprocessing.Standardizer unavailable; using sklearn's StandardScaler")
-    return StandardScaler()
-
-
 def _check_embedder_output(out, n_expected: int, sentences) -> None:
     if len(out) != n_expected:
         raise ValueError("embedder.embed_words returned %d arrays for %d sentences" % (len(out), n_expected))
@@ -329,7 +315,7 @@ def embed_corpus(
         raise ValueError("corpus %r has no instances with gold keys to build sense vectors from" % name)
     dim = int(embedder.dim)
     store = SenseStore(dim)
-    standardizer = _new_standardizer() if standardize else None
+    standardizer = Standardizer() if standardize else None
     lemma_pos: set[tuple[str, str]] = set()
     n_instances = n_words = 0
     t0 = time.perf_counter()
