@@ -44,6 +44,7 @@ from ctxemb.evaluation.wsd import evaluate_first_sense, evaluate_wsd  # noqa: E4
 from ctxemb.paths import atomic_write, shared_data_dir  # noqa: E402
 from ctxemb.wsd.build import (  # noqa: E402
     BuildConfig,
+    CorpusEmbeddings,
     build_from_embeddings,
     embed_corpus,
     extend_corpus_embeddings,
@@ -91,6 +92,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="use only the first N sentences of each evaluation set (for quick checks)")
     p.add_argument("--out", default=str(Path(__file__).resolve().parent / "results"), help="output folder")
     p.add_argument("--tag", default=None, help="suffix of the output file names")
+    p.add_argument("--cache", default=None,
+                   help="keep the corpus pass, evaluation-set and gloss embeddings in this folder and reuse them "
+                        "(a rerun with new configurations then skips the encoder)")
     p.add_argument("--no-progress", action="store_true")
     args = p.parse_args(argv)
     if args.train is None:
@@ -113,6 +117,63 @@ def _eval_sets(args, held: Corpus | None) -> list[Corpus]:
     if args.max_eval_sentences:
         sets = [c.head(args.max_eval_sentences) for c in sets]
     return sets
+
+
+class _Cache:
+    """Embeddings kept between runs, under a folder named after everything that determines them."""
+
+    def __init__(self, args: argparse.Namespace):
+        self.dir = None
+        if args.cache:
+            name = "_".join([_slug(args.model), "L" + ".".join(map(str, args.layers)), args.layer_pooling,
+                             args.subword_pooling, args.precision, "ho%g-s%d" % (args.held_out_fraction, args.seed),
+                             "max%s" % args.max_train_sentences, _slug(args.train)])
+            self.dir = Path(args.cache) / name
+            self.dir.mkdir(parents=True, exist_ok=True)
+
+    def corpus(self, name: str, make):
+        if self.dir is None:
+            return make()
+        path = self.dir / f"corpus_{name}"
+        if (path / "corpus.json").is_file():
+            logger.info("corpus pass from the cache: %s", path)
+            return CorpusEmbeddings.load(path)
+        base = make()
+        base.save(path)
+        return base
+
+    def arrays(self, name: str, make) -> tuple[list[np.ndarray], float]:
+        """A list of 2-D arrays with the same number of columns (stored as one matrix and the row counts), and the
+        seconds it took to make them (measured when they were made, not when read back)."""
+        path = None if self.dir is None else self.dir / f"{name}.npz"
+        if path is not None and path.is_file():
+            with np.load(path) as z:
+                return np.split(z["rows"], np.cumsum(z["lengths"])[:-1]), float(z["seconds"])
+        t = time.perf_counter()
+        out = make()
+        seconds = time.perf_counter() - t
+        if path is not None:
+            with atomic_write(path, "wb") as f:
+                np.savez(f, rows=np.concatenate(out), lengths=np.array([len(a) for a in out]), seconds=seconds)
+        return out, seconds
+
+    def glosses(self, keys: list[str], make) -> tuple[dict[str, np.ndarray], float]:
+        """Gloss vectors of ``keys`` and the seconds spent embedding all the cached glosses."""
+        path = None if self.dir is None else self.dir / "glosses.npz"
+        have: dict[str, np.ndarray] = {}
+        seconds = 0.0
+        if path is not None and path.is_file():
+            with np.load(path) as z:
+                have, seconds = dict(zip(z["keys"].tolist(), z["vectors"])), float(z["seconds"])
+        todo = [k for k in keys if k not in have]
+        if todo:
+            t = time.perf_counter()
+            have.update(zip(todo, make(todo)))
+            seconds += time.perf_counter() - t
+            if path is not None:
+                with atomic_write(path, "wb") as f:
+                    np.savez(f, keys=np.array(list(have)), vectors=np.stack(list(have.values())), seconds=seconds)
+        return {k: have[k] for k in keys}, seconds
 
 
 def run(args: argparse.Namespace) -> dict:
@@ -156,11 +217,12 @@ def run(args: argparse.Namespace) -> dict:
                                         precision=args.precision)
     results["load_model_seconds"] = time.perf_counter() - t
     # One corpus pass per multiword setting serves every configuration.
+    cache = _Cache(args)
     bases = {}
     for mw in dict.fromkeys(c.multiword for c in configs):
-        bases[mw] = embed_corpus(train, embedder, multiword=mw, standardize=True,
-                                 max_sentences=args.max_train_sentences, batch_size=args.batch_size,
-                                 show_progress_bar=show)
+        bases[mw] = cache.corpus(mw, lambda: embed_corpus(
+            train, embedder, multiword=mw, standardize=True, max_sentences=args.max_train_sentences,
+            batch_size=args.batch_size, show_progress_bar=show))
     results["train"].update({k: v for k, v in next(iter(bases.values())).stats.items() if k != "corpus"})
 
     # Gloss embeddings, once for the union of senses any gloss configuration needs.
@@ -170,21 +232,19 @@ def run(args: argparse.Namespace) -> dict:
         base = next(iter(bases.values()))
         keys = [k for k in dict.fromkeys(list(base.store.keys) + propagation_targets(base.lemma_pos, scope))
                 if k not in gloss_vectors]
-        t = time.perf_counter()
-        gloss_vectors.update(zip(keys, embed_glosses(keys, embedder, batch_size=args.batch_size,
-                                                      show_progress_bar=show)))
-        gloss_seconds += time.perf_counter() - t
+        vectors, gloss_seconds = cache.glosses(keys, lambda todo: embed_glosses(
+            todo, embedder, batch_size=args.batch_size, show_progress_bar=show))
+        gloss_vectors.update(vectors)
     results["gloss_embedding"] = {"senses": len(gloss_vectors), "seconds": gloss_seconds}
 
     # Evaluation sets are embedded once per multiword setting.
     eval_embeddings, eval_embed_seconds = {}, {}
     for mw in bases:
         for c in eval_sets:
-            t = time.perf_counter()
-            eval_embeddings[mw, c.name] = embedder.embed_words(
-                [embedder_words(s.words, mw) for s in c.sentences()], batch_size=args.batch_size,
-                show_progress_bar=show)
-            eval_embed_seconds[mw, c.name] = time.perf_counter() - t
+            eval_embeddings[mw, c.name], eval_embed_seconds[mw, c.name] = cache.arrays(
+                f"eval_{mw}_{c.name}_{c.n_sentences}", lambda: embedder.embed_words(
+                    [embedder_words(s.words, mw) for s in c.sentences()], batch_size=args.batch_size,
+                    show_progress_bar=show))
 
     # SemCor minus the held-out split serves the held-out evaluation; adding the held-out split's vectors (already
     # embedded for evaluation) gives the full-SemCor stores that the standard protocol scores SemEval-2007 with.

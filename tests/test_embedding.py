@@ -130,3 +130,16 @@ def test_config_round_trip():
     assert EmbedderConfig.from_dict(cfg.to_dict()) == cfg
     with pytest.raises(ValueError, match="unknown EmbedderConfig fields"):
         EmbedderConfig.from_dict({"modle": "x"})
+
+
+def test_bf16_without_hardware_support_warns_once(emb, monkeypatch, caplog):
+    import ctxemb.inference as inference
+
+    assert inference.cpu_has_native_bf16() in (True, False, None)
+    monkeypatch.setattr(inference, "cpu_has_native_bf16", lambda: False)
+    inference._warn_slow_bf16.cache_clear()
+    bf16 = emb.with_config(precision="bf16")
+    with caplog.at_level("WARNING", logger="ctxemb.inference"):
+        bf16.embed_words(SENTS, show_progress_bar=False)
+        bf16.embed_words(SENTS, show_progress_bar=False)
+    assert sum("without AVX512-BF16 or AMX" in r.message for r in caplog.records) == 1

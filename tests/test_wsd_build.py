@@ -281,3 +281,69 @@ def test_extending_a_pass_equals_one_pass_over_everything():
     np.testing.assert_allclose(both.standardizer.mean_, whole.standardizer.mean_, rtol=1e-6)
     np.testing.assert_allclose(both.standardizer.scale_, whole.standardizer.scale_, rtol=1e-5)
     assert len(first.store.keys) <= len(whole.store.keys)  # the first pass is left as it was
+
+
+def test_prior_weight_adds_the_log_sense_frequency_to_the_cosine(base, dev, embedder):
+    """Brute force: argmax_k cos(q, v_k) + w log((c_k + 1) / (sum_j c_j + K)) over the scored candidates."""
+    store = build_from_embeddings(base, BuildConfig(prior_weight=0.5), show_progress_bar=False)
+    assert store.metadata["prior_weight"] == 0.5
+    dis = Disambiguator(store, embedder)
+    assert dis.prior_weight == 0.5 and Disambiguator(store, embedder, prior_weight=0).prior_weight == 0
+    sentences = [s for s in dev.sentences() if s.instances]
+    vectors = embedder.embed_words([embedder_words(s.words) for s in sentences], show_progress_bar=False)
+    preds = {p.instance_id: p for ps in dis.disambiguate_sentences(sentences, embeddings=vectors,
+                                                                   show_progress_bar=False) for p in ps}
+    n_checked = 0
+    for s, vecs in zip(sentences, vectors):
+        for inst in s.instances:
+            cands = [k for k in wnu.candidate_keys(inst.lemma, inst.pos) if k in store]
+            p = preds[inst.id]
+            if not cands:
+                assert p.score is None
+                continue
+            q = vecs[inst.position] / np.linalg.norm(vecs[inst.position])
+            v = store.vectors(cands) / np.linalg.norm(store.vectors(cands), axis=1, keepdims=True)
+            c = store.counts(cands).astype(float)
+            expect = v @ q + 0.5 * np.log((c + 1) / (c.sum() + len(c)))
+            assert p.sense_key == cands[int(np.argmax(expect))]
+            assert p.score == pytest.approx(expect.max(), abs=1e-5)
+            n_checked += 1
+    assert n_checked >= 3
+    # a heavy prior turns the plain nearest sense into the corpus's most frequent sense
+    heavy = Disambiguator(store, embedder, prior_weight=100.0).disambiguate_sentences(
+        sentences, embeddings=vectors, show_progress_bar=False)
+    for s, ps in zip(sentences, heavy):
+        for inst, p in zip(s.instances, ps):
+            cands = [k for k in wnu.candidate_keys(inst.lemma, inst.pos) if k in store]
+            if cands:
+                assert store.count(p.sense_key) == store.counts(cands).max()
+    with pytest.raises(ValueError, match="prior_weight"):
+        Disambiguator(store, embedder, prior_weight=-1)
+    with pytest.raises(ValueError, match="prior_weight"):
+        BuildConfig(prior_weight=float("nan"))
+
+
+def test_prior_names_round_trip():
+    cfg = BuildConfig(standardize=True, prior_weight=0.05)
+    assert cfg.name == "1nn+std+prior0.05" and BuildConfig.from_name(cfg.name) == cfg
+    assert BuildConfig.from_name("1nn") == BuildConfig(standardize=False, prior_weight=0.0)
+
+
+def test_corpus_pass_save_load_round_trip(base, dev, embedder, tmp_path):
+    from ctxemb.wsd.build import CorpusEmbeddings
+
+    path = base.save(tmp_path / "pass")
+    loaded = CorpusEmbeddings.load(path)
+    keys = list(base.store.keys)
+    assert list(loaded.store.keys) == keys and loaded.lemma_pos == base.lemma_pos
+    np.testing.assert_allclose(loaded.store.vectors(keys), base.store.vectors(keys), rtol=1e-6, atol=1e-7)
+    np.testing.assert_array_equal(loaded.store.counts(keys), base.store.counts(keys))
+    np.testing.assert_array_equal(loaded.standardizer.scale_, base.standardizer.scale_)
+    assert loaded.multiword == base.multiword and loaded.stats == base.stats
+    cfg = BuildConfig(standardize=True, propagate=True, prior_weight=0.1)
+    a = Disambiguator(build_from_embeddings(base, cfg, show_progress_bar=False), embedder)
+    b = Disambiguator(build_from_embeddings(loaded, cfg, show_progress_bar=False), embedder)
+    assert a.predict_corpus(dev, show_progress_bar=False) == b.predict_corpus(dev, show_progress_bar=False)
+    base.save(path)  # overwriting an existing pass works
+    with pytest.raises(FileNotFoundError, match="corpus.json"):
+        CorpusEmbeddings.load(tmp_path)

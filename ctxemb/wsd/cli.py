@@ -66,6 +66,8 @@ def add_build_config_args(p: argparse.ArgumentParser) -> None:
                    help="combine with '<lemma> - <gloss>' embeddings (default %(default)s)")
     g.add_argument("--back-off", default="first_sense", choices=["first_sense", "none"],
                    help="answer WordNet's first sense when no candidate has a vector (default %(default)s)")
+    g.add_argument("--prior-weight", type=float, default=0.0,
+                   help="weight of the log sense-frequency prior added to the cosine (default %(default)s = off)")
     g.add_argument("--multiword", default="space", choices=["space", "underscore"],
                    help="pass New_York to the embedder as 'New York' or unchanged (default %(default)s)")
     g.add_argument("--max-sentences", type=int, default=None, help="use only the first N training sentences")
@@ -80,6 +82,7 @@ def build_config_from_args(args: argparse.Namespace):
         propagation_scope=args.propagation_scope,
         gloss=args.gloss,
         back_off=args.back_off,
+        prior_weight=args.prior_weight,
         multiword=args.multiword,
         max_sentences=args.max_sentences,
         batch_size=args.batch_size,
@@ -113,6 +116,7 @@ def add_wsd_subparser(subparsers) -> argparse.ArgumentParser:
                    help="write <dataset>.key prediction files here (readable by the framework's Scorer.java)")
     e.add_argument("--per-pos", action="store_true", help="also print scores per part of speech")
     e.add_argument("--back-off", default=None, choices=["first_sense", "none"], help="override the store's setting")
+    e.add_argument("--prior-weight", type=float, default=None, help="override the store's sense-frequency prior weight")
     _add_common(e)
     e.set_defaults(func=run_eval)
 
@@ -183,7 +187,7 @@ def run_eval(args: argparse.Namespace) -> int:
 
     store = SenseStore.load(args.store)
     dis = Disambiguator(store, _embedder_for_store(store, args.device), back_off=args.back_off,
-                        batch_size=args.batch_size)
+                        prior_weight=args.prior_weight, batch_size=args.batch_size)
     results = {}
     for d in args.datasets:
         corpus = read_dataset(d)

@@ -4,7 +4,13 @@ Shapes: W words in a sentence, H the store's dimension, K candidate senses of a 
 
 For a target word, the candidates are its WordNet senses (from the lemma and POS when known, else from the
 word form via morphy, over every POS when the POS is unknown). The answer is the candidate whose stored vector
-has the highest cosine with the word's contextual embedding; candidates the store lacks are ignored. When no
+has the highest cosine with the word's contextual embedding; candidates the store lacks are ignored. With a
+``prior_weight`` w > 0 the score of candidate k among the K scored ones is
+
+    cos(q, v_k) + w * log((c_k + 1) / (sum_j c_j + K))
+
+with c_k the sense's occurrence count in the training corpus (add-one smoothing: senses the corpus never showed,
+e.g. propagated ones, keep a chance). When no
 candidate has a vector, the disambiguator backs off to WordNet's first sense (unless back-off is off), and
 the result says so.
 
@@ -57,9 +63,10 @@ class SensePrediction:
             back-off is off).
         synset: the chosen sense's synset name (``bank.n.01``), or None.
         gloss: its definition, or None.
-        score: cosine of the chosen sense; None when backed off.
+        score: score of the chosen sense (its cosine, plus the weighted log prior when ``prior_weight`` > 0);
+            None when backed off.
         runner_up_key: the second-best candidate with a vector, or None.
-        runner_up_score: its cosine, or None.
+        runner_up_score: its score, or None.
         backed_off: the answer is WordNet's first sense because no candidate had a vector.
         n_candidates: number of candidate senses in WordNet.
         n_scored: number of candidates that had a vector in the store.
@@ -153,10 +160,12 @@ class Disambiguator:
             ``embed_words(sentences, batch_size=..., show_progress_bar=...)``.
         back_off: ``"first_sense"`` or ``"none"``; default what the store was built with (else first sense).
         multiword: how ``_``-joined tokens reach the embedder; default the store's setting (else ``"space"``).
+        prior_weight: weight of the log sense-frequency prior (see the module docstring); default the store's
+            setting (else 0, the plain nearest sense).
         batch_size: the embedder's batch size.
 
     Raises:
-        ValueError: unknown ``back_off`` or ``multiword``.
+        ValueError: unknown ``back_off`` or ``multiword``, negative or non-finite ``prior_weight``.
     """
 
     def __init__(
@@ -166,6 +175,7 @@ class Disambiguator:
         *,
         back_off: Literal["first_sense", "none"] | None = None,
         multiword: Literal["space", "underscore"] | None = None,
+        prior_weight: float | None = None,
         batch_size: int = 32,
     ):
         self.store = store
@@ -176,6 +186,9 @@ class Disambiguator:
             raise ValueError("back_off must be 'first_sense' or 'none', got %r" % (self.back_off,))
         if self.multiword not in ("space", "underscore"):
             raise ValueError("multiword must be 'space' or 'underscore', got %r" % (self.multiword,))
+        self.prior_weight = float(store.metadata.get("prior_weight", 0.0) if prior_weight is None else prior_weight)
+        if not 0 <= self.prior_weight < float("inf"):
+            raise ValueError("prior_weight must be a finite number >= 0, got %r" % (prior_weight,))
         self.batch_size = batch_size
         _check_dims(store, embedder)
 
@@ -193,11 +206,14 @@ class Disambiguator:
         key = score = ru_key = ru_score = None
         backed_off = False
         if scored:
-            cos = self.store.score(query, scored)
-            order = np.argsort(-cos, kind="stable")  # ties go to the earlier (more frequent) WordNet sense
-            key, score = scored[order[0]], float(cos[order[0]])
+            scores = self.store.score(query, scored).astype(np.float64)
+            if self.prior_weight:
+                counts = self.store.counts(scored).astype(np.float64)
+                scores += self.prior_weight * np.log((counts + 1.0) / (counts.sum() + len(scored)))
+            order = np.argsort(-scores, kind="stable")  # ties go to the earlier (more frequent) WordNet sense
+            key, score = scored[order[0]], float(scores[order[0]])
             if len(order) > 1:
-                ru_key, ru_score = scored[order[1]], float(cos[order[1]])
+                ru_key, ru_score = scored[order[1]], float(scores[order[1]])
         elif candidates and self.back_off == "first_sense":
             key, backed_off = candidates[0], True
         info = wnu.sense_info(key) if key is not None else None
