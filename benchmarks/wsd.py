@@ -225,18 +225,6 @@ def run(args: argparse.Namespace) -> dict:
             batch_size=args.batch_size, show_progress_bar=show))
     results["train"].update({k: v for k, v in next(iter(bases.values())).stats.items() if k != "corpus"})
 
-    # Gloss embeddings, once for the union of senses any gloss configuration needs.
-    gloss_vectors: dict = {}
-    gloss_seconds = 0.0
-    for scope in dict.fromkeys(c.propagation_scope for c in configs if c.gloss != "none"):
-        base = next(iter(bases.values()))
-        keys = [k for k in dict.fromkeys(list(base.store.keys) + propagation_targets(base.lemma_pos, scope))
-                if k not in gloss_vectors]
-        vectors, gloss_seconds = cache.glosses(keys, lambda todo: embed_glosses(
-            todo, embedder, batch_size=args.batch_size, show_progress_bar=show))
-        gloss_vectors.update(vectors)
-    results["gloss_embedding"] = {"senses": len(gloss_vectors), "seconds": gloss_seconds}
-
     # Evaluation sets are embedded once per multiword setting.
     eval_embeddings, eval_embed_seconds = {}, {}
     for mw in bases:
@@ -252,6 +240,18 @@ def run(args: argparse.Namespace) -> dict:
     if held is not None:
         full_bases = {mw: extend_corpus_embeddings(b, list(held_eval.sentences()), eval_embeddings[mw, held_eval.name])
                       for mw, b in bases.items()}
+
+    # Gloss embeddings, once for the union of senses any gloss configuration needs.
+    gloss_vectors: dict = {}
+    gloss_seconds = 0.0
+    for scope in dict.fromkeys(c.propagation_scope for c in configs if c.gloss != "none"):
+        base = next(iter(full_bases.values()))  # the full corpus: its senses include the training split's
+        keys = [k for k in dict.fromkeys(list(base.store.keys) + propagation_targets(base.lemma_pos, scope))
+                if k not in gloss_vectors]
+        vectors, gloss_seconds = cache.glosses(keys, lambda todo: embed_glosses(
+            todo, embedder, batch_size=args.batch_size, show_progress_bar=show))
+        gloss_vectors.update(vectors)
+    results["gloss_embedding"] = {"senses": len(gloss_vectors), "seconds": gloss_seconds}
     results["train"]["protocol"] = ("held-out split scored with stores built from SemCor minus the split; other "
                                     "data sets with stores built from all of it" if held is not None else
                                     "all data sets scored with stores built from the whole training corpus")
@@ -295,6 +295,18 @@ def run(args: argparse.Namespace) -> dict:
     return results
 
 
+def best_config(r: dict) -> tuple[str, float, bool | None] | None:
+    """(name, mean F1 over the data sets, beats the plain ``1nn`` on every data set (None without a ``1nn`` row))."""
+    if not r["configs"]:
+        return None
+    means = {name: float(np.mean([d["F1"] for d in c["datasets"].values()])) for name, c in r["configs"].items()}
+    name = max(means, key=means.get)
+    plain = r["configs"].get("1nn")
+    beats = None if plain is None else all(
+        d["F1"] > plain["datasets"][n]["F1"] for n, d in r["configs"][name]["datasets"].items())
+    return name, means[name], beats
+
+
 def to_markdown(r: dict) -> str:
     names = list(r["datasets"])
     lines = [f"# WSD benchmark: {r['model']}", ""]
@@ -314,6 +326,11 @@ def to_markdown(r: dict) -> str:
     lines.append("| WordNet first sense | " + " | ".join(_pct(r["first_sense"][n]["F1"]) for n in names) + " |")
     for cname, c in r["configs"].items():
         lines.append(f"| {cname} | " + " | ".join(_pct(c["datasets"][n]["F1"]) for n in names) + " |")
+    best = best_config(r)
+    if best is not None:
+        lines += ["", f"Best by mean F1 over these (dev) data sets: **{best[0]}** (mean {best[1]:.1f})"
+                  + ("; it beats the plain 1nn on every data set." if best[2] is True else
+                     "; it does not beat the plain 1nn on every data set." if best[2] is False else ".")]
     lines += ["", "## Per POS (F1 %)", ""]
     for n in names:
         tags = sorted(r["first_sense"][n]["per_pos"])

@@ -52,16 +52,17 @@ def test_first_sense_baseline_on_semeval2007(shared_data):
     assert r.overall.n_gold == 455 and r.overall.n_answered == 455
 
 
-def test_benchmark_script_end_to_end(tiny_model, tmp_path):
+def test_benchmark_script_end_to_end(tiny_model, tmp_path, monkeypatch):
     spec = importlib.util.spec_from_file_location("wsd_benchmark", ROOT / "benchmarks" / "wsd.py")
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
     out = tmp_path / "results"
-    assert bench.main([
+    argv = [
         "--model", str(tiny_model), "--train", str(FIXTURES / "tiny_train"), "--datasets", str(FIXTURES / "tiny_eval"),
-        "--layers", "-2", "-1", "--held-out-fraction", "0.5", "--configs", "1nn", "1nn+std+prop+gloss-concat", "--out", str(out),
-        "--tag", "test", "--no-progress",
-    ]) == 0
+        "--layers", "-2", "-1", "--held-out-fraction", "0.5", "--configs", "1nn", "1nn+std+prop+gloss-concat",
+        "--tag", "test", "--no-progress", "--cache", str(tmp_path / "cache"),
+    ]
+    assert bench.main(argv + ["--out", str(out)]) == 0
     files = sorted(p.name for p in out.iterdir())
     assert len(files) == 2 and files[0].endswith("_test.json") and files[1].endswith("_test.md")
     r = json.loads((out / files[0]).read_text())
@@ -71,4 +72,17 @@ def test_benchmark_script_end_to_end(tiny_model, tmp_path):
         assert set(c["datasets"]) == {"tiny_eval", "tiny_train_heldout"}
         assert 0 <= c["datasets"]["tiny_eval"]["F1"] <= 100 and c["store_bytes"] > 0
     md = (out / files[1]).read_text()
-    assert "| WordNet first sense |" in md and "## Cost" in md
+    assert "| WordNet first sense |" in md and "## Cost" in md and "Best by mean F1" in md
+
+    # A rerun from the cache never runs the encoder and scores exactly the same.
+    from ctxemb.embedding import Embedder
+
+    def no_encoder(*args, **kwargs):
+        raise AssertionError("the encoder ran although everything was cached")
+
+    monkeypatch.setattr(Embedder, "embed_words", no_encoder)
+    assert bench.main(argv + ["--out", str(tmp_path / "again")]) == 0
+    again = json.loads((tmp_path / "again" / files[0]).read_text())
+    for name, c in r["configs"].items():
+        assert {n: d["F1"] for n, d in again["configs"][name]["datasets"].items()} == \
+            {n: d["F1"] for n, d in c["datasets"].items()}
