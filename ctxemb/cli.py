@@ -103,7 +103,7 @@ def _demo_wsd(emb, args: argparse.Namespace) -> None:
         for p in dis.tag(text):
             if p.sense_key is None:
                 continue
-            how = "first sense (back-off)" if p.backed_off else f"cos {p.score:.3f}"
+            how = "first sense (back-off)" if p.backed_off else f"score {p.score:.3f}"
             print(f"    {p.word:13s} {p.synset:38s} {how:22s} {p.gloss[:60]}")
 
 

@@ -41,7 +41,7 @@ def run(argv):
 def test_build_eval_tag(tmp_path, capsys, fake_models):
     store_dir = tmp_path / "store"
     assert run(["wsd", "build", str(FIXTURES / "tiny_train"), str(store_dir), "--model", "fake-model",
-                "--layers", "-2", "-1", "--standardize", "--no-progress"]) == 0
+                "--layers", "-2", "-1", "--standardize", "--prior-weight", "0", "--no-progress"]) == 0
     out = capsys.readouterr().out
     assert "1nn+std: 13 senses" in out
     assert fake_models[0]["model"] == "fake-model" and fake_models[0]["layers"] == [-2, -1]
@@ -78,3 +78,22 @@ def test_build_with_held_out_split(tmp_path, capsys):
     assert SenseStore.load(tmp_path / "s").metadata["build"]["held_out"] == {"fraction": 0.5, "seed": 3}
     with pytest.raises(ValueError, match="--held-out-fraction"):
         run(["wsd", "build", str(FIXTURES / "tiny_train"), str(tmp_path / "t"), "--held-out-dir", str(held)])
+
+
+def test_build_defaults_plain_and_prior_override(tmp_path, capsys):
+    from ctxemb.wsd.build import BuildConfig
+
+    assert run(["wsd", "build", str(FIXTURES / "tiny_train"), str(tmp_path / "default"), "--no-progress"]) == 0
+    default = SenseStore.load(tmp_path / "default").metadata
+    assert default["build"]["name"] == BuildConfig().name  # the CLI's defaults are the library's
+    assert run(["wsd", "build", str(FIXTURES / "tiny_train"), str(tmp_path / "plain"), "--plain", "--no-progress"]) == 0
+    plain = SenseStore.load(tmp_path / "plain").metadata
+    assert plain["build"]["name"] == "1nn" and plain["prior_weight"] == 0
+    assert run(["wsd", "build", str(FIXTURES / "tiny_train"), str(tmp_path / "p"), "--no-standardize",
+                "--prior-weight", "0.25", "--no-progress"]) == 0
+    assert SenseStore.load(tmp_path / "p").metadata["prior_weight"] == 0.25
+    capsys.readouterr()
+    res = tmp_path / "res.json"
+    assert run(["wsd", "eval", str(tmp_path / "plain"), str(FIXTURES / "tiny_eval"), "--prior-weight", "100",
+                "--json", str(res), "--no-progress"]) == 0
+    assert json.loads(res.read_text())["tiny_eval"]["n"] == 10

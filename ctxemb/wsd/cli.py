@@ -56,19 +56,26 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
 
 def add_build_config_args(p: argparse.ArgumentParser) -> None:
     """The :class:`~ctxemb.wsd.build.BuildConfig` switches as command-line options."""
-    g = p.add_argument_group("sense vectors (BuildConfig)")
-    g.add_argument("--standardize", action="store_true", help="z-score vectors with the training corpus's statistics")
-    g.add_argument("--propagate", action="store_true",
-                   help="fill unseen senses from their synset, hypernym or lexicographer file (LMMS-style)")
-    g.add_argument("--propagation-scope", default="corpus_lemmas", choices=["corpus_lemmas", "all"],
+    from ctxemb.wsd.build import BuildConfig
+
+    d = BuildConfig()  # the defaults are the library's: the best configuration measured on the dev sets
+    g = p.add_argument_group("sense vectors (BuildConfig; --plain gives the plain 1-NN of J&M 11.3.1)")
+    g.add_argument("--plain", action="store_true",
+                   help="the plain recipe: no standardization, propagation, glosses or prior (other flags still apply)")
+    g.add_argument("--standardize", action=argparse.BooleanOptionalAction, default=d.standardize,
+                   help="z-score vectors with the training corpus's statistics (default %(default)s)")
+    g.add_argument("--propagate", action=argparse.BooleanOptionalAction, default=d.propagate,
+                   help="fill unseen senses from their synset, hypernym or lexicographer file (LMMS-style; "
+                        "default %(default)s)")
+    g.add_argument("--propagation-scope", default=d.propagation_scope, choices=["corpus_lemmas", "all"],
                    help="senses to propagate to / embed glosses for (default %(default)s)")
-    g.add_argument("--gloss", default="none", choices=["none", "concat", "average"],
+    g.add_argument("--gloss", default=d.gloss, choices=["none", "concat", "average"],
                    help="combine with '<lemma> - <gloss>' embeddings (default %(default)s)")
-    g.add_argument("--back-off", default="first_sense", choices=["first_sense", "none"],
+    g.add_argument("--back-off", default=d.back_off, choices=["first_sense", "none"],
                    help="answer WordNet's first sense when no candidate has a vector (default %(default)s)")
-    g.add_argument("--prior-weight", type=float, default=0.0,
-                   help="weight of the log sense-frequency prior added to the cosine (default %(default)s = off)")
-    g.add_argument("--multiword", default="space", choices=["space", "underscore"],
+    g.add_argument("--prior-weight", type=float, default=d.prior_weight,
+                   help="weight of the log sense-frequency prior added to the cosine (default %(default)s; 0 = off)")
+    g.add_argument("--multiword", default=d.multiword, choices=["space", "underscore"],
                    help="pass New_York to the embedder as 'New York' or unchanged (default %(default)s)")
     g.add_argument("--max-sentences", type=int, default=None, help="use only the first N training sentences")
 
@@ -76,6 +83,9 @@ def add_build_config_args(p: argparse.ArgumentParser) -> None:
 def build_config_from_args(args: argparse.Namespace):
     from ctxemb.wsd.build import BuildConfig
 
+    if args.plain:
+        return BuildConfig.from_name("1nn", back_off=args.back_off, multiword=args.multiword,
+                                     max_sentences=args.max_sentences, batch_size=args.batch_size)
     return BuildConfig(
         standardize=args.standardize,
         propagate=args.propagate,
