@@ -8,7 +8,8 @@ load time. Writes ``<out>/wsd_<model>[_<tag>].md`` and ``.json``.
 Configurations are named like :attr:`ctxemb.wsd.build.BuildConfig.name`: ``1nn`` is the plain recipe (the
 embedder's layers, by default the last four averaged, subwords mean-pooled; SemCor centroids; first-sense
 back-off); add ``+std`` (standardise), ``+prop`` / ``+prop-all`` (propagation), ``+gloss-concat`` /
-``+gloss-average`` (gloss embeddings), ``+no-backoff``.
+``+gloss-average`` (gloss embeddings), ``+prior<w>`` (sense-frequency prior of weight w), ``+no-backoff``.
+The library's default, ``BuildConfig()``, is ``1nn+prior0.03``.
 
 Examples::
 
@@ -58,7 +59,9 @@ from ctxemb.wsd.sense_store import SenseStore, directory_size  # noqa: E402
 
 logger = logging.getLogger("benchmarks.wsd")
 
-DEFAULT_CONFIGS = ["1nn", "1nn+std", "1nn+prop", "1nn+std+prop", "1nn+std+prop+gloss-concat"]
+# The plain recipe, each switch, and the library's default (BuildConfig()).
+DEFAULT_CONFIGS = ["1nn", "1nn+std", "1nn+prop", "1nn+std+prop", "1nn+std+prop+gloss-concat",
+                   "1nn+std+prop+gloss-average", BuildConfig().name]
 
 
 def _framework_dir() -> Path | None:

@@ -231,8 +231,10 @@ def test_gloss_combination(base, embedder, mode):
 
 
 def test_build_config_validation_and_names():
-    assert BuildConfig().name == "1nn"
-    assert BuildConfig(standardize=True, propagate=True, gloss="concat").name == "1nn+std+prop+gloss-concat"
+    assert BuildConfig().name == "1nn+prior0.03"  # the default: the best configuration on the dev sets
+    assert BuildConfig.from_name("1nn").name == "1nn"
+    assert BuildConfig(standardize=True, propagate=True, gloss="concat", prior_weight=0).name == \
+        "1nn+std+prop+gloss-concat"
     assert BuildConfig.from_dict(BuildConfig(gloss="average").to_dict()) == BuildConfig(gloss="average")
     for cfg in (BuildConfig(), BuildConfig(standardize=True, propagate=True, propagation_scope="all", gloss="average"),
                 BuildConfig(back_off="none")):
