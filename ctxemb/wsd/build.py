@@ -77,8 +77,9 @@ _CORPUS_FORMAT_VERSION = 1
 
 @dataclass(frozen=True)
 class BuildConfig:
-    """How to turn corpus embeddings into sense vectors. The defaults are the best configuration measured on the
-    dev sets: SemCor centroids (J&M 11.3.1), a sense-frequency prior of weight 0.03, first-sense back-off.
+    """How to turn corpus embeddings into sense vectors. The defaults are the configuration chosen on the dev sets
+    for both shipped models: SemCor centroids (J&M 11.3.1), a sense-frequency prior of weight 0.03, first-sense
+    back-off.
     ``BuildConfig.from_name("1nn")`` is the plain 1-NN recipe (no prior).
 
     Attributes:

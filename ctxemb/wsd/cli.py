@@ -58,7 +58,7 @@ def add_build_config_args(p: argparse.ArgumentParser) -> None:
     """The :class:`~ctxemb.wsd.build.BuildConfig` switches as command-line options."""
     from ctxemb.wsd.build import BuildConfig
 
-    d = BuildConfig()  # the defaults are the library's: the best configuration measured on the dev sets
+    d = BuildConfig()  # the library's defaults: the configuration chosen on the dev sets
     g = p.add_argument_group("sense vectors (BuildConfig; --plain gives the plain 1-NN of J&M 11.3.1)")
     g.add_argument("--plain", action="store_true",
                    help="the plain recipe: no standardization, propagation, glosses or prior (other flags still apply)")

@@ -10,9 +10,8 @@ has the highest cosine with the word's contextual embedding; candidates the stor
     cos(q, v_k) + w * log((c_k + 1) / (sum_j c_j + K))
 
 with c_k the sense's occurrence count in the training corpus (add-one smoothing: senses the corpus never showed,
-e.g. propagated ones, keep a chance). When no
-candidate has a vector, the disambiguator backs off to WordNet's first sense (unless back-off is off), and
-the result says so.
+e.g. propagated ones, keep a chance). When no candidate has a vector, the disambiguator backs off to WordNet's
+first sense (unless back-off is off), and the result says so.
 
 :meth:`Disambiguator.tag` does all-words tagging of raw text: tokenisation (nltk's ``word_tokenize`` when its
 punkt data is installed, else a regular expression), multiword lookup in WordNet (``New York``),
