@@ -92,6 +92,9 @@ def test_build_defaults_plain_and_prior_override(tmp_path, capsys):
     assert run(["wsd", "build", str(FIXTURES / "tiny_train"), str(tmp_path / "p"), "--no-standardize",
                 "--prior-weight", "0.25", "--no-progress"]) == 0
     assert SenseStore.load(tmp_path / "p").metadata["prior_weight"] == 0.25
+    with pytest.raises(ValueError, match="--plain .* cannot be combined with --gloss"):
+        run(["wsd", "build", str(FIXTURES / "tiny_train"), str(tmp_path / "q"), "--plain", "--gloss", "concat"])
+    assert not (tmp_path / "q").exists()
     capsys.readouterr()
     res = tmp_path / "res.json"
     assert run(["wsd", "eval", str(tmp_path / "plain"), str(FIXTURES / "tiny_eval"), "--prior-weight", "100",

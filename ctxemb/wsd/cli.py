@@ -61,7 +61,8 @@ def add_build_config_args(p: argparse.ArgumentParser) -> None:
     d = BuildConfig()  # the library's defaults: the configuration chosen on the dev sets
     g = p.add_argument_group("sense vectors (BuildConfig; --plain gives the plain 1-NN of J&M 11.3.1)")
     g.add_argument("--plain", action="store_true",
-                   help="the plain recipe: no standardization, propagation, glosses or prior (other flags still apply)")
+                   help="the plain recipe: no standardization, propagation, glosses or prior (an error with any of those "
+                        "flags; --back-off, --multiword and --max-sentences still apply)")
     g.add_argument("--standardize", action=argparse.BooleanOptionalAction, default=d.standardize,
                    help="z-score vectors with the training corpus's statistics (default %(default)s)")
     g.add_argument("--propagate", action=argparse.BooleanOptionalAction, default=d.propagate,
@@ -84,6 +85,13 @@ def build_config_from_args(args: argparse.Namespace):
     from ctxemb.wsd.build import BuildConfig
 
     if args.plain:
+        d = BuildConfig()
+        clash = [flag for flag, value, default in (
+            ("--standardize", args.standardize, d.standardize), ("--propagate", args.propagate, d.propagate),
+            ("--propagation-scope", args.propagation_scope, d.propagation_scope), ("--gloss", args.gloss, d.gloss),
+            ("--prior-weight", args.prior_weight, d.prior_weight)) if value != default]
+        if clash:
+            raise ValueError("--plain is the plain 1-NN recipe and cannot be combined with %s" % ", ".join(clash))
         return BuildConfig.from_name("1nn", back_off=args.back_off, multiword=args.multiword,
                                      max_sentences=args.max_sentences, batch_size=args.batch_size)
     return BuildConfig(
