@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import tempfile
 from pathlib import Path
 from typing import IO, Iterator
@@ -95,4 +96,29 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
+        raise
+
+
+@contextlib.contextmanager
+def atomic_directory(path: str | os.PathLike) -> Iterator[Path]:
+    """Yield a temporary directory beside ``path`` to fill; it replaces ``path`` only if the block succeeds.
+
+    An existing directory at ``path`` is renamed aside, the new one renamed in, and only then is the old one
+    deleted, so a crash never leaves ``path`` missing or half written.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix="." + path.name + ".", suffix=".tmp"))
+    try:
+        yield tmp
+        if path.exists():
+            old = Path(tempfile.mkdtemp(dir=path.parent, prefix="." + path.name + ".", suffix=".old"))
+            os.rmdir(old)
+            os.rename(path, old)
+            os.rename(tmp, path)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.rename(tmp, path)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
         raise

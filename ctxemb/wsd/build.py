@@ -38,8 +38,6 @@ import dataclasses
 import json
 import logging
 import os
-import shutil
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,6 +46,7 @@ from typing import Any, Iterable, Literal, Mapping, Sequence
 import numpy as np
 
 from ctxemb.geometry.postprocessing import Standardizer
+from ctxemb.paths import atomic_directory
 from ctxemb.wsd import wordnet as wnu
 from ctxemb.wsd.corpus import Corpus, Sentence, regex_tokenize, split_corpus_by_document
 from ctxemb.wsd.sense_store import QueryTransform, SenseStore, _unit_rows
@@ -241,9 +240,7 @@ class CorpusEmbeddings:
             The directory.
         """
         directory = Path(directory)
-        directory.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(dir=directory.parent, prefix="." + directory.name + ".", suffix=".tmp"))
-        try:
+        with atomic_directory(directory) as tmp:
             self.store.save(tmp / "store")
             if self.standardizer is not None:
                 self.standardizer.save(tmp / "standardizer.npz")
@@ -255,12 +252,6 @@ class CorpusEmbeddings:
                 "stats": self.stats,
             }
             (tmp / "corpus.json").write_text(json.dumps(info, indent=1) + "\n", encoding="utf-8")
-            if directory.exists():
-                shutil.rmtree(directory)
-            os.rename(tmp, directory)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
         return directory
 
     @classmethod

@@ -37,13 +37,13 @@ from __future__ import annotations
 import json
 import logging
 import os
-import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import numpy as np
+
+from ctxemb.paths import atomic_directory
 
 logger = logging.getLogger(__name__)
 
@@ -480,10 +480,8 @@ class SenseStore:
         """
         faiss = _import_faiss()
         directory = Path(directory)
-        directory.parent.mkdir(parents=True, exist_ok=True)
         n = len(self)
-        tmp = Path(tempfile.mkdtemp(dir=directory.parent, prefix="." + directory.name + ".", suffix=".tmp"))
-        try:
+        with atomic_directory(directory) as tmp:
             meta = dict(self.metadata)
             meta.update(format_version=FORMAT_VERSION, dim=self.dim, n_senses=n, origins=self.origins())
             if self.query_transform is not None:
@@ -495,17 +493,6 @@ class SenseStore:
                 arrays.update(self.query_transform.to_arrays())
             np.savez(tmp / "senses.npz", **arrays)
             faiss.write_index(self._faiss_index(), str(tmp / "index.faiss"))
-            if directory.exists():
-                old = Path(tempfile.mkdtemp(dir=directory.parent, prefix="." + directory.name + ".", suffix=".old"))
-                os.rmdir(old)
-                os.rename(directory, old)
-                os.rename(tmp, directory)
-                shutil.rmtree(old, ignore_errors=True)
-            else:
-                os.rename(tmp, directory)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
         logger.info("saved %r to %s", self, directory)
         return directory
 
