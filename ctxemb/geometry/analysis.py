@@ -34,7 +34,7 @@ import numpy as np
 from sklearn.base import clone
 from tqdm.auto import tqdm
 
-from ctxemb.geometry._checks import check_int
+from ctxemb._validation import check_int
 from ctxemb.geometry.isotropy import anisotropy
 from ctxemb.geometry.postprocessing import POSTPROCESSORS, make_postprocessor
 from ctxemb.geometry.rogue import informativity, rogue_dimensions

@@ -24,7 +24,7 @@ import logging
 
 import numpy as np
 
-from ctxemb.geometry._checks import check_int, check_vectors, unit_rows
+from ctxemb._validation import check_int, check_vectors, unit_rows
 
 logger = logging.getLogger(__name__)
 

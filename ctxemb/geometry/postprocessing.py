@@ -31,7 +31,7 @@ import numpy as np
 from sklearn.base import BaseEstimator, TransformerMixin
 from sklearn.utils.validation import check_is_fitted
 
-from ctxemb.geometry._checks import check_int, check_vectors
+from ctxemb._validation import check_int, check_vectors
 from ctxemb.paths import atomic_write
 
 logger = logging.getLogger(__name__)

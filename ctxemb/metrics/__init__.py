@@ -1,0 +1,1 @@
+"""Pure metric functions: no models, arrays and label lists in, numbers out."""

@@ -1,0 +1,1 @@
+"""Pretraining recipes: masking, data (shards, NSP pairs, packing), multilingual sampling, vocabularies."""

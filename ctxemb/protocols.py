@@ -1,0 +1,55 @@
+"""What the layers above the model stack need from an embedder, and nothing more.
+
+``wsd``, ``search`` and ``evaluation`` drive an embedder but must not import the model stack (torch, the encoder),
+so they type against :class:`EmbedderLike`; :class:`ctxemb.embedding.Embedder` satisfies it, and so do the
+deterministic stand-ins the tests use.
+
+Shapes: N texts, W_i words of sentence i, H the embedding dimension.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Protocol, Sequence, runtime_checkable
+
+import numpy as np
+
+
+@runtime_checkable
+class EmbedderLike(Protocol):
+    """The embedder surface used above ``ctxemb.embedding`` (see :class:`ctxemb.embedding.Embedder`).
+
+    Attributes:
+        config: the embedder's configuration, with ``to_dict()`` (stores and indexes record it, so that a query
+            made with another configuration is caught).
+        num_layers: L, the number of transformer layers (hidden states are indexed 0..L: 0 is the embedding output).
+    """
+
+    config: Any
+    num_layers: int
+
+    def embed_words(self, sentences: Sequence[Sequence[str]], **kwargs) -> list[np.ndarray]:
+        """One (W_i, H) array per pre-split sentence."""
+        ...
+
+    def embed_sentences(self, texts: Sequence[str], **kwargs) -> np.ndarray:
+        """(N, H) sentence vectors."""
+        ...
+
+
+def embedder_config_dict(embedder) -> dict[str, Any]:
+    """The embedder's configuration as a plain dict (a copy).
+
+    Raises:
+        TypeError: if the embedder has no ``config``, or its config is neither a dict, a dataclass nor has ``to_dict()``.
+    """
+    cfg = getattr(embedder, "config", None)
+    if cfg is None:
+        raise TypeError("embedder must have a .config (with to_dict()); got %s" % type(embedder).__name__)
+    if hasattr(cfg, "to_dict"):
+        return dict(cfg.to_dict())
+    if dataclasses.is_dataclass(cfg) and not isinstance(cfg, type):
+        return dataclasses.asdict(cfg)
+    if isinstance(cfg, dict):
+        return dict(cfg)
+    raise TypeError("embedder.config must be a dict, a dataclass or have to_dict(); got %s" % type(cfg).__name__)
