@@ -7,15 +7,18 @@ import json
 import os
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping, Sequence
 
 from ctxemb.paths import atomic_write
 
-SUPPORTED_MODEL_TYPES = ("bert", "roberta", "mpnet")
+SUPPORTED_MODEL_TYPES = ("bert", "roberta", "xlm-roberta", "mpnet")
 SUPPORTED_ACTIVATIONS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu")
 
 # The class name transformers expects in ``architectures`` for a bare encoder of each type.
-_ARCHITECTURE_NAMES = {"bert": "BertModel", "roberta": "RobertaModel", "mpnet": "MPNetModel"}
+_ARCHITECTURE_NAMES = {"bert": "BertModel", "roberta": "RobertaModel", "xlm-roberta": "XLMRobertaModel",
+                       "mpnet": "MPNetModel"}
+# The prefix under which a task model (e.g. BertForPreTraining) keeps its base model, as in HF checkpoints.
+BASE_MODEL_PREFIXES = {"bert": "bert", "roberta": "roberta", "xlm-roberta": "roberta", "mpnet": "mpnet"}
 
 
 @dataclass(frozen=True)
@@ -23,7 +26,8 @@ class EncoderConfig:
     """Shape and variant of a BERT-family encoder.
 
     ``model_type`` picks the variant: ``bert`` (absolute positions from 0, segment embeddings; also MiniLM and
-    bge-style checkpoints), ``roberta`` (positions start after the padding index, one segment type) and ``mpnet``
+    bge-style checkpoints), ``roberta`` and ``xlm-roberta`` (the same layout: positions start after the padding
+    index, one segment type) and ``mpnet``
     (RoBERTa-style positions, no segment embeddings, a T5-style bucketed relative position bias shared by all layers).
     """
 
@@ -69,6 +73,11 @@ class EncoderConfig:
             raise ValueError(f"type_vocab_size must be >= 1 for bert, got {self.type_vocab_size}")
 
     @property
+    def base_model_prefix(self) -> str:
+        """Where task models keep the encoder in a checkpoint: ``bert.``, ``roberta.`` (also XLM-R) or ``mpnet.``."""
+        return BASE_MODEL_PREFIXES[self.model_type]
+
+    @property
     def head_size(self) -> int:
         return self.hidden_size // self.num_attention_heads
 
@@ -90,14 +99,19 @@ class EncoderConfig:
         known = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in d.items() if k in known})
 
-    def to_dict(self) -> dict[str, Any]:
-        """A ``config.json`` dict that transformers' AutoModel also reads."""
+    def to_dict(self, architectures: Sequence[str] | None = None) -> dict[str, Any]:
+        """A ``config.json`` dict that transformers' AutoModel also reads.
+
+        Args:
+            architectures: the model classes transformers should build (e.g. ``["BertForPreTraining"]``); the bare
+                encoder's class when None.
+        """
         d = dataclasses.asdict(self)
         if self.model_type == "mpnet":
             d.pop("type_vocab_size")
         else:
             d.pop("relative_attention_num_buckets")
-        d["architectures"] = [_ARCHITECTURE_NAMES[self.model_type]]
+        d["architectures"] = list(architectures) if architectures else [_ARCHITECTURE_NAMES[self.model_type]]
         return d
 
     @classmethod
@@ -111,7 +125,11 @@ class EncoderConfig:
             raise ValueError(f"config file {path} is not valid JSON: {e}") from None
         return cls.from_dict(d)
 
-    def to_json_file(self, path: str | os.PathLike) -> None:
+    def to_json_file(self, path: str | os.PathLike, *, architectures: Sequence[str] | None = None,
+                     extra: Mapping[str, Any] | None = None) -> None:
+        """Write ``config.json`` atomically; ``extra`` adds task keys (e.g. ``id2label``) beside the encoder's."""
+        d = self.to_dict(architectures)
+        d.update(extra or {})
         with atomic_write(path) as f:
-            json.dump(self.to_dict(), f, indent=2, sort_keys=True)
+            json.dump(d, f, indent=2, sort_keys=True)
             f.write("\n")

@@ -25,6 +25,7 @@ logger = logging.getLogger(__name__)
 _DEFAULT_SPECIALS = {
     "bert": dict(cls_token="[CLS]", sep_token="[SEP]", pad_token="[PAD]", mask_token="[MASK]", unk_token="[UNK]"),
     "roberta": dict(cls_token="<s>", sep_token="</s>", pad_token="<pad>", mask_token="<mask>", unk_token="<unk>"),
+    "xlm-roberta": dict(cls_token="<s>", sep_token="</s>", pad_token="<pad>", mask_token="<mask>", unk_token="<unk>"),
     "mpnet": dict(cls_token="<s>", sep_token="</s>", pad_token="<pad>", mask_token="<mask>", unk_token="[UNK]"),
 }
 

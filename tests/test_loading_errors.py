@@ -63,7 +63,7 @@ def test_unknown_model_type_lists_supported(tmp_path):
     cfg = json.loads((d / "config.json").read_text())
     cfg["model_type"] = "gpt2"
     (d / "config.json").write_text(json.dumps(cfg))
-    with pytest.raises(ValueError, match="'gpt2' is not supported; supported model types: bert, roberta, mpnet"):
+    with pytest.raises(ValueError, match="'gpt2' is not supported; supported model types: bert, roberta, xlm-roberta, mpnet"):
         load_encoder(d)
 
 

@@ -12,13 +12,14 @@ import logging
 import os
 import re
 from pathlib import Path
+from typing import Any, Mapping, Sequence
 
 import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file as load_safetensors
 from safetensors.torch import save_file as save_safetensors
 
-from ctxemb.config import EncoderConfig
+from ctxemb.config import BASE_MODEL_PREFIXES, EncoderConfig
 from ctxemb.modeling.encoder import Encoder
 from ctxemb.paths import atomic_path
 
@@ -81,7 +82,7 @@ def _replace_prefix(key: str, table: list[tuple[str, str]], *, anywhere: bool) -
 def canonical_state_dict(state: dict[str, torch.Tensor], model_type: str) -> dict[str, torch.Tensor]:
     """Map a checkpoint's tensor names onto ours (prefix stripped, gamma/beta renamed, MPNet and lm_head mapped)."""
     out = {}
-    prefix = model_type + "."
+    prefix = BASE_MODEL_PREFIXES[model_type] + "."  # XLM-R checkpoints say ``roberta.``
     for key, tensor in state.items():
         if _IGNORED.search(key):
             continue
@@ -174,22 +175,29 @@ def load_encoder_dir(model_dir: str | os.PathLike, *, strict: bool = True) -> tu
     return encoder, heads
 
 
-def save_pretrained(encoder: Encoder, out_dir: str | os.PathLike,
-                    extra_tensors: dict[str, torch.Tensor] | None = None) -> Path:
+def save_pretrained(encoder: Encoder, out_dir: str | os.PathLike, *,
+                    extra_tensors: dict[str, torch.Tensor] | None = None,
+                    architectures: Sequence[str] | None = None,
+                    config_extra: Mapping[str, Any] | None = None) -> Path:
     """Write ``config.json`` and ``model.safetensors`` in the layout transformers reads.
 
     Args:
         encoder: the encoder to save.
         out_dir: target directory (created).
-        extra_tensors: further tensors with canonical names (e.g. pretraining heads), saved beside the encoder's.
+        extra_tensors: task-head tensors with canonical names (``cls.*``, ``classifier.*``, ...). When given, the
+            encoder's tensors go under its base-model prefix (``bert.``, ``roberta.``, ``mpnet.``), as in the
+            checkpoints of transformers' task models; a bare encoder is saved without a prefix.
+        architectures: the transformers classes for ``config.json`` (the bare encoder's when None).
+        config_extra: further ``config.json`` keys (e.g. ``id2label``).
     """
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    state = {k: v.detach().to("cpu", torch.float32).contiguous() for k, v in encoder.state_dict().items()}
+    prefix = encoder.config.base_model_prefix + "." if extra_tensors else ""
+    state = {prefix + k: v.detach().to("cpu", torch.float32).contiguous() for k, v in encoder.state_dict().items()}
     for k, v in (extra_tensors or {}).items():
         state[k] = v.detach().to("cpu", torch.float32).contiguous().clone()
     state = hf_state_dict(state, encoder.config.model_type)
     with atomic_path(out_dir / "model.safetensors") as tmp:
         save_safetensors(state, str(tmp), metadata={"format": "pt"})
-    encoder.config.to_json_file(out_dir / "config.json")
+    encoder.config.to_json_file(out_dir / "config.json", architectures=architectures, extra=config_extra)
     return out_dir

@@ -1,101 +1,98 @@
-"""Pretraining heads on top of the encoder: masked-LM (eq. 11.7, decoder tied to the word embeddings) and
-next-sentence prediction, with BERT's parameter names (``cls.predictions.*``, ``cls.seq_relationship.*``).
+"""Pretraining heads over the encoder's last layer: masked LM (J&M 11.2.1), next-sentence prediction (11.2.2)
+and SpanBERT's span-boundary objective (11.5.1, eq. 11.17-11.20).
 
-Shapes: B batch, T tokens, H hidden size, V vocabulary.
+Parameter names are the checkpoints': ``cls.predictions.transform.dense``, ``cls.predictions.transform.LayerNorm``,
+``cls.predictions.decoder`` (tied to the word embeddings), ``cls.predictions.bias`` and ``cls.seq_relationship``
+(RoBERTa/MPNet checkpoints say ``lm_head.*``; :mod:`ctxemb.modeling.checkpoint` maps the two).
+
+Shapes: B batch, T tokens, M masked (predicted) rows, H hidden size, V vocabulary, P span positions.
 """
 
 from __future__ import annotations
 
-import logging
-import os
-from dataclasses import dataclass
-
 import torch
 from torch import nn
 
-from ctxemb.modeling.checkpoint import load_encoder_dir, load_weights_into, save_pretrained
-from ctxemb.modeling.encoder import _ACTIVATIONS, Encoder
+from ctxemb.config import EncoderConfig
+from ctxemb.modeling.encoder import ACTIVATIONS
 
-logger = logging.getLogger(__name__)
+
+class PredictionHeadTransform(nn.Module):
+    """h -> LayerNorm(act(W h + b)): the transform in front of the tied decoder."""
+
+    def __init__(self, config: EncoderConfig):
+        super().__init__()
+        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+        self.act = ACTIVATIONS[config.hidden_act]
+        self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.LayerNorm(self.act(self.dense(hidden)))
 
 
 class MaskedLMHead(nn.Module):
-    """h -> LayerNorm(act(W h)) -> E^T (.) + b: a distribution over the vocabulary for every token."""
+    """A distribution over the vocabulary for each row: ``E^T LayerNorm(act(W h)) + b``, E the word embeddings.
 
-    def __init__(self, encoder: Encoder):
+    Runs on any leading shape: (B, T, H) for every token, or (M, H) for the masked rows only (sparse prediction:
+    the vocabulary projection is the largest matmul of a small BERT, and only masked rows have a loss).
+    """
+
+    def __init__(self, config: EncoderConfig, word_embeddings: nn.Embedding):
         super().__init__()
-        cfg = encoder.config
-        self.transform = nn.Module()
-        self.transform.dense = nn.Linear(cfg.hidden_size, cfg.hidden_size)
-        self.transform.LayerNorm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
-        self.act = _ACTIVATIONS[cfg.hidden_act]
-        self.decoder = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
-        self.decoder.weight = encoder.embeddings.word_embeddings.weight  # tied: the output layer is E^T
-        self.bias = nn.Parameter(torch.zeros(cfg.vocab_size))
+        self.transform = PredictionHeadTransform(config)
+        self.decoder = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self.decoder.weight = word_embeddings.weight  # tied: the output layer is E^T
+        self.bias = nn.Parameter(torch.zeros(config.vocab_size))
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
-        h = self.transform.LayerNorm(self.act(self.transform.dense(hidden)))
-        return self.decoder(h) + self.bias  # (B, T, V)
+        return self.decoder(self.transform(hidden)) + self.bias  # (..., V)
 
 
-class PretrainingHeads(nn.Module):
-    def __init__(self, encoder: Encoder):
+class SpanBoundaryHead(nn.Module):
+    """SpanBERT's span-boundary objective (eq. 11.17-11.20).
+
+    Token i of a masked span s..e is predicted from the encoder outputs just outside the span and a learned
+    embedding of its position inside it: ``y_i = f([z_{s-1}; z_{e+1}; p_{i-s+1}])``, with f two layers of
+    Linear, GELU and LayerNorm, then the MLM head's tied decoder (``decode``), so SBO and MLM share the output
+    vocabulary projection as in SpanBERT.
+
+    ``max_span_length`` counts tokens (spans are drawn in words, clipped at 10, and a word may have several
+    subwords), hence the generous default of 64 positions.
+
+    Names: ``position_embeddings`` (P, H) and ``mlp.{0,3}`` Linear / ``mlp.{2,5}`` LayerNorm (no HF checkpoint
+    has this head; transformers ignores these tensors when it loads ours).
+    """
+
+    def __init__(self, config: EncoderConfig, max_span_length: int = 64):
         super().__init__()
-        self.predictions = MaskedLMHead(encoder)
-        self.seq_relationship = nn.Linear(encoder.config.hidden_size, 2)
+        if max_span_length < 1:
+            raise ValueError(f"max_span_length must be >= 1, got {max_span_length}")
+        H = config.hidden_size
+        self.max_span_length = max_span_length
+        self.position_embeddings = nn.Embedding(max_span_length, H)
+        self.mlp = nn.Sequential(
+            nn.Linear(3 * H, H), nn.GELU(), nn.LayerNorm(H, eps=config.layer_norm_eps),
+            nn.Linear(H, H), nn.GELU(), nn.LayerNorm(H, eps=config.layer_norm_eps),
+        )
 
+    def forward(self, sequence_output: torch.Tensor, rows: torch.Tensor, left: torch.Tensor, right: torch.Tensor,
+                position: torch.Tensor) -> torch.Tensor:
+        """Span-boundary representations of M masked tokens.
 
-@dataclass
-class PretrainingOutput:
-    """mlm_logits: (B, T, V); nsp_logits: (B, 2) from the pooled [CLS]; hidden: the encoder's output."""
+        Args:
+            sequence_output: (B, T, H) the encoder's last layer.
+            rows: (M,) batch index of each masked token.
+            left, right: (M,) token positions s-1 and e+1 of its span's boundaries.
+            position: (M,) its 0-based position inside the span (i - s).
 
-    mlm_logits: torch.Tensor
-    nsp_logits: torch.Tensor
-    encoder_output: object
-
-
-class EncoderForPretraining(nn.Module):
-    """The encoder with its masked-LM and next-sentence heads (as transformers' ``BertForPreTraining``)."""
-
-    def __init__(self, encoder: Encoder):
-        super().__init__()
-        self.encoder_model = encoder
-        self.cls = PretrainingHeads(encoder)
-        # the decoder is the (already initialised) word embedding matrix; initialise only the heads' own layers
-        for m in (self.cls.predictions.transform.dense, self.cls.predictions.transform.LayerNorm,
-                  self.cls.seq_relationship):
-            encoder._init_weights(m)
-
-    @property
-    def config(self):
-        return self.encoder_model.config
-
-    def forward(self, input_ids, attention_mask=None, token_type_ids=None) -> PretrainingOutput:
-        out = self.encoder_model(input_ids, attention_mask, token_type_ids, output_hidden_states=False)
-        return PretrainingOutput(self.cls.predictions(out.last_hidden_state),
-                                 self.cls.seq_relationship(out.pooler_output), out)
-
-    def head_state_dict(self) -> dict[str, torch.Tensor]:
-        """Head tensors with canonical names, the tied decoder weight left out."""
-        return {"cls." + k: v for k, v in self.cls.state_dict().items() if k != "predictions.decoder.weight"}
-
-    @classmethod
-    def from_pretrained(cls, model_dir: str | os.PathLike, *, strict: bool = True) -> "EncoderForPretraining":
-        """Load encoder and heads; heads the checkpoint lacks are initialised fresh (and logged)."""
-        from ctxemb.registry import resolve_model_dir
-
-        encoder, heads = load_encoder_dir(resolve_model_dir(model_dir), strict=strict)
-        model = cls(encoder)
-        heads = {k[len("cls."):]: v for k, v in heads.items() if k != "cls.predictions.decoder.weight"}
-        own = {k for k in model.cls.state_dict() if k != "predictions.decoder.weight"}
-        fresh = sorted(own - set(heads))
-        if fresh:
-            logger.info("checkpoint %s has no weights for %s: initialised fresh", model_dir, fresh)
-        present = {k: v for k, v in heads.items() if k in own}
-        present.update({k: v for k, v in model.cls.state_dict().items() if k in fresh})
-        present["predictions.decoder.weight"] = encoder.embeddings.word_embeddings.weight.detach()
-        load_weights_into(model.cls, present, strict=strict, source=f"{model_dir} (pretraining heads)")
-        return model
-
-    def save_pretrained(self, out_dir: str | os.PathLike):
-        return save_pretrained(self.encoder_model, out_dir, extra_tensors=self.head_state_dict())
+        Returns:
+            (M, H), to be decoded by the MLM head's tied decoder.
+        """
+        if position.numel() and int(position.max()) >= self.max_span_length:
+            raise ValueError(
+                f"span position {int(position.max())} is beyond this head's max_span_length "
+                f"({self.max_span_length}); mask with spans of at most {self.max_span_length} tokens"
+            )
+        z = torch.cat([sequence_output[rows, left], sequence_output[rows, right],
+                       self.position_embeddings(position)], dim=-1)  # (M, 3H)
+        return self.mlp(z)

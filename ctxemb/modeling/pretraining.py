@@ -1,0 +1,241 @@
+"""The encoder with its pretraining heads: masked LM, optional next-sentence prediction and span-boundary objective.
+
+The model keeps its encoder under the checkpoint's base-model prefix (``bert``, ``roberta`` or ``mpnet``) and its
+heads under ``cls``, so ``state_dict()`` has the names of transformers' ``BertForPreTraining``; saved directories
+load in ``BertForPreTraining`` / ``BertForMaskedLM`` (RoBERTa/MPNet: ``*ForMaskedLM``), in our ``Embedder`` and in
+fine-tuning.
+
+Losses (J&M 11.2.1, 11.2.2, 11.5.1): L = L_MLM (+ L_SBO) (+ L_NSP); L_MLM and L_SBO are cross-entropies averaged
+over the masked positions, L_NSP over the sequences.
+
+Shapes: B batch, T tokens, H hidden size, V vocabulary, M masked positions in the batch.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ctxemb.config import EncoderConfig
+from ctxemb.modeling.checkpoint import load_encoder_dir, load_weights_into, save_pretrained
+from ctxemb.modeling.encoder import Encoder
+from ctxemb.modeling.heads import MaskedLMHead, SpanBoundaryHead
+
+logger = logging.getLogger(__name__)
+
+NspInput = Literal["pooled", "cls"]
+NSP_INPUTS: tuple[str, ...] = ("pooled", "cls")
+IGNORE_INDEX = -100  # label of positions that carry no loss
+
+_MLM_ARCHITECTURES = {"bert": "BertForMaskedLM", "roberta": "RobertaForMaskedLM",
+                      "xlm-roberta": "XLMRobertaForMaskedLM", "mpnet": "MPNetForMaskedLM"}
+
+
+class PretrainingHeads(nn.Module):
+    """``cls.predictions`` (MLM), ``cls.seq_relationship`` (NSP, optional), ``cls.span_boundary`` (SBO, optional)."""
+
+    def __init__(self, config: EncoderConfig, word_embeddings: nn.Embedding, *, nsp: bool, sbo: bool,
+                 max_span_length: int):
+        super().__init__()
+        self.predictions = MaskedLMHead(config, word_embeddings)
+        self.seq_relationship = nn.Linear(config.hidden_size, 2) if nsp else None
+        self.span_boundary = SpanBoundaryHead(config, max_span_length) if sbo else None
+
+
+@dataclass
+class PretrainingOutput:
+    """What :class:`EncoderForPretraining` returns.
+
+    Attributes:
+        loss: the total loss (scalar), or None without labels.
+        mlm_logits: (M, V) logits of the labelled positions in row-major order when labels are given (sparse
+            prediction), else (B, T, V) for every token.
+        nsp_logits: (B, 2) is-next / random logits, or None without an NSP head.
+        sbo_logits: (M_span, V) span-boundary logits of the masked span tokens, or None.
+        mlm_loss, nsp_loss, sbo_loss: the parts of ``loss`` (None where absent).
+        metrics: floats for logging: ``mlm_accuracy``, ``masked_tokens``, ``nsp_accuracy``, ``sbo_accuracy``.
+    """
+
+    loss: torch.Tensor | None
+    mlm_logits: torch.Tensor
+    nsp_logits: torch.Tensor | None = None
+    sbo_logits: torch.Tensor | None = None
+    mlm_loss: torch.Tensor | None = None
+    nsp_loss: torch.Tensor | None = None
+    sbo_loss: torch.Tensor | None = None
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+class EncoderForPretraining(nn.Module):
+    """An :class:`Encoder` with a masked-LM head (decoder tied to the word embeddings) and optional NSP / SBO heads.
+
+    Args:
+        encoder: the encoder (a fresh one from a config, or a pretrained one for continued pretraining).
+        nsp: add the next-sentence head ``cls.seq_relationship``.
+        nsp_input: ``"pooled"`` feeds it BERT's tanh pooler output (what checkpoints and transformers do);
+            ``"cls"`` feeds it the raw [CLS] vector, the book's W_NSP on h_CLS (11.2.2).
+        sbo: add SpanBERT's span-boundary head ``cls.span_boundary`` (use with span masking).
+        max_span_length: positions the SBO head can embed (tokens).
+        sparse_prediction: run the vocabulary projection only on the labelled rows when labels are given (same
+            loss as the dense head, a fraction of its cost: the projection is the largest matmul of a small BERT).
+    """
+
+    def __init__(self, encoder: Encoder, *, nsp: bool = False, nsp_input: NspInput = "pooled", sbo: bool = False,
+                 max_span_length: int = 64, sparse_prediction: bool = True):
+        super().__init__()
+        if nsp_input not in NSP_INPUTS:
+            raise ValueError(f"nsp_input must be one of {NSP_INPUTS}; got {nsp_input!r}")
+        self.base_model_prefix = encoder.config.base_model_prefix
+        self.add_module(self.base_model_prefix, encoder)  # state_dict: bert.embeddings..., as checkpoints name it
+        self.cls = PretrainingHeads(encoder.config, encoder.embeddings.word_embeddings, nsp=nsp, sbo=sbo,
+                                    max_span_length=max_span_length)
+        self.nsp_input = nsp_input
+        self.sparse_prediction = sparse_prediction
+        # the decoder is the (already initialised) word embedding matrix: initialise only the heads' own layers
+        for name, module in self.cls.named_modules():
+            if name != "predictions.decoder":
+                encoder._init_weights(module)
+
+    @classmethod
+    def from_config(cls, config: EncoderConfig, **kwargs) -> "EncoderForPretraining":
+        """A freshly initialised model (pretraining from scratch); ``kwargs`` as for the constructor."""
+        return cls(Encoder(config), **kwargs)
+
+    @property
+    def encoder(self) -> Encoder:
+        return getattr(self, self.base_model_prefix)
+
+    @property
+    def config(self) -> EncoderConfig:
+        return self.encoder.config
+
+    @property
+    def has_nsp(self) -> bool:
+        return self.cls.seq_relationship is not None
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                token_type_ids: torch.Tensor | None = None, labels: torch.Tensor | None = None,
+                next_sentence_label: torch.Tensor | None = None, span_left: torch.Tensor | None = None,
+                span_right: torch.Tensor | None = None, span_position: torch.Tensor | None = None,
+                word_ids: torch.Tensor | None = None) -> PretrainingOutput:
+        """Run encoder and heads; with labels, the losses.
+
+        Args:
+            input_ids, attention_mask, token_type_ids: (B, T), as for :class:`Encoder`.
+            labels: (B, T) original ids at the masked positions, -100 elsewhere.
+            next_sentence_label: (B,) 0 = B follows A, 1 = B is random (transformers' convention).
+            span_left, span_right, span_position: (B, T) for span masking: each masked token's span boundaries
+                (positions s-1 and e+1) and its 0-based position in the span; -1 outside spans. Needed by SBO.
+            word_ids: (B, T), accepted so that a masking batch can be passed whole; unused here.
+
+        Returns:
+            PretrainingOutput.
+        """
+        enc = self.encoder
+        want_pooler = self.has_nsp and self.nsp_input == "pooled"
+        out = enc(input_ids, attention_mask, token_type_ids, output_hidden_states=False, compute_pooler=want_pooler)
+        z = out.last_hidden_state  # (B, T, H)
+        nsp_logits = None
+        if self.has_nsp:
+            nsp_logits = self.cls.seq_relationship(out.pooler_output if want_pooler else z[:, 0])  # (B, 2)
+        if labels is None:
+            return PretrainingOutput(loss=None, mlm_logits=self.cls.predictions(z), nsp_logits=nsp_logits)
+        if labels.shape != input_ids.shape:
+            raise ValueError(f"labels must have the shape of input_ids {tuple(input_ids.shape)}; "
+                             f"got {tuple(labels.shape)}")
+
+        masked = labels != IGNORE_INDEX  # (B, T)
+        target = labels[masked]  # (M,)
+        if self.sparse_prediction:
+            mlm_logits = self.cls.predictions(z[masked])  # (M, V): only the rows that have a loss
+        else:
+            mlm_logits = self.cls.predictions(z)[masked]
+        metrics: dict[str, float] = {"masked_tokens": float(target.numel())}
+        mlm_loss = _mean_cross_entropy(mlm_logits, target)
+        loss = mlm_loss
+        metrics["mlm_accuracy"] = _accuracy(mlm_logits, target)
+
+        nsp_loss = None
+        if next_sentence_label is not None:
+            if nsp_logits is None:
+                raise ValueError("next_sentence_label was given but this model has no NSP head (nsp=False)")
+            nsp_loss = F.cross_entropy(nsp_logits.float(), next_sentence_label)
+            loss = loss + nsp_loss
+            metrics["nsp_accuracy"] = _accuracy(nsp_logits, next_sentence_label)
+
+        sbo_logits = sbo_loss = None
+        if self.cls.span_boundary is not None:
+            if span_left is None or span_right is None or span_position is None:
+                raise ValueError("this model has a span-boundary head: pass span_left, span_right and span_position "
+                                 "(span masking produces them)")
+            in_span = masked & (span_position >= 0)  # (B, T)
+            rows, cols = in_span.nonzero(as_tuple=True)
+            h = self.cls.span_boundary(z, rows, span_left[rows, cols], span_right[rows, cols], span_position[rows, cols])
+            sbo_logits = self.cls.predictions.decoder(h) + self.cls.predictions.bias  # (M_span, V)
+            sbo_target = labels[rows, cols]
+            sbo_loss = _mean_cross_entropy(sbo_logits, sbo_target)
+            loss = loss + sbo_loss
+            metrics["sbo_accuracy"] = _accuracy(sbo_logits, sbo_target)
+        return PretrainingOutput(loss=loss, mlm_logits=mlm_logits, nsp_logits=nsp_logits, sbo_logits=sbo_logits,
+                                 mlm_loss=mlm_loss, nsp_loss=nsp_loss, sbo_loss=sbo_loss, metrics=metrics)
+
+    # ---- checkpoints ----------------------------------------------------------------------------------------
+    def head_state_dict(self) -> dict[str, torch.Tensor]:
+        """Head tensors with canonical names (``cls.*``), the tied decoder weight left out."""
+        return {"cls." + k: v for k, v in self.cls.state_dict().items() if k != "predictions.decoder.weight"}
+
+    @classmethod
+    def from_pretrained(cls, model_dir: str | os.PathLike, *, nsp: bool | None = None, strict: bool = True,
+                        **kwargs) -> "EncoderForPretraining":
+        """Load an encoder and whatever pretraining heads its checkpoint has; missing heads start fresh (logged).
+
+        Args:
+            model_dir: an HF-format directory (resolve registry names first: ``ctxemb.registry.resolve_model_dir``).
+            nsp: add the NSP head; None adds it when the checkpoint has one.
+            strict: refuse checkpoints whose encoder tensors do not match the configuration.
+            kwargs: ``nsp_input``, ``sbo``, ``max_span_length``, ``sparse_prediction`` (see the class).
+        """
+        encoder, heads = load_encoder_dir(model_dir, strict=strict)
+        heads = {k[len("cls."):]: v for k, v in heads.items() if k != "cls.predictions.decoder.weight"}
+        if nsp is None:
+            nsp = "seq_relationship.weight" in heads
+        model = cls(encoder, nsp=nsp, **kwargs)
+        own = model.cls.state_dict()
+        wanted = {k for k in own if k != "predictions.decoder.weight"}
+        fresh = sorted(wanted - set(heads))
+        if fresh:
+            logger.info("checkpoint %s has no weights for %s: initialised fresh", model_dir, fresh)
+        present = {k: v for k, v in heads.items() if k in wanted}
+        present.update({k: own[k] for k in fresh})
+        present["predictions.decoder.weight"] = encoder.embeddings.word_embeddings.weight.detach()
+        load_weights_into(model.cls, present, strict=strict, source=f"{model_dir} (pretraining heads)")
+        model.train(encoder.training)
+        return model
+
+    def save_pretrained(self, out_dir: str | os.PathLike) -> Path:
+        """Save encoder and heads: transformers' ``BertForPreTraining`` (with NSP) or ``*ForMaskedLM`` loads it,
+        and so do :func:`ctxemb.loading.load_encoder` and the ``Embedder``."""
+        mt = self.config.model_type
+        arch = "BertForPreTraining" if self.has_nsp and mt == "bert" else _MLM_ARCHITECTURES[mt]
+        return save_pretrained(self.encoder, out_dir, extra_tensors=self.head_state_dict(), architectures=[arch])
+
+
+def _mean_cross_entropy(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """Cross-entropy averaged over rows, in float32; 0 (with a graph) when there is no row, so a batch in which
+    nothing was masked still backpropagates."""
+    if target.numel() == 0:
+        return logits.sum() * 0.0
+    return F.cross_entropy(logits.float(), target)
+
+
+def _accuracy(logits: torch.Tensor, target: torch.Tensor) -> float:
+    if target.numel() == 0:
+        return float("nan")
+    return float((logits.detach().argmax(-1) == target).float().mean())
