@@ -19,6 +19,7 @@ from typing import Any, Iterator, Literal, Sequence
 import numpy as np
 import torch
 
+from ctxemb._validation import check_choice
 from ctxemb.inference import PRECISIONS, run_encoder
 from ctxemb.loading import load_encoder, load_tokenizer
 from ctxemb.modeling.encoder import Encoder
@@ -62,8 +63,8 @@ class EmbedderConfig:
         _check_layer_args(self.layers, self.layer_pooling, self.layer_weights)
         if self.layer_pooling == "stack":
             raise ValueError("layer_pooling 'stack' is a per-call option, not a configuration")
-        _check_choice("subword_pooling", self.subword_pooling, SUBWORD_POOLINGS)
-        _check_choice("precision", self.precision, PRECISIONS)
+        check_choice(self.subword_pooling, "subword_pooling", SUBWORD_POOLINGS)
+        check_choice(self.precision, "precision", PRECISIONS)
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
@@ -201,9 +202,9 @@ class Embedder:
         Returns:
             N arrays, each (W_i, H) (``concat``: (W_i, n * H); ``stack``: (W_i, n, H)), in the caller's order.
         """
-        _check_choice("output", output, OUTPUTS)
+        check_choice(output, "output", OUTPUTS)
         sub = subword_pooling or self.config.subword_pooling
-        _check_choice("subword_pooling", sub, SUBWORD_POOLINGS)
+        check_choice(sub, "subword_pooling", SUBWORD_POOLINGS)
         layers, pooling, weights = self._layer_args(layers, layer_pooling, layer_weights)
         sentences = _as_list(sentences, "sentences")
         results: list = [None] * len(sentences)
@@ -225,7 +226,7 @@ class Embedder:
                 (N, 3H)).
             kwargs: passed to :meth:`embed_words`.
         """
-        _check_choice("mode", mode, SPAN_MODES)
+        check_choice(mode, "mode", SPAN_MODES)
         sentences = _as_list(sentences, "sentences")
         spans = list(spans)
         if len(spans) != len(sentences):
@@ -250,7 +251,7 @@ class Embedder:
         Returns:
             N :class:`TokenEmbeddings`, each with (T_i, H) vectors, in the caller's order.
         """
-        _check_choice("output", output, OUTPUTS)
+        check_choice(output, "output", OUTPUTS)
         layers, pooling, weights = self._layer_args(layers, layer_pooling, layer_weights)
         texts = _as_list(texts, "texts")
         results: list = [None] * len(texts)
@@ -284,8 +285,8 @@ class Embedder:
         Returns:
             (N, H) array, (H,) for a single string.
         """
-        _check_choice("pooling", pooling, SENTENCE_POOLINGS)
-        _check_choice("output", output, OUTPUTS)
+        check_choice(pooling, "pooling", SENTENCE_POOLINGS)
+        check_choice(output, "output", OUTPUTS)
         single = isinstance(texts, str)
         texts = [texts] if single else _as_list(texts, "texts")
         layers, lp, weights = self._layer_args(layers, layer_pooling, layer_weights)
@@ -358,7 +359,7 @@ def pool_subwords(states: torch.Tensor, word_spans: Sequence[tuple[int, int]], p
 
 
 def _pool_rows(x, pooling: str):
-    _check_choice("pooling", pooling, SUBWORD_POOLINGS)
+    check_choice(pooling, "pooling", SUBWORD_POOLINGS)
     return x.mean(0) if pooling == "mean" else (x[0] if pooling == "first" else x[-1])
 
 
@@ -366,13 +367,8 @@ def _convert(t: torch.Tensor, output: str):
     return t if output == "torch" else t.numpy().astype(np.float32, copy=False)
 
 
-def _check_choice(name: str, value: Any, choices: Sequence[str]) -> None:
-    if value not in choices:
-        raise ValueError(f"{name} must be one of {', '.join(map(repr, choices))}; got {value!r}")
-
-
 def _check_layer_args(layers: Sequence[int], pooling: str, weights: Sequence[float] | None) -> None:
-    _check_choice("layer_pooling", pooling, LAYER_POOLINGS)
+    check_choice(pooling, "layer_pooling", LAYER_POOLINGS)
     if len(layers) == 0:
         raise ValueError("layers is empty: expected at least one hidden-state index (0 = embedding output, -1 = last)")
     if len(set(layers)) != len(layers):
