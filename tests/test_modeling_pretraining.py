@@ -161,3 +161,39 @@ def test_continued_pretraining_starts_a_fresh_head_on_a_bare_encoder(tmp_path, c
     assert "initialised fresh" in caplog.text
     torch.testing.assert_close(model.bert.encoder.layer[0].output.dense.weight, enc.encoder.layer[0].output.dense.weight)
     assert not model.has_nsp
+
+
+@pytest.mark.parity
+def test_fill_mask_matches_transformers_pipeline_probabilities(tmp_path):
+    from tests.helpers import VOCAB
+
+    from ctxemb.fill_mask import fill_mask
+
+    torch.manual_seed(6)
+    cfg = transformers.BertConfig(vocab_size=len(VOCAB), hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                  intermediate_size=37, max_position_embeddings=64)
+    ref = transformers.BertForMaskedLM(cfg).eval()
+    with torch.no_grad():
+        for p in ref.parameters():
+            p.add_(0.3 * torch.randn_like(p))
+    ref.save_pretrained(tmp_path)
+    (tmp_path / "vocab.txt").write_text("\n".join(VOCAB) + "\n")
+    ours = fill_mask("he sat on the [MASK] of the river", tmp_path, top_k=3)
+    tok = transformers.BertTokenizer(str(tmp_path / "vocab.txt"))
+    enc = tok("he sat on the [MASK] of the river", return_tensors="pt")
+    with torch.inference_mode():
+        probs = ref(**enc).logits[0, 5].softmax(-1)
+    p, i = probs.topk(3)
+    assert len(ours) == 1 and [f.token_id for f in ours[0]] == i.tolist()
+    assert [f.token for f in ours[0]] == tok.convert_ids_to_tokens(i.tolist())
+    torch.testing.assert_close(torch.tensor([f.probability for f in ours[0]]), p, rtol=1e-5, atol=1e-6)
+
+
+def test_fill_mask_refuses_a_bare_encoder(tmp_path):
+    from tests.helpers import write_tiny_model
+
+    from ctxemb.fill_mask import fill_mask
+
+    write_tiny_model(tmp_path)
+    with pytest.raises(ValueError, match="no masked-LM head"):
+        fill_mask("the [MASK] of the river", tmp_path)

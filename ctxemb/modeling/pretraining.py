@@ -193,13 +193,15 @@ class EncoderForPretraining(nn.Module):
 
     @classmethod
     def from_pretrained(cls, model_dir: str | os.PathLike, *, nsp: bool | None = None, strict: bool = True,
-                        **kwargs) -> "EncoderForPretraining":
+                        missing_heads: Literal["init", "raise"] = "init", **kwargs) -> "EncoderForPretraining":
         """Load an encoder and whatever pretraining heads its checkpoint has; missing heads start fresh (logged).
 
         Args:
             model_dir: an HF-format directory (resolve registry names first: ``ctxemb.registry.resolve_model_dir``).
             nsp: add the NSP head; None adds it when the checkpoint has one.
             strict: refuse checkpoints whose encoder tensors do not match the configuration.
+            missing_heads: ``"init"`` starts heads the checkpoint lacks fresh (continued pretraining of a bare
+                encoder); ``"raise"`` refuses a checkpoint without an MLM head (for queries such as fill-mask).
             kwargs: ``nsp_input``, ``sbo``, ``max_span_length``, ``sparse_prediction`` (see the class).
         """
         encoder, heads = load_encoder_dir(model_dir, strict=strict)
@@ -210,6 +212,9 @@ class EncoderForPretraining(nn.Module):
         own = model.cls.state_dict()
         wanted = {k for k in own if k != "predictions.decoder.weight"}
         fresh = sorted(wanted - set(heads))
+        if missing_heads == "raise" and any(k.startswith("predictions.") for k in fresh):
+            raise ValueError(f"{model_dir} has no masked-LM head (cls.predictions / lm_head tensors): it is a bare "
+                             "encoder; continue pretraining it (ctxemb pretrain --init-from) to get one")
         if fresh:
             logger.info("checkpoint %s has no weights for %s: initialised fresh", model_dir, fresh)
         present = {k: v for k, v in heads.items() if k in wanted}
