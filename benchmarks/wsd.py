@@ -43,18 +43,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from ctxemb.evaluation.wsd import evaluate_first_sense, evaluate_wsd  # noqa: E402
 from ctxemb.paths import atomic_write, shared_data_dir  # noqa: E402
-from ctxemb.wsd.build import (  # noqa: E402
-    BuildConfig,
-    CorpusEmbeddings,
-    build_from_embeddings,
-    embed_corpus,
-    extend_corpus_embeddings,
-    embed_glosses,
-    embedder_words,
-    propagation_targets,
-)
+from ctxemb.wsd.build import BuildConfig, build_from_embeddings  # noqa: E402
 from ctxemb.wsd.corpus import Corpus, read_dataset, split_corpus_by_document, write_dataset  # noqa: E402
+from ctxemb.wsd.corpus_pass import (  # noqa: E402
+    CorpusEmbeddings,
+    embed_corpus,
+    embedder_words,
+    extend_corpus_embeddings,
+)
 from ctxemb.wsd.disambiguate import Disambiguator  # noqa: E402
+from ctxemb.wsd.glosses import embed_glosses  # noqa: E402
+from ctxemb.wsd.propagation import propagation_targets  # noqa: E402
 from ctxemb.wsd.sense_store import SenseStore, directory_size  # noqa: E402
 
 logger = logging.getLogger("benchmarks.wsd")

@@ -180,6 +180,7 @@ def unit_rows(block, name: str, *, zero: ZeroRowPolicy = "raise", row_offset: in
         logger.warning("%s has %d zero-length rows; they stay zero and score 0 against everything",
                        name, int(is_zero.sum()))
     u /= np.where(is_zero, 1.0, norms)[:, None]
+    u[is_zero] = 0.0  # rounding noise below _TINY is no direction
     return np.ascontiguousarray(u, dtype=dtype)
 
 

@@ -23,10 +23,12 @@ class EmbedderLike(Protocol):
         config: the embedder's configuration, with ``to_dict()`` (stores and indexes record it, so that a query
             made with another configuration is caught).
         num_layers: L, the number of transformer layers (hidden states are indexed 0..L: 0 is the embedding output).
+        dim: H, the dimension of the vectors the embedder returns with its default configuration.
     """
 
     config: Any
     num_layers: int
+    dim: int
 
     def embed_words(self, sentences: Sequence[Sequence[str]], **kwargs) -> list[np.ndarray]:
         """One (W_i, H) array per pre-split sentence."""

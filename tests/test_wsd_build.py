@@ -7,16 +7,10 @@ import pytest
 
 from ctxemb.evaluation.wsd import evaluate_wsd
 from ctxemb.wsd import wordnet as wnu
-from ctxemb.wsd.build import (
-    BuildConfig,
-    build_from_embeddings,
-    build_sense_store,
-    embed_corpus,
-    embedder_words,
-    gloss_text,
-    propagate_senses,
-    propagation_targets,
-)
+from ctxemb.wsd.build import BuildConfig, build_from_embeddings, build_sense_store
+from ctxemb.wsd.corpus_pass import embed_corpus, embedder_words
+from ctxemb.wsd.glosses import gloss_text
+from ctxemb.wsd.propagation import propagate_senses, propagation_targets
 from ctxemb.wsd.corpus import read_dataset
 from ctxemb.wsd.disambiguate import Disambiguator
 from ctxemb.wsd.sense_store import SenseStore
@@ -267,7 +261,7 @@ def test_max_sentences_and_empty_corpus(train, embedder):
 
 
 def test_extending_a_pass_equals_one_pass_over_everything():
-    from ctxemb.wsd.build import extend_corpus_embeddings
+    from ctxemb.wsd.corpus_pass import extend_corpus_embeddings
 
     corpus = read_dataset(FIXTURES / "tiny_train")
     sentences = [s for s in corpus.sentences() if s.instances]
@@ -332,7 +326,7 @@ def test_prior_names_round_trip():
 
 
 def test_corpus_pass_save_load_round_trip(base, dev, embedder, tmp_path):
-    from ctxemb.wsd.build import CorpusEmbeddings
+    from ctxemb.wsd.corpus_pass import CorpusEmbeddings
 
     path = base.save(tmp_path / "pass")
     loaded = CorpusEmbeddings.load(path)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from ctxemb.evaluation.wsd import score_files
+from ctxemb.metrics.wsd import score_files
 from ctxemb.wsd import cli as wsd_cli
 from ctxemb.wsd import wordnet as wnu
 from ctxemb.wsd.sense_store import SenseStore

@@ -7,7 +7,7 @@ import subprocess
 import numpy as np
 import pytest
 
-from ctxemb.evaluation.wsd import WSDScore, read_key_file, score, score_by_pos, score_files, write_key_file
+from ctxemb.metrics.wsd import WSDScore, read_key_file, score, score_by_pos, score_files, write_key_file
 
 HARNESS = """
 import java.io.File;

@@ -3,13 +3,17 @@
 - :mod:`~ctxemb.wsd.wordnet`: WordNet 3.0 through nltk (candidates, sense keys, glosses, relations).
 - :mod:`~ctxemb.wsd.corpus`: the Raganato et al. (2017) XML + key format (read, write, split by document).
 - :mod:`~ctxemb.wsd.sense_store`: :class:`SenseStore`, sense embeddings with exact cosine search (FAISS).
-- :mod:`~ctxemb.wsd.build`: :func:`build_sense_store` from SemCor with any embedder, :class:`BuildConfig`.
+- :mod:`~ctxemb.wsd.corpus_pass`: :func:`embed_corpus`, one embedder pass over SemCor (raw sense centroids).
+- :mod:`~ctxemb.wsd.propagation`: vectors for unseen senses from WordNet's synsets, hypernyms, lexicographer files.
+- :mod:`~ctxemb.wsd.glosses`: gloss embeddings combined with corpus vectors.
+- :mod:`~ctxemb.wsd.build`: :class:`BuildConfig` and :func:`build_sense_store` / :func:`build_from_embeddings`.
 - :mod:`~ctxemb.wsd.disambiguate`: :class:`Disambiguator` (nearest sense, first-sense back-off, raw-text tagging).
 
-Scoring lives in :mod:`ctxemb.evaluation.wsd`.
+Scoring lives in :mod:`ctxemb.metrics.wsd` (``Scorer.java``-exact); running a disambiguator over a data set in
+:mod:`ctxemb.evaluation.wsd`.
 """
 
-from ctxemb.wsd.build import BuildConfig, build_from_embeddings, build_sense_store, embed_corpus
+from ctxemb.wsd.build import BuildConfig, build_from_embeddings, build_sense_store
 from ctxemb.wsd.corpus import (
     Corpus,
     Document,
@@ -21,6 +25,7 @@ from ctxemb.wsd.corpus import (
     write_dataset,
     write_raganato,
 )
+from ctxemb.wsd.corpus_pass import embed_corpus
 from ctxemb.wsd.disambiguate import Disambiguator, SensePrediction
 from ctxemb.wsd.sense_store import QueryTransform, SenseStore
 

@@ -23,19 +23,27 @@ from __future__ import annotations
 
 import functools
 import logging
+import math
+import numbers
 from dataclasses import dataclass
 from typing import Literal, Sequence
 
 import numpy as np
 
+from ctxemb._validation import check_choice
+from ctxemb.protocols import EmbedderLike
 from ctxemb.wsd import wordnet as wnu
-from ctxemb.wsd.build import embedder_words
 from ctxemb.wsd.corpus import Corpus, Sentence, regex_tokenize
+from ctxemb.wsd.corpus_pass import MULTIWORD_MODES, MultiwordMode, check_word_vectors, embedder_words
 from ctxemb.wsd.sense_store import SenseStore
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["SensePrediction", "Disambiguator", "tokenize", "pos_tag"]
+__all__ = ["BACK_OFFS", "BackOff", "SensePrediction", "Disambiguator", "check_prior_weight", "tokenize", "pos_tag"]
+
+BackOff = Literal["first_sense", "none"]
+# What to answer when no candidate sense has a vector: WordNet's first sense, or nothing.
+BACK_OFFS: tuple[BackOff, ...] = ("first_sense", "none")
 
 # Closed-class words that WordNet nevertheless lists (he = helium, a = ampere, in = inch, ...): not tagged in
 # raw text. Targets in Raganato data sets are chosen by the data set and are never filtered.
@@ -142,6 +150,17 @@ def pos_tag(words: Sequence[str]) -> list[str | None]:
     return [None] * len(words)
 
 
+def check_prior_weight(value) -> float:
+    """Return the weight of the log sense-frequency prior as a float.
+
+    Raises:
+        ValueError: ``value`` is not a real number (bools are refused), is negative, NaN or infinite.
+    """
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 <= value < math.inf:
+        raise ValueError("prior_weight must be a finite number >= 0, got %r" % (value,))
+    return float(value)
+
+
 def _aligned(name: str, values, n_words: int) -> list:
     if values is None:
         return [None] * n_words
@@ -155,10 +174,11 @@ class Disambiguator:
 
     Args:
         store: sense vectors; its ``query_transform`` is applied to every query embedding.
-        embedder: the embedder the store was built with (same model, layers and pooling): anything with
-            ``embed_words(sentences, batch_size=..., show_progress_bar=...)``.
-        back_off: ``"first_sense"`` or ``"none"``; default what the store was built with (else first sense).
-        multiword: how ``_``-joined tokens reach the embedder; default the store's setting (else ``"space"``).
+        embedder: the embedder the store was built with (same model, layers and pooling): an
+            :class:`~ctxemb.protocols.EmbedderLike` (``embed_words(sentences, batch_size=..., show_progress_bar=...)``).
+        back_off: one of :data:`BACK_OFFS`; default what the store was built with (else ``"first_sense"``).
+        multiword: one of :data:`~ctxemb.wsd.corpus_pass.MULTIWORD_MODES`, how ``_``-joined tokens reach the
+            embedder; default the store's setting (else ``"space"``).
         prior_weight: weight of the log sense-frequency prior (see the module docstring); default the store's
             setting (else 0, the plain nearest sense).
         batch_size: the embedder's batch size.
@@ -170,24 +190,21 @@ class Disambiguator:
     def __init__(
         self,
         store: SenseStore,
-        embedder,
+        embedder: EmbedderLike,
         *,
-        back_off: Literal["first_sense", "none"] | None = None,
-        multiword: Literal["space", "underscore"] | None = None,
+        back_off: BackOff | None = None,
+        multiword: MultiwordMode | None = None,
         prior_weight: float | None = None,
         batch_size: int = 32,
     ):
         self.store = store
         self.embedder = embedder
-        self.back_off = back_off or store.metadata.get("back_off") or "first_sense"
-        self.multiword = multiword or store.metadata.get("multiword") or "space"
-        if self.back_off not in ("first_sense", "none"):
-            raise ValueError("back_off must be 'first_sense' or 'none', got %r" % (self.back_off,))
-        if self.multiword not in ("space", "underscore"):
-            raise ValueError("multiword must be 'space' or 'underscore', got %r" % (self.multiword,))
-        self.prior_weight = float(store.metadata.get("prior_weight", 0.0) if prior_weight is None else prior_weight)
-        if not 0 <= self.prior_weight < float("inf"):
-            raise ValueError("prior_weight must be a finite number >= 0, got %r" % (prior_weight,))
+        self.back_off = check_choice(back_off or store.metadata.get("back_off") or "first_sense", "back_off", BACK_OFFS)
+        self.multiword = check_choice(multiword or store.metadata.get("multiword") or "space", "multiword",
+                                      MULTIWORD_MODES)
+        self.prior_weight = check_prior_weight(
+            store.metadata.get("prior_weight", 0.0) if prior_weight is None else prior_weight
+        )
         self.batch_size = batch_size
         _check_dims(store, embedder)
 
@@ -195,8 +212,7 @@ class Disambiguator:
     def _embed(self, sentences: Sequence[Sequence[str]], show_progress_bar: bool) -> list[np.ndarray]:
         words = [embedder_words(s, self.multiword) for s in sentences]
         out = self.embedder.embed_words(words, batch_size=self.batch_size, show_progress_bar=show_progress_bar)
-        if len(out) != len(words):
-            raise ValueError("embedder.embed_words returned %d arrays for %d sentences" % (len(out), len(words)))
+        check_word_vectors(out, words)
         return out
 
     def _choose(self, query: np.ndarray, position: int, word: str, lemma, pos, candidates, instance_id=None):
@@ -418,7 +434,7 @@ def _join_multiwords(tokens: list[str], max_len: int = 4) -> list[str]:
     return out
 
 
-def _check_dims(store: SenseStore, embedder) -> None:
+def _check_dims(store: SenseStore, embedder: EmbedderLike) -> None:
     qt = store.query_transform
     expected = qt.input_dim if qt is not None else store.dim
     dim = getattr(embedder, "dim", None)

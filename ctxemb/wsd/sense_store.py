@@ -43,6 +43,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from ctxemb._validation import check_choice, check_finite_matrix, check_int, check_string_batch, unit_rows
 from ctxemb.paths import atomic_directory
 
 logger = logging.getLogger(__name__)
@@ -53,7 +54,7 @@ FORMAT_VERSION = 1
 # How a sense got its vector; index = code stored in senses.npz.
 ORIGINS = ("corpus", "synset", "hypernym", "lexname", "gloss", "given")
 _ORIGIN_CODE = {name: i for i, name in enumerate(ORIGINS)}
-_TINY = 1e-12  # norms below this count as zero vectors (their cosine with anything is 0)
+_STORE_DIM = "the store's dimension"
 
 
 def _import_faiss():
@@ -64,37 +65,23 @@ def _import_faiss():
     return faiss
 
 
-def _check_matrix(vectors, name: str, dim: int | None) -> np.ndarray:
-    """(N, H) float array, finite; returns a float64 view/copy (callers' arrays are not modified)."""
-    a = np.asarray(vectors)
-    if a.ndim != 2:
-        raise ValueError("%s must be a 2-D array (N, H), got shape %s" % (name, a.shape))
-    if not np.issubdtype(a.dtype, np.number) or np.issubdtype(a.dtype, np.complexfloating):
-        raise TypeError("%s must hold real numbers, got dtype %s" % (name, a.dtype))
-    if dim is not None and a.shape[1] != dim:
-        raise ValueError("%s has dimension %d, but the store's dimension is %d" % (name, a.shape[1], dim))
-    if not np.isfinite(a).all():
-        raise ValueError("%s contains NaN or infinite values" % name)
-    return a
-
-
 def _check_keys(keys, name: str = "keys") -> list[str]:
-    if isinstance(keys, str):
-        raise TypeError("%s must be a sequence of sense keys, got a single str %r" % (name, keys))
-    keys = list(keys)
+    keys = check_string_batch(keys, name, allow_empty_batch=True)
     for k in keys:
-        if not isinstance(k, str) or not k or any(c.isspace() for c in k):
+        if not k or any(c.isspace() for c in k):
             raise ValueError("%s must be non-empty strings without whitespace, got %r" % (name, k))
     return keys
 
 
-def _unit_rows(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(N, H) -> unit rows (N, H) float32 C-contiguous (zero rows stay zero) and norms (N,) float64."""
-    a64 = np.asarray(a, dtype=np.float64)
-    norms = np.sqrt(np.einsum("ij,ij->i", a64, a64))
-    unit = a64 / np.where(norms > _TINY, norms, 1.0)[:, None]
-    unit[norms <= _TINY] = 0.0
-    return np.ascontiguousarray(unit, dtype=np.float32), norms
+def _unit(vectors, name: str) -> np.ndarray:
+    """(N, H) -> unit rows (N, H) float32 C-contiguous; zero rows stay zero (they score 0, see ctxemb._validation)."""
+    return unit_rows(vectors, name, zero="keep", dtype=np.float32)
+
+
+def _unit_and_norms(means: np.ndarray, name: str) -> tuple[np.ndarray, np.ndarray]:
+    """(N, H) means -> their unit rows (N, H) float32 and norms (N,) float64: together the store's form of a mean."""
+    m = np.asarray(means, dtype=np.float64)
+    return _unit(m, name), np.sqrt(np.einsum("ij,ij->i", m, m))
 
 
 @dataclass(frozen=True)
@@ -118,8 +105,7 @@ class QueryTransform:
     n_copies: int = 1
 
     def __post_init__(self):
-        if not isinstance(self.input_dim, (int, np.integer)) or self.input_dim < 1:
-            raise ValueError("input_dim must be a positive int, got %r" % (self.input_dim,))
+        object.__setattr__(self, "input_dim", check_int(self.input_dim, "input_dim", low=1))
         if (self.mean is None) != (self.scale is None):
             raise ValueError("mean and scale must be given together (got only one of them)")
         for name in ("mean", "scale"):
@@ -131,8 +117,7 @@ class QueryTransform:
                 object.__setattr__(self, name, v)
         if self.scale is not None and not (self.scale > 0).all():
             raise ValueError("scale must be positive in every dimension")
-        if not isinstance(self.n_copies, (int, np.integer)) or self.n_copies < 1:
-            raise ValueError("n_copies must be an int >= 1, got %r" % (self.n_copies,))
+        object.__setattr__(self, "n_copies", check_int(self.n_copies, "n_copies", low=1))
 
     @property
     def output_dim(self) -> int:
@@ -144,7 +129,7 @@ class QueryTransform:
 
     def standardize(self, vectors) -> np.ndarray:
         """(N, H_in) -> (N, H_in) float32, standardised if this transform standardises (else a float32 copy)."""
-        x = _check_matrix(vectors, "vectors", self.input_dim)
+        x = check_finite_matrix(vectors, "vectors", dim=self.input_dim, dim_text="the transform's input dimension")
         if self.mean is None:
             return np.array(x, dtype=np.float32)
         return ((np.asarray(x, dtype=np.float64) - self.mean) / self.scale).astype(np.float32)
@@ -155,7 +140,7 @@ class QueryTransform:
         single = a.ndim == 1
         z = self.standardize(a[None, :] if single else a)
         if self.n_copies > 1:
-            z = np.tile(_unit_rows(z)[0], (1, self.n_copies))
+            z = np.tile(_unit(z, "vectors"), (1, self.n_copies))
         return z[0] if single else z
 
     def describe(self) -> dict[str, Any]:
@@ -203,8 +188,7 @@ class SenseStore:
         metadata: Mapping[str, Any] | None = None,
         query_transform: QueryTransform | None = None,
     ):
-        if not isinstance(dim, (int, np.integer)) or dim < 1:
-            raise ValueError("dim must be a positive int, got %r" % (dim,))
+        dim = check_int(dim, "dim", low=1)
         if query_transform is not None and query_transform.output_dim != dim:
             raise ValueError(
                 "query_transform outputs dimension %d, but the store's dimension is %d"
@@ -321,7 +305,7 @@ class SenseStore:
     def _checked_ids(self, keys, vectors, name: str) -> tuple[list[str], np.ndarray, np.ndarray]:
         """Validate an update and return (keys, int64 ids with new keys created, (N, H) vectors)."""
         keys = _check_keys(keys)
-        a = _check_matrix(vectors, name, self.dim)
+        a = check_finite_matrix(vectors, name, dim=self.dim, dim_text=_STORE_DIM)
         if len(keys) != a.shape[0]:
             raise ValueError("got %d keys but %d vectors; they must match one to one" % (len(keys), a.shape[0]))
         if not keys:
@@ -366,8 +350,7 @@ class SenseStore:
         Raises:
             ValueError: repeated keys, bad shapes or values, unknown origin.
         """
-        if origin not in _ORIGIN_CODE:
-            raise ValueError("origin must be one of %s, got %r" % (ORIGINS, origin))
+        check_choice(origin, "origin", ORIGINS)
         keys = _check_keys(keys)
         if len(set(keys)) != len(keys):
             raise ValueError("set_vectors needs distinct keys; got %d repeats" % (len(keys) - len(set(keys))))
@@ -378,7 +361,7 @@ class SenseStore:
         self._write(ids, a, c, _ORIGIN_CODE[origin])
 
     def _write(self, ids: np.ndarray, means: np.ndarray, counts: np.ndarray, origin: int) -> None:
-        unit, norms = _unit_rows(means)
+        unit, norms = _unit_and_norms(means, "vectors")
         self._unit[ids] = unit
         self._norms[ids] = norms
         self._counts[ids] = counts
@@ -394,10 +377,10 @@ class SenseStore:
         """
         n = len(self)
         means = self._unit[:n].astype(np.float64) * self._norms[:n, None]
-        new = _check_matrix(fn(means), "fn(means)", None)
+        new = check_finite_matrix(fn(means), "fn(means)")
         if new.shape[0] != n:
             raise ValueError("fn must keep the number of rows (%d), got %d" % (n, new.shape[0]))
-        unit, norms = _unit_rows(new)
+        unit, norms = _unit_and_norms(new, "fn(means)")
         self.dim = new.shape[1]
         self._unit, self._norms = unit, norms
         self._counts, self._origins = self._counts[:n].copy(), self._origins[:n].copy()
@@ -408,7 +391,7 @@ class SenseStore:
     def prepare_queries(self, vectors) -> np.ndarray:
         """Apply ``query_transform`` to raw embeddings: (N, H_in) -> (N, H) float32 (identity if None)."""
         if self.query_transform is None:
-            a = _check_matrix(np.atleast_2d(vectors), "vectors", self.dim)
+            a = check_finite_matrix(np.atleast_2d(vectors), "vectors", dim=self.dim, dim_text=_STORE_DIM)
             return np.array(a, dtype=np.float32).reshape(np.shape(vectors))
         return self.query_transform(vectors)
 
@@ -430,7 +413,7 @@ class SenseStore:
         v = np.asarray(vector)
         if v.ndim != 1:
             raise ValueError("vector must be 1-D (H,), got shape %s" % (v.shape,))
-        q = _unit_rows(_check_matrix(v[None, :], "vector", self.dim))[0][0]
+        q = _unit(check_finite_matrix(v[None, :], "vector", dim=self.dim, dim_text=_STORE_DIM), "vector")[0]
         ids = self.ids(candidate_keys)
         return self._unit[ids] @ q
 
@@ -459,11 +442,11 @@ class SenseStore:
         """
         if len(self) == 0:
             raise ValueError("cannot search an empty SenseStore (add senses first)")
-        if not isinstance(k, (int, np.integer)) or not 1 <= k <= len(self):
-            raise ValueError("k must be an int in [1, %d] (the number of senses), got %r" % (len(self), k))
+        k = check_int(k, "k", low=1, high=len(self), high_text="the number of senses")
         a = np.asarray(vectors)
         single = a.ndim == 1
-        q, _ = _unit_rows(_check_matrix(a[None, :] if single else a, "vectors", self.dim))
+        q = check_finite_matrix(a[None, :] if single else a, "vectors", dim=self.dim, dim_text=_STORE_DIM)
+        q = _unit(q, "vectors")  # (N, H)
         scores, ids = self._faiss_index().search(q, int(k))
         keys = [[self._keys[i] for i in row] for row in ids]
         return (scores[0], keys[0]) if single else (scores, keys)

@@ -1,0 +1,289 @@
+"""The corpus pass: one embedder over a sense-annotated corpus (SemCor), giving raw sense centroids (J&M eq. 11.8).
+
+Shapes: S sentences, W_s words of sentence s, H the embedder's dimension.
+
+:func:`embed_corpus` is the expensive step of building a sense store; :class:`CorpusEmbeddings` holds its result
+so that several :class:`~ctxemb.wsd.build.BuildConfig` configurations can be built from one pass (the benchmark
+does this), and :meth:`CorpusEmbeddings.save` keeps it on disk. :func:`embedder_words` says how a corpus's words
+reach the embedder (the ``multiword`` option, shared with the disambiguator).
+
+On disk a corpus pass is a directory, written atomically::
+
+    corpus.json        format version, the (lemma, POS) pairs annotated, embedder configuration, multiword mode, stats
+    store/             a SenseStore of the raw centroids (origin ``corpus``, with occurrence counts)
+    standardizer.npz   the Standardizer fitted on every word vector of the embedded sentences (if one was fitted)
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Literal, Sequence
+
+import numpy as np
+
+from ctxemb._validation import check_choice
+from ctxemb.geometry.postprocessing import Standardizer
+from ctxemb.paths import atomic_directory
+from ctxemb.protocols import EmbedderLike, embedder_config_dict
+from ctxemb.wsd.corpus import Corpus, Sentence
+from ctxemb.wsd.sense_store import SenseStore
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "MULTIWORD_MODES",
+    "MultiwordMode",
+    "CorpusEmbeddings",
+    "embed_corpus",
+    "embedder_words",
+    "extend_corpus_embeddings",
+    "check_word_vectors",
+    "copy_as_corpus_vectors",
+]
+
+MultiwordMode = Literal["space", "underscore"]
+# How a ``_``-joined multiword token (``New_York``) reaches the embedder: "space" passes the word "New York" (its
+# subwords are pooled into one vector), "underscore" passes it unchanged.
+MULTIWORD_MODES: tuple[MultiwordMode, ...] = ("space", "underscore")
+CORPUS_FORMAT_VERSION = 1
+
+
+def embedder_words(words: Sequence[str], multiword: MultiwordMode = "space") -> list[str]:
+    """The words handed to the embedder: with ``multiword="space"``, ``New_York`` becomes ``New York``."""
+    if multiword == "space":
+        return [w.replace("_", " ") if "_" in w and w.strip("_") else w for w in words]
+    return list(words)
+
+
+def check_word_vectors(out: Sequence[np.ndarray], sentences: Sequence[Sequence[str]]) -> None:
+    """Check ``embed_words``'s output: one (W_s, H) array per sentence.
+
+    Raises:
+        ValueError: a different number of arrays, or an array that is not 2-D with one row per word.
+    """
+    if len(out) != len(sentences):
+        raise ValueError("embedder.embed_words returned %d arrays for %d sentences" % (len(out), len(sentences)))
+    for arr, words in zip(out, sentences):
+        if arr.ndim != 2 or arr.shape[0] != len(words):
+            raise ValueError(
+                "embedder.embed_words returned shape %s for a sentence of %d words (expected (W, H))"
+                % (arr.shape, len(words))
+            )
+
+
+@dataclass
+class CorpusEmbeddings:
+    """The result of one pass of an embedder over a sense-annotated corpus.
+
+    Attributes:
+        store: raw sense centroids (no post-processing), origin ``corpus``.
+        standardizer: fitted on every word embedding of the embedded sentences (``mean_``, ``scale_``), or None.
+        lemma_pos: the (lemma, POS) pairs of the corpus's instances.
+        embedder_config: the embedder's ``config.to_dict()``.
+        multiword: how multiword tokens were passed (see :func:`embedder_words`).
+        stats: corpus name, sentence/instance/word counts, seconds, sentences per second.
+    """
+
+    store: SenseStore
+    standardizer: Standardizer | None
+    lemma_pos: set[tuple[str, str]]
+    embedder_config: dict[str, Any]
+    multiword: MultiwordMode
+    stats: dict[str, Any] = field(default_factory=dict)
+
+    def save(self, directory: str | os.PathLike) -> Path:
+        """Write the corpus pass to a directory, atomically, so that configurations can be built later without
+        embedding the corpus again (``store/`` = a :class:`SenseStore`, ``standardizer.npz``, ``corpus.json``).
+
+        Returns:
+            The directory.
+        """
+        directory = Path(directory)
+        with atomic_directory(directory) as tmp:
+            self.store.save(tmp / "store")
+            if self.standardizer is not None:
+                self.standardizer.save(tmp / "standardizer.npz")
+            info = {
+                "format_version": CORPUS_FORMAT_VERSION,
+                "lemma_pos": sorted([list(lp) for lp in self.lemma_pos], key=lambda lp: (lp[0] or "", lp[1] or "")),
+                "embedder_config": self.embedder_config,
+                "multiword": self.multiword,
+                "stats": self.stats,
+            }
+            (tmp / "corpus.json").write_text(json.dumps(info, indent=1) + "\n", encoding="utf-8")
+        return directory
+
+    @classmethod
+    def load(cls, directory: str | os.PathLike) -> "CorpusEmbeddings":
+        """Read a corpus pass written by :meth:`save`.
+
+        Raises:
+            FileNotFoundError: ``directory`` or its ``corpus.json`` is missing.
+            ValueError: an unsupported format version.
+        """
+        directory = Path(directory)
+        if not (directory / "corpus.json").is_file():
+            raise FileNotFoundError("%s is not a saved CorpusEmbeddings directory: corpus.json is missing" % directory)
+        info = json.loads((directory / "corpus.json").read_text(encoding="utf-8"))
+        if info.get("format_version") != CORPUS_FORMAT_VERSION:
+            raise ValueError("%s has CorpusEmbeddings format version %r; this ctxemb reads version %d"
+                             % (directory, info.get("format_version"), CORPUS_FORMAT_VERSION))
+        std_path = directory / "standardizer.npz"
+        return cls(
+            store=SenseStore.load(directory / "store"),
+            standardizer=Standardizer.load(std_path) if std_path.is_file() else None,
+            lemma_pos={tuple(lp) for lp in info["lemma_pos"]},
+            embedder_config=info["embedder_config"],
+            multiword=info["multiword"],
+            stats=info["stats"],
+        )
+
+
+def copy_as_corpus_vectors(store: SenseStore) -> SenseStore:
+    """A new store with ``store``'s mean vectors and counts, all of origin ``corpus`` (``store`` is not modified).
+
+    The builder starts every configuration from such a copy, so one corpus pass serves several configurations.
+    """
+    out = SenseStore(store.dim)
+    keys = list(store.keys)
+    if keys:
+        out.set_vectors(keys, store.vectors(keys), origin="corpus", counts=store.counts(keys))
+    return out
+
+
+def _accumulate(sentences, outputs, store: SenseStore, standardizer, lemma_pos: set) -> tuple[int, int]:
+    """Add each instance's vector under its gold keys and feed all word vectors to the standardizer.
+
+    Returns:
+        (instances added, words seen).
+    """
+    keys, rows = [], []
+    n_instances = n_words = 0
+    for s, vecs in zip(sentences, outputs):
+        for inst in s.instances:
+            lemma_pos.add((inst.lemma, inst.pos))
+            for k in inst.gold_keys:
+                keys.append(k)
+                rows.append(vecs[inst.position])
+            n_instances += 1
+        n_words += vecs.shape[0]
+    if keys:
+        store.add(keys, np.stack(rows))
+    if standardizer is not None and outputs:
+        standardizer.partial_fit(np.concatenate(outputs, axis=0))
+    return n_instances, n_words
+
+
+def extend_corpus_embeddings(base: CorpusEmbeddings, sentences: Sequence[Sentence],
+                             word_vectors: Sequence[np.ndarray]) -> CorpusEmbeddings:
+    """A new :class:`CorpusEmbeddings`: ``base`` plus sentences that were already embedded with the same embedder.
+
+    Used by the benchmark: SemCor minus a held-out split is embedded once; the held-out split is embedded once for
+    evaluation; adding those vectors gives the full-SemCor centroids without a second pass over the corpus. The
+    result equals one pass over all the sentences (running means and exact partial standardisation).
+
+    Args:
+        base: the first pass (not modified).
+        sentences: S sentences with instances and gold keys.
+        word_vectors: S arrays (W_s, H), the embedder's output for those sentences.
+    """
+    if len(sentences) != len(word_vectors):
+        raise ValueError("sentences (%d) and word_vectors (%d) must have the same length"
+                         % (len(sentences), len(word_vectors)))
+    store = copy_as_corpus_vectors(base.store)
+    standardizer = copy.deepcopy(base.standardizer)
+    lemma_pos = set(base.lemma_pos)
+    pairs = [(s, v) for s, v in zip(sentences, word_vectors) if s.instances]
+    n_instances, n_words = _accumulate([s for s, _ in pairs], [v for _, v in pairs], store, standardizer, lemma_pos)
+    stats = dict(base.stats)
+    for name, extra in (("n_sentences", len(pairs)), ("n_instances", n_instances), ("n_words", n_words)):
+        if name in stats:
+            stats[name] += extra
+    return CorpusEmbeddings(store=store, standardizer=standardizer, lemma_pos=lemma_pos,
+                            embedder_config=base.embedder_config, multiword=base.multiword, stats=stats)
+
+
+def embed_corpus(
+    corpus: Corpus | Iterable[Sentence],
+    embedder: EmbedderLike,
+    *,
+    multiword: MultiwordMode = "space",
+    standardize: bool = True,
+    max_sentences: int | None = None,
+    batch_size: int = 32,
+    chunk_sentences: int = 1024,
+    show_progress_bar: bool = True,
+) -> CorpusEmbeddings:
+    """Embed every training sentence that has instances and average the vectors of each gold sense.
+
+    Each instance's vector is added under every one of its gold keys (SemCor has one; some sets have several).
+    Sentences without instances are skipped.
+
+    Args:
+        corpus: the training corpus (or its sentences).
+        embedder: an :class:`~ctxemb.protocols.EmbedderLike` with ``dim``: ``embed_words(sentences,
+            batch_size=..., show_progress_bar=...)`` returns one (W, H) array per sentence; its configuration is
+            recorded (see :func:`~ctxemb.protocols.embedder_config_dict`).
+        multiword: one of :data:`MULTIWORD_MODES` (see :func:`embedder_words`).
+        standardize: also fit standardisation statistics on all word vectors (cheap; needed for
+            ``BuildConfig(standardize=True)``).
+        max_sentences: stop after this many sentences with instances.
+        batch_size: passed to the embedder.
+        chunk_sentences: sentences per ``embed_words`` call.
+        show_progress_bar: tqdm bar over sentences.
+
+    Returns:
+        A :class:`CorpusEmbeddings`.
+
+    Raises:
+        ValueError: an unknown ``multiword``, a corpus without instances with gold keys, or embedder output of
+            the wrong shape.
+        TypeError: the embedder has no usable ``config``.
+    """
+    from tqdm.auto import tqdm
+
+    check_choice(multiword, "multiword", MULTIWORD_MODES)
+    name = corpus.name if isinstance(corpus, Corpus) else "corpus"
+    sentences = [s for s in (corpus.sentences() if isinstance(corpus, Corpus) else corpus) if s.instances]
+    if max_sentences is not None:
+        sentences = sentences[:max_sentences]
+    if not any(i.gold_keys for s in sentences for i in s.instances):
+        raise ValueError("corpus %r has no instances with gold keys to build sense vectors from" % name)
+    dim = int(embedder.dim)
+    store = SenseStore(dim)
+    standardizer = Standardizer() if standardize else None
+    lemma_pos: set[tuple[str, str]] = set()
+    n_instances = n_words = 0
+    t0 = time.perf_counter()
+    bar = tqdm(total=len(sentences), desc="embedding corpus", unit="sent", disable=not show_progress_bar)
+    for start in range(0, len(sentences), chunk_sentences):
+        chunk = sentences[start : start + chunk_sentences]
+        words = [embedder_words(s.words, multiword) for s in chunk]
+        out = embedder.embed_words(words, batch_size=batch_size, show_progress_bar=False)
+        check_word_vectors(out, words)
+        ni, nw = _accumulate(chunk, out, store, standardizer, lemma_pos)
+        n_instances += ni
+        n_words += nw
+        bar.update(len(chunk))
+    bar.close()
+    seconds = time.perf_counter() - t0
+    stats = dict(
+        corpus=name,
+        n_sentences=len(sentences),
+        n_instances=n_instances,
+        n_words=n_words,
+        n_corpus_senses=len(store),
+        seconds_embedding=seconds,
+        sentences_per_second=len(sentences) / max(seconds, 1e-9),
+    )
+    logger.info(
+        "embedded %d sentences (%d instances, %d senses) in %.1f s (%.1f sentences/s)",
+        len(sentences), n_instances, len(store), seconds, stats["sentences_per_second"],
+    )
+    return CorpusEmbeddings(store, standardizer, lemma_pos, embedder_config_dict(embedder), multiword, stats)
