@@ -34,6 +34,7 @@ import os
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import argparse
+import dataclasses
 import gc
 import json
 import logging
@@ -49,7 +50,7 @@ import faiss  # noqa: E402 - after OMP_WAIT_POLICY
 import numpy as np  # noqa: E402
 
 from ctxemb.paths import atomic_write  # noqa: E402
-from ctxemb.search import SemanticIndex  # noqa: E402
+from ctxemb.search import FlatParams, HNSWParams, IndexParams, IVFPQParams, SemanticIndex  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 logger = logging.getLogger("benchmarks.search")
@@ -170,12 +171,13 @@ def timed_search(index: SemanticIndex, queries: np.ndarray, k: int, repeats: int
     return best, result
 
 
-def build(kind: str, x: np.ndarray, ids: list[str], workdir: Path, **params):
+def build(x: np.ndarray, ids: list[str], workdir: Path, params: IndexParams):
     gc.collect()
     rss0 = rss_mb()
     t0 = time.perf_counter()
-    directory = workdir / ("ondisk-%s" % kind) if params.get("on_disk") else None
-    index = SemanticIndex(x.shape[1], kind=kind, directory=directory, **params)
+    kind = params.kind
+    directory = workdir / ("ondisk-%s" % kind) if getattr(params, "on_disk", False) else None
+    index = SemanticIndex(x.shape[1], params=params, directory=directory)
     index.add(ids, x, show_progress_bar=False)
     build_s = time.perf_counter() - t0
     gc.collect()
@@ -210,7 +212,7 @@ def bench_size(n: int, args, workdir: Path) -> list[dict]:
         return r
 
     # exact baseline and ground truth
-    index, build_s, rss, size = build("flat", x, ids, workdir)
+    index, build_s, rss, size = build(x, ids, workdir, FlatParams())
     truth_scores, truth = index.search_array(queries, k + 1)
     gap = truth_scores[:, k - 1] - truth_scores[:, k]  # between the true k-th and (k+1)-th neighbours
     near_ties = float(np.mean(gap < TIE_EPSILON))
@@ -226,7 +228,8 @@ def bench_size(n: int, args, workdir: Path) -> list[dict]:
 
     if "hnsw" in args.kinds:
         hp = {"hnsw_m": args.hnsw_m, "ef_construction": args.ef_construction}
-        index, build_s, rss, size = build("hnsw", x, ids, workdir, **hp)
+        hnsw_params = HNSWParams(m=args.hnsw_m, ef_construction=args.ef_construction)
+        index, build_s, rss, size = build(x, ids, workdir, hnsw_params)
         for ef in args.ef_search:
             seconds, result = timed_search(index, queries, k, args.repeats, ef_search=ef)
             row("hnsw", dict(hp, ef_search=ef), build_s, rss, size, seconds, result)
@@ -235,8 +238,9 @@ def bench_size(n: int, args, workdir: Path) -> list[dict]:
 
     nlist = args.nlist or max(1, min(2 ** round(math.log2(4 * math.sqrt(n))), n // 39))
     ip = {"nlist": nlist, "pq_m": args.pq_m, "nbits": 8}
+    ivf_params = IVFPQParams(**ip)
     if "ivfpq" in args.kinds:
-        index, build_s, rss, size = build("ivfpq", x, ids, workdir, **ip)
+        index, build_s, rss, size = build(x, ids, workdir, ivf_params)
         for nprobe in args.nprobe:
             if nprobe > nlist:
                 continue
@@ -247,7 +251,7 @@ def bench_size(n: int, args, workdir: Path) -> list[dict]:
         gc.collect()
 
     if "ivfpq-ondisk" in args.kinds:
-        index, build_s, rss, size = build("ivfpq", x, ids, workdir, on_disk=True, **ip)
+        index, build_s, rss, size = build(x, ids, workdir, dataclasses.replace(ivf_params, on_disk=True))
         kf = args.ondisk_k_factor
         for nprobe in args.nprobe:
             if nprobe > nlist:
@@ -276,10 +280,10 @@ def neighbour_stats(x: np.ndarray, q: np.ndarray, name: str) -> dict:
            "top10_cos": round(float(scores[:, 9].mean()), 3),
            "random_pair_cos": round(float(np.einsum("nh,nh->n", x[a], x[b]).mean()), 3), "lid_mle": round(lid, 1)}
     truth = truth[:, :10]
-    hnsw = SemanticIndex(x.shape[1], kind="hnsw", hnsw_m=32, ef_construction=100).add(ids, x, show_progress_bar=False)
+    hnsw = SemanticIndex(x.shape[1], params=HNSWParams(m=32, ef_construction=100)).add(ids, x, show_progress_bar=False)
     for ef in (16, 32, 64):
         out["hnsw_ef%d" % ef] = round(recall_at_k(hnsw.search_array(q, 10, ef_search=ef)[1], truth), 3)
-    ivf = SemanticIndex(x.shape[1], kind="ivfpq", nlist=256, pq_m=48).add(ids, x, show_progress_bar=False)
+    ivf = SemanticIndex(x.shape[1], params=IVFPQParams(nlist=256, pq_m=48)).add(ids, x, show_progress_bar=False)
     for nprobe in (4, 8, 16):
         out["ivfpq256_nprobe%d" % nprobe] = round(recall_at_k(ivf.search_array(q, 10, nprobe=nprobe)[1], truth), 3)
     logger.info("%s", json.dumps(out))

@@ -21,6 +21,7 @@ from ctxemb.registry import DEFAULT_MODEL
 from ctxemb.search import (
     INDEX_KINDS,
     SemanticIndex,
+    make_params,
     build_sentence_index,
     build_word_index,
     query_sentences,
@@ -63,15 +64,22 @@ def _read_corpus(path: Path) -> tuple[list[str], list[int]]:
     return texts, lines
 
 
+# The build flags that set each kind's parameters: parameter field -> argparse destination.
+_PARAM_FLAGS = {
+    "hnsw": {"m": "hnsw_m", "ef_construction": "ef_construction", "ef_search": "ef_search"},
+    "ivfpq": {name: name for name in ("nlist", "pq_m", "nbits", "nprobe", "k_factor")},
+}
+
+
 def _index_kwargs(args: argparse.Namespace) -> dict[str, Any]:
-    kwargs = {"kind": args.kind}
-    for name in ("hnsw_m", "ef_construction", "ef_search", "nlist", "pq_m", "nbits", "nprobe", "k_factor"):
-        value = getattr(args, name)
-        if value is not None:
-            kwargs[name] = value
+    """``kind``, ``params`` and ``directory`` for the index builders; flags of another kind are ignored."""
+    params_kind = "ivfpq" if args.on_disk else args.kind  # --on-disk with another kind is refused by the index
+    fields = {field: getattr(args, dest) for field, dest in _PARAM_FLAGS.get(params_kind, {}).items()
+              if getattr(args, dest) is not None}
     if args.on_disk:
-        kwargs.update(on_disk=True, directory=args.out)
-    return kwargs
+        fields["on_disk"] = True
+    return {"kind": args.kind, "params": make_params(params_kind, **fields),
+            "directory": args.out if args.on_disk else None}
 
 
 def run_build(args: argparse.Namespace) -> int:

@@ -10,15 +10,14 @@ import numpy as np
 import pytest
 
 from ctxemb.geometry import (
+    PLOT_NAMES,
     AnalysisResult,
-    add_analyze_subparser,
     analyze,
     default_corpus_path,
     format_analysis_table,
     read_corpus,
-    run_analyze,
 )
-from ctxemb.geometry.analysis import PLOT_NAMES
+from ctxemb.geometry.analysis import add_analyze_subparser, run_analyze  # the CLI block (moves to ctxemb.cli.analyze)
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 ROGUE_DIM = 5

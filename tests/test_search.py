@@ -11,6 +11,7 @@ import pytest
 
 from ctxemb.search import (
     Hit,
+    IVFPQParams,
     SemanticIndex,
     build_sentence_index,
     build_word_index,
@@ -58,9 +59,10 @@ def recall(found: np.ndarray, truth: np.ndarray) -> float:
 
 def make_index(kind: str, d: int, tmp_path=None, **kw) -> SemanticIndex:
     if kind == "ivfpq-ondisk":
-        return SemanticIndex(d, kind="ivfpq", on_disk=True, directory=tmp_path / "ondisk", **IVF, **kw)
+        return SemanticIndex(d, kind="ivfpq", params=IVFPQParams(on_disk=True, **IVF), directory=tmp_path / "ondisk",
+                             **kw)
     if kind == "ivfpq":
-        return SemanticIndex(d, kind="ivfpq", **IVF, **kw)
+        return SemanticIndex(d, kind="ivfpq", params=IVFPQParams(**IVF), **kw)
     return SemanticIndex(d, kind=kind, **kw)
 
 
@@ -158,8 +160,8 @@ def test_search_options_are_checked_per_kind():
 def test_ivfpq_training_errors_and_explicit_train():
     x = clustered(2000, 32)
     with pytest.raises(ValueError, match="needs at least 64 vectors"):
-        SemanticIndex(32, kind="ivfpq", **IVF).add([str(i) for i in range(40)], x[:40])
-    index = SemanticIndex(32, kind="ivfpq", **IVF)
+        SemanticIndex(32, kind="ivfpq", params=IVFPQParams(**IVF)).add([str(i) for i in range(40)], x[:40])
+    index = SemanticIndex(32, kind="ivfpq", params=IVFPQParams(**IVF))
     assert not index.is_trained
     index.train(x)
     assert index.is_trained and len(index) == 0
@@ -288,10 +290,10 @@ def test_ondisk_index_lives_in_its_directory_and_survives_a_move(tmp_path):
     x = clustered(2000, 32, seed=12)
     ids = [str(i) for i in range(2000)]
     d = tmp_path / "a"
-    index = SemanticIndex(32, kind="ivfpq", on_disk=True, directory=d, **IVF).add(ids, x)
+    index = SemanticIndex(32, kind="ivfpq", params=IVFPQParams(on_disk=True, **IVF), directory=d).add(ids, x)
     assert (d / "lists.ivfdata").exists() and (d / "vectors.f32").stat().st_size == 2000 * 32 * 4
     with pytest.raises(FileExistsError):
-        SemanticIndex(32, kind="ivfpq", on_disk=True, directory=d, **IVF)
+        SemanticIndex(32, kind="ivfpq", params=IVFPQParams(on_disk=True, **IVF), directory=d)
     index.save()
     d0, i0 = index.search_array(x[:10], 5)
     moved = tmp_path / "b"
@@ -347,11 +349,11 @@ def test_bad_inputs_give_clear_errors(tmp_path):
     with pytest.raises(TypeError, match="dim must be an int"):
         SemanticIndex(8.0)
     with pytest.raises(ValueError, match=r"pq_m \(5\) must divide the dimension dim \(8\)"):
-        SemanticIndex(8, kind="ivfpq", pq_m=5)
+        SemanticIndex(8, kind="ivfpq", params=IVFPQParams(pq_m=5))
     with pytest.raises(ValueError, match="on_disk=True needs kind='ivfpq'"):
-        SemanticIndex(8, on_disk=True, directory=tmp_path)
+        SemanticIndex(8, kind="flat", params=IVFPQParams(on_disk=True), directory=tmp_path)
     with pytest.raises(ValueError, match="needs directory="):
-        SemanticIndex(8, kind="ivfpq", on_disk=True)
+        SemanticIndex(8, kind="ivfpq", params=IVFPQParams(on_disk=True))
     index = SemanticIndex(8)
     with pytest.raises(ValueError, match="the index is empty"):
         index.search(x[:1], 3)
@@ -461,7 +463,7 @@ def test_helpers_check_arguments_before_embedding():
     with pytest.raises(ValueError, match="ids must be unique"):
         build_sentence_index(emb, SENTENCES[:2], ["a", "a"])
     with pytest.raises(ValueError, match="needs kind='ivfpq'"):
-        build_word_index(emb, [s.split() for s in SENTENCES], "bank", on_disk=True)
+        build_word_index(emb, [s.split() for s in SENTENCES], "bank", kind="flat", params=IVFPQParams(on_disk=True))
     assert emb.calls == []  # nothing was embedded
 
 

@@ -3,11 +3,12 @@
 :func:`analyze` embeds a small corpus once with every hidden state (``layer_pooling="stack"``), then for each layer
 0..L (0 = embedding output, L = last layer) reports the anisotropy of the word vectors raw and after each
 post-processing (fitted on that layer's vectors), the top rogue dimensions and their share of the cosine, and the
-informativity of the cosine without them. It writes ``analysis.json`` and three PNG plots, and returns an
-:class:`AnalysisResult`. :func:`add_analyze_subparser` / :func:`run_analyze` are the ``ctxemb analyze`` command.
+informativity of the cosine without them. It writes ``analysis.json`` and three PNG plots (:mod:`.plots`), and
+returns an :class:`~ctxemb.geometry.results.AnalysisResult`; :func:`format_analysis_table` turns it into a markdown
+table.
 
-The embedder is used only through ``embed_words`` and ``num_layers`` (and ``config.to_dict()`` when present);
-this module never imports a model.
+The embedder (a :class:`ctxemb.protocols.EmbedderLike`) is used only through ``embed_words`` and ``num_layers``
+(and ``config.to_dict()`` when present); this module never imports a model.
 
 Shape legend:
     S  sentences in the corpus
@@ -19,14 +20,12 @@ Shape legend:
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import math
 import os
 import string
 import warnings
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -36,20 +35,18 @@ from tqdm.auto import tqdm
 
 from ctxemb._validation import check_int
 from ctxemb.geometry.isotropy import anisotropy
+from ctxemb.geometry.plots import require_matplotlib, write_plots
 from ctxemb.geometry.postprocessing import POSTPROCESSORS, make_postprocessor
+from ctxemb.geometry.results import AnalysisResult, LayerGeometry, WordInstance
 from ctxemb.geometry.rogue import informativity, rogue_dimensions
 from ctxemb.paths import atomic_write, repo_data_dir
+from ctxemb.protocols import EmbedderLike
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_WORDS: tuple[str, ...] = ("bank", "die", "mouse")
 DEFAULT_POSTPROCESSORS: tuple[str, ...] = ("standardize", "center", "abtt", "whiten")
 JSON_NAME = "analysis.json"
-PLOT_NAMES = {
-    "anisotropy": "anisotropy_by_layer.png",
-    "rogue_dimensions": "rogue_dimensions_by_layer.png",
-    "word_projection": "word_projection.png",
-}
 
 
 def default_corpus_path() -> Path:
@@ -77,113 +74,6 @@ def read_corpus(path: str | os.PathLike | None = None) -> list[list[str]]:
     if not sentences:
         raise ValueError("corpus file %s holds no sentences" % path)
     return sentences
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# Results
-
-
-@dataclass
-class LayerGeometry:
-    """The geometry of the word vectors of one hidden-state layer.
-
-    Attributes:
-        layer: hidden-state index (0 = embedding output, L = last layer).
-        n_vectors: number of word vectors N.
-        anisotropy: mean cosine of distinct pairs, by post-processing name; "none" is the raw vectors. NaN where
-            the post-processing could not be fitted (see ``errors``).
-        top_dims: indices of the (up to) 3 dimensions with the largest contribution to the raw cosine.
-        top_dim_shares: their shares of the raw anisotropy, same order.
-        share_top1: share of the top dimension.
-        share_top3: summed share of the top 3 dimensions.
-        informativity_top1: r^2 between raw cosines and cosines without the top dimension.
-        informativity_top3: the same without the top 3 dimensions.
-        errors: post-processing name -> why it failed on this layer.
-        notes: post-processing name -> warnings raised while fitting it (e.g. whitening a rank-deficient layer).
-    """
-
-    layer: int
-    n_vectors: int
-    anisotropy: dict[str, float]
-    top_dims: list[int]
-    top_dim_shares: list[float]
-    share_top1: float
-    share_top3: float
-    informativity_top1: float
-    informativity_top3: float
-    errors: dict[str, str] = field(default_factory=dict)
-    notes: dict[str, str] = field(default_factory=dict)
-
-
-@dataclass
-class WordInstance:
-    """One occurrence of a chosen word, placed in the 2-D PCA projection of that word's instances.
-
-    Attributes:
-        word: the chosen word (lower-cased).
-        sentence_index: index of its sentence in the corpus.
-        word_index: its position in the sentence.
-        context: a few words around it, the word itself upper-cased.
-        x, y: coordinates on the first two principal components of the instances of this word.
-    """
-
-    word: str
-    sentence_index: int
-    word_index: int
-    context: str
-    x: float
-    y: float
-
-
-@dataclass
-class AnalysisResult:
-    """Everything :func:`analyze` measured.
-
-    Attributes:
-        layers: one :class:`LayerGeometry` per hidden state, 0..L.
-        postprocessors: the post-processing names, "none" first.
-        n_sentences: sentences in the corpus.
-        n_vectors: word vectors per layer.
-        hidden_size: H.
-        words: the words projected.
-        projection_layer: hidden-state index used for the projection, or None for the embedder's own pooling.
-        projection: the projected instances.
-        explained_variance_ratio: word -> variance ratio of its two principal components.
-        embedder_config: the embedder's ``config.to_dict()`` when it has one.
-        settings: pair count, seed and other knobs, for reproducing the run.
-        files: kind ("json", "anisotropy", "rogue_dimensions", "word_projection") -> path written.
-    """
-
-    layers: list[LayerGeometry]
-    postprocessors: list[str]
-    n_sentences: int
-    n_vectors: int
-    hidden_size: int
-    words: list[str]
-    projection_layer: int | None
-    projection: list[WordInstance]
-    explained_variance_ratio: dict[str, list[float]]
-    embedder_config: dict[str, Any] | None
-    settings: dict[str, Any]
-    files: dict[str, str] = field(default_factory=dict)
-
-    def to_dict(self) -> dict[str, Any]:
-        """A JSON-able dict; NaN becomes None."""
-        return _json_safe(asdict(self))
-
-
-def _json_safe(obj):
-    if isinstance(obj, dict):
-        return {str(k): _json_safe(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_json_safe(v) for v in obj]
-    if isinstance(obj, (np.integer,)):
-        return int(obj)
-    if isinstance(obj, (float, np.floating)):
-        return None if not math.isfinite(float(obj)) else float(obj)
-    if isinstance(obj, Path):
-        return str(obj)
-    return obj
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -307,7 +197,7 @@ def _layer_geometry(
 
 
 def analyze(
-    embedder,
+    embedder: EmbedderLike,
     corpus_sentences: Sequence[str] | Sequence[Sequence[str]],
     *,
     words: Sequence[str] = DEFAULT_WORDS,
@@ -365,7 +255,7 @@ def analyze(
             % (n_states, num_layers, projection_layer)
         )
     if plot and out_dir is not None:
-        _require_matplotlib()  # fail before the expensive part
+        require_matplotlib()  # fail before the expensive part
 
     outputs = embedder.embed_words(
         sentences,
@@ -451,7 +341,7 @@ def _project_words(embedder, sentences, vectors, positions, words, projection_la
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# Output: JSON, table, plots
+# Output: table and files
 
 
 def format_analysis_table(result: AnalysisResult) -> str:
@@ -473,120 +363,12 @@ def format_analysis_table(result: AnalysisResult) -> str:
     return "\n".join(lines)
 
 
-def _require_matplotlib():
-    """matplotlib's object-oriented API with the Agg canvas (no pyplot, so no global backend is changed)."""
-    try:
-        from matplotlib.backends.backend_agg import FigureCanvasAgg
-        from matplotlib.figure import Figure
-    except ImportError as e:
-        raise ImportError(
-            "plotting the analysis needs matplotlib; install the 'plot' extra (pip install 'ctxemb[plot]') "
-            "or pass plot=False"
-        ) from e
-    return Figure, FigureCanvasAgg
-
-
-def _save_png(fig, path: Path) -> None:
-    with atomic_write(path, "wb") as f:
-        fig.savefig(f, format="png", dpi=120)
-
-
-def _model_name(result: AnalysisResult) -> str:
-    cfg = result.embedder_config or {}
-    for key in ("model_name", "model", "name_or_path", "name"):
-        if isinstance(cfg.get(key), str):
-            return cfg[key]
-    return "encoder"
-
-
-def _plot_anisotropy(result: AnalysisResult, path: Path) -> None:
-    Figure, FigureCanvasAgg = _require_matplotlib()
-    fig = Figure(figsize=(7, 4.5), layout="constrained")
-    FigureCanvasAgg(fig)
-    ax = fig.add_subplot()
-    xs = [g.layer for g in result.layers]
-    for name in result.postprocessors:
-        ys = [g.anisotropy.get(name, float("nan")) for g in result.layers]
-        ax.plot(xs, ys, marker="o", label="raw" if name == "none" else name, linewidth=2.5 if name == "none" else 1.5)
-    ax.axhline(0.0, color="0.6", linewidth=0.8)
-    ax.set_xlabel("hidden-state layer (0 = embedding output)")
-    ax.set_ylabel("anisotropy (mean cosine of distinct word vectors)")
-    ax.set_title("Anisotropy by layer: %s (%d word vectors)" % (_model_name(result), result.n_vectors))
-    ax.set_xticks(xs)
-    ax.legend(title="post-processing")
-    ax.grid(alpha=0.3)
-    _save_png(fig, path)
-
-
-def _plot_rogue(result: AnalysisResult, path: Path) -> None:
-    Figure, FigureCanvasAgg = _require_matplotlib()
-    fig = Figure(figsize=(11, 4.5), layout="constrained")
-    FigureCanvasAgg(fig)
-    ax1, ax2 = fig.subplots(1, 2)
-    xs = [g.layer for g in result.layers]
-    ax1.plot(xs, [g.share_top1 for g in result.layers], marker="o", label="top-1 dimension")
-    ax1.plot(xs, [g.share_top3 for g in result.layers], marker="s", label="top-3 dimensions")
-    for g in result.layers:  # which dimension is on top, layer by layer
-        ax1.annotate("d%d" % g.top_dims[0], (g.layer, g.share_top1), textcoords="offset points", xytext=(0, 6),
-                     ha="center", fontsize=7)
-    ax1.set_xlabel("hidden-state layer")
-    ax1.set_ylabel("share of the expected cosine")
-    ax1.set_title("Rogue dimensions (Timkey & van Schijndel 2021)")
-    ax1.set_xticks(xs)
-    ax1.legend()
-    ax1.grid(alpha=0.3)
-    ax2.plot(xs, [g.informativity_top1 for g in result.layers], marker="o", label="without top-1")
-    ax2.plot(xs, [g.informativity_top3 for g in result.layers], marker="s", label="without top-3")
-    ax2.set_ylim(-0.02, 1.02)
-    ax2.set_xlabel("hidden-state layer")
-    ax2.set_ylabel("r² of cosines, full vs reduced")
-    ax2.set_title("Informativity of the remaining dimensions")
-    ax2.set_xticks(xs)
-    ax2.legend()
-    ax2.grid(alpha=0.3)
-    fig.suptitle(_model_name(result))
-    _save_png(fig, path)
-
-
-def _plot_projection(result: AnalysisResult, path: Path) -> None:
-    Figure, FigureCanvasAgg = _require_matplotlib()
-    shown = [w for w in result.words if w in result.explained_variance_ratio]
-    fig = Figure(figsize=(6.5 * len(shown), 6), layout="constrained")
-    FigureCanvasAgg(fig)
-    axes = np.atleast_1d(fig.subplots(1, len(shown)))
-    from matplotlib import colormaps
-
-    cmap = colormaps["tab20"]
-    where = "the embedder's pooled layers" if result.projection_layer is None else "layer %d" % result.projection_layer
-    for ax, word in zip(axes, shown):
-        pts = [p for p in result.projection if p.word == word]
-        # One colour per sentence (cycling after 20), in corpus order, so the colour and the label both say
-        # which sentence a point came from.
-        colours = [cmap(i % 20) for i in range(len(pts))]
-        ax.scatter([p.x for p in pts], [p.y for p in pts], c=colours, s=40, edgecolors="k", linewidths=0.4)
-        for p in pts:
-            label = p.context if len(p.context) <= 48 else p.context[:45] + "..."
-            ax.annotate(label, (p.x, p.y), textcoords="offset points", xytext=(4, 3), fontsize=6.5, alpha=0.85)
-        r = result.explained_variance_ratio[word]
-        ax.set_xlabel("PC1 (%.0f%% of variance)" % (100 * r[0]))
-        ax.set_ylabel("PC2 (%.0f%% of variance)" % (100 * r[1]))
-        ax.set_title("'%s': %d instances" % (word, len(pts)))
-        ax.grid(alpha=0.3)
-    fig.suptitle("Contextual embeddings of chosen words, 2-D PCA, %s (%s)" % (where, _model_name(result)))
-    _save_png(fig, path)
-
-
 def _write_outputs(result: AnalysisResult, out_dir: Path, plot: bool) -> None:
+    """Write the plots (when ``plot``) and ``analysis.json`` into ``out_dir``, recording them in ``result.files``."""
     out_dir.mkdir(parents=True, exist_ok=True)
     if plot:
-        _plot_anisotropy(result, out_dir / PLOT_NAMES["anisotropy"])
-        result.files["anisotropy"] = str(out_dir / PLOT_NAMES["anisotropy"])
-        _plot_rogue(result, out_dir / PLOT_NAMES["rogue_dimensions"])
-        result.files["rogue_dimensions"] = str(out_dir / PLOT_NAMES["rogue_dimensions"])
-        if result.explained_variance_ratio:
-            _plot_projection(result, out_dir / PLOT_NAMES["word_projection"])
-            result.files["word_projection"] = str(out_dir / PLOT_NAMES["word_projection"])
-        else:
+        result.files.update(write_plots(result, out_dir))
+        if not result.explained_variance_ratio:
             warnings.warn("none of the words %s occurs twice in the corpus; no projection plot" % result.words,
                           stacklevel=3)
     result.files["json"] = str(out_dir / JSON_NAME)
@@ -595,8 +377,13 @@ def _write_outputs(result: AnalysisResult, out_dir: Path, plot: bool) -> None:
     logger.info("wrote %s", ", ".join(result.files.values()))
 
 
-# ----------------------------------------------------------------------------------------------------------------
-# Command line
+# ================================================================================================================
+# COMMAND LINE: ``ctxemb analyze`` (add_analyze_subparser, run_analyze), kept here unchanged until it moves to
+# ctxemb/cli/analyze.py. Nothing above this line uses it; it is the only code in ctxemb.geometry that parses
+# arguments, prints, raises SystemExit or imports ctxemb.embedding. Cut from here to the end of the file.
+# ================================================================================================================
+
+import argparse  # noqa: E402 - used only by the command-line block
 
 
 def add_analyze_subparser(subparsers) -> argparse.ArgumentParser:

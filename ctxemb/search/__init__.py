@@ -2,24 +2,45 @@
 
 Array level (no model needed)::
 
-    index = SemanticIndex(384, kind="hnsw")
+    index = SemanticIndex(384, kind="hnsw", params=HNSWParams(m=32, ef_search=128))
     index.add(ids, vectors, metadata)           # vectors (N, H); ids unique strings
     hits = index.search(queries, k=10)          # queries (Q, H) -> Q lists of Hit(id, score, metadata)
     index.save("my_index"); SemanticIndex.load("my_index", expected_config=emb.config.to_dict())
 
 With an embedder: ``build_sentence_index``, ``build_word_index``, ``query_sentences``, ``query_words``.
+
+Modules: ``params`` (index kinds and their parameter objects), ``index`` (``SemanticIndex``), ``storage`` (the saved
+directory), ``_backends`` (the FAISS structures), ``text`` (the embedder helpers).
 """
 
-from ctxemb.search.index import INDEX_KINDS, METRICS, Hit, SemanticIndex
+from ctxemb.search.index import Hit, SemanticIndex
+from ctxemb.search.params import (
+    INDEX_KINDS,
+    METRICS,
+    FlatParams,
+    HNSWParams,
+    IndexKind,
+    IndexParams,
+    IVFPQParams,
+    Metric,
+    make_params,
+)
 from ctxemb.search.text import build_sentence_index, build_word_index, query_sentences, query_words
 
 __all__ = [
     "INDEX_KINDS",
     "METRICS",
+    "FlatParams",
+    "HNSWParams",
     "Hit",
+    "IVFPQParams",
+    "IndexKind",
+    "IndexParams",
+    "Metric",
     "SemanticIndex",
     "build_sentence_index",
     "build_word_index",
+    "make_params",
     "query_sentences",
     "query_words",
 ]

@@ -6,6 +6,9 @@ vectors physically (``physical_remove``); when it cannot (HNSW graphs and the IV
 equal to insertion positions), the wrapper keeps a tombstone set and passes a selector of live labels to every
 search, so a removed item can never be returned.
 
+A backend is built from the index's ``FlatParams``/``HNSWParams``/``IVFPQParams``; ``search`` gets a copy of them
+with the caller's per-search overrides (``ef_search``, ``nprobe``, ``k_factor``) applied.
+
 Shape legend:
     N  vectors added or reconstructed
     Q  queries
@@ -19,30 +22,26 @@ import logging
 import math
 import os
 from pathlib import Path
-from typing import Any
 
 import faiss
 import numpy as np
 
-logger = logging.getLogger(__name__)
+from ctxemb.search.params import HNSWParams, IndexParams, IVFPQParams
+from ctxemb.search.storage import LISTS_FILE, VECTORS_FILE
 
-# File names inside an index directory that an on-disk IVF-PQ index uses as live storage.
-LISTS_FILE = "lists.ivfdata"
-VECTORS_FILE = "vectors.f32"
+logger = logging.getLogger(__name__)
 
 # Queries are re-ranked in blocks so the gathered candidate vectors, (Q_block, K', H) float32, stay small.
 _REFINE_BLOCK = 256
 
 
 class Backend:
-    """Interface shared by the kinds. ``params`` is the validated dict of the wrapper's constructor."""
+    """Interface shared by the kinds. ``params`` is the index's checked parameter object."""
 
     kind: str = ""
     physical_remove: bool = False
-    #: search-time overrides this kind accepts (names of keyword arguments of ``SemanticIndex.search``).
-    search_options: tuple[str, ...] = ()
 
-    def __init__(self, dim: int, params: dict[str, Any]):
+    def __init__(self, dim: int, params: IndexParams):
         self.dim = dim
         self.params = params
 
@@ -66,8 +65,11 @@ class Backend:
         """Physically delete ``labels`` (only called when ``physical_remove``)."""
         raise NotImplementedError
 
-    def search(self, x: np.ndarray, k: int, selector, options: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
-        """Return scores (Q, K) float32 and labels (Q, K) int64, -1 where fewer than K were found."""
+    def search(self, x: np.ndarray, k: int, selector, params: IndexParams) -> tuple[np.ndarray, np.ndarray]:
+        """Return scores (Q, K) float32 and labels (Q, K) int64, -1 where fewer than K were found.
+
+        ``params`` are the index's parameters with this search's overrides (``ef_search``, ``nprobe``, ...).
+        """
         raise NotImplementedError
 
     def reconstruct(self, labels: np.ndarray) -> np.ndarray:
@@ -103,7 +105,7 @@ class FlatBackend(Backend):
     kind = "flat"
     physical_remove = True
 
-    def __init__(self, dim: int, params: dict[str, Any]):
+    def __init__(self, dim: int, params: IndexParams):
         super().__init__(dim, params)
         self.index = faiss.IndexIDMap2(faiss.IndexFlatIP(dim))
 
@@ -119,7 +121,7 @@ class FlatBackend(Backend):
         if removed != len(labels):
             raise RuntimeError("FAISS removed %d vectors, expected %d" % (removed, len(labels)))
 
-    def search(self, x, k, selector, options):
+    def search(self, x, k, selector, params):
         return self.index.search(x, k)
 
     def reconstruct(self, labels):
@@ -138,13 +140,12 @@ class HNSWBackend(Backend):
     """Graph search: ``IndexHNSWFlat`` with the inner-product metric. Labels are insertion positions."""
 
     kind = "hnsw"
-    search_options = ("ef_search",)
 
-    def __init__(self, dim: int, params: dict[str, Any]):
+    def __init__(self, dim: int, params: HNSWParams):
         super().__init__(dim, params)
-        self.index = faiss.IndexHNSWFlat(dim, params["hnsw_m"], faiss.METRIC_INNER_PRODUCT)
-        self.index.hnsw.efConstruction = params["ef_construction"]
-        self.index.hnsw.efSearch = params["ef_search"]
+        self.index = faiss.IndexHNSWFlat(dim, params.m, faiss.METRIC_INNER_PRODUCT)
+        self.index.hnsw.efConstruction = params.ef_construction
+        self.index.hnsw.efSearch = params.ef_search
 
     @property
     def ntotal(self) -> int:
@@ -154,10 +155,9 @@ class HNSWBackend(Backend):
         _check_sequential(labels, self.ntotal)
         self.index.add(x)
 
-    def search(self, x, k, selector, options):
-        ef = options.get("ef_search") or self.params["ef_search"]
+    def search(self, x, k, selector, params):
         # FAISS explores max(efSearch, k) candidates; asking for fewer than k would silently return fewer.
-        sp = faiss.SearchParametersHNSW(efSearch=max(ef, k), sel=selector)
+        sp = faiss.SearchParametersHNSW(efSearch=max(params.ef_search, k), sel=selector)
         return self.index.search(x, k, params=sp)
 
     def reconstruct(self, labels):
@@ -185,24 +185,6 @@ def _reconstruct_batch(index, labels: np.ndarray, dim: int) -> np.ndarray:
     return index.reconstruct_batch(np.ascontiguousarray(labels, dtype=np.int64))
 
 
-def resolve_ivf_shape(dim: int, n_total: int, params: dict[str, Any]) -> tuple[int, int]:
-    """The (nlist, pq_m) to train with: the caller's values, or defaults from the collection size and ``dim``.
-
-    nlist defaults to the power of two nearest 4 sqrt(N) (at least 1, at most N / 39 so every centroid sees the
-    ~39 points k-means wants); pq_m to the divisor of H nearest H / 8, i.e. about 8 dimensions per sub-quantizer.
-    """
-    nlist = params["nlist"]
-    if nlist is None:
-        target = 4 * math.sqrt(max(n_total, 1))
-        nlist = 2 ** max(0, round(math.log2(target)))
-        nlist = max(1, min(nlist, n_total // 39))
-    pq_m = params["pq_m"]
-    if pq_m is None:
-        divisors = [m for m in range(1, dim + 1) if dim % m == 0]
-        pq_m = min(divisors, key=lambda m: (abs(m - dim / 8), -m))
-    return nlist, pq_m
-
-
 class IVFPQBackend(Backend):
     """Inverted file + product quantisation with exact re-ranking: ``IndexRefineFlat(IndexIVFPQ)``.
 
@@ -213,9 +195,8 @@ class IVFPQBackend(Backend):
     """
 
     kind = "ivfpq"
-    search_options = ("nprobe", "k_factor")
 
-    def __init__(self, dim: int, params: dict[str, Any]):
+    def __init__(self, dim: int, params: IVFPQParams):
         super().__init__(dim, params)
         self.index = None  # built by train(), when nlist/pq_m can be resolved from the data
 
@@ -224,19 +205,19 @@ class IVFPQBackend(Backend):
         return self.index is not None
 
     def _make_ivfpq(self, n_total: int) -> faiss.IndexIVFPQ:
-        nlist, pq_m = resolve_ivf_shape(self.dim, n_total, self.params)
+        nlist, pq_m = self.params.resolve_shape(self.dim, n_total)
         quantizer = faiss.IndexFlatIP(self.dim)
-        ivf = faiss.IndexIVFPQ(quantizer, self.dim, nlist, pq_m, self.params["nbits"], faiss.METRIC_INNER_PRODUCT)
+        ivf = faiss.IndexIVFPQ(quantizer, self.dim, nlist, pq_m, self.params.nbits, faiss.METRIC_INNER_PRODUCT)
         ivf.own_fields = True
         quantizer.this.disown()  # the IVF index frees its quantiser
-        ivf.nprobe = self.params["nprobe"]
+        ivf.nprobe = self.params.nprobe
         return ivf
 
     def _train_ivf(self, sample: np.ndarray, n_total: int) -> faiss.IndexIVFPQ:
         ivf = self._make_ivfpq(n_total)
         logger.info(
             "training IVF-PQ (nlist=%d, pq_m=%d, nbits=%d) on %d of %d vectors",
-            ivf.nlist, ivf.pq.M, self.params["nbits"], len(sample), n_total,
+            ivf.nlist, ivf.pq.M, self.params.nbits, len(sample), n_total,
         )
         ivf.train(sample)
         return ivf
@@ -247,7 +228,7 @@ class IVFPQBackend(Backend):
         self.index = faiss.IndexRefineFlat(ivf)
         self.index.own_fields = True
         ivf.this.disown()
-        self.index.k_factor = float(self.params["k_factor"])
+        self.index.k_factor = self.params.k_factor
 
     @property
     def ntotal(self) -> int:
@@ -261,14 +242,12 @@ class IVFPQBackend(Backend):
         _check_sequential(labels, self.ntotal)
         self.index.add(x)
 
-    def _ivf_params(self, selector, options):
-        nprobe = options.get("nprobe") or self.params["nprobe"]
-        return faiss.SearchParametersIVF(nprobe=min(nprobe, self.ivf.nlist), sel=selector)
+    def _ivf_params(self, selector, params: IVFPQParams):
+        return faiss.SearchParametersIVF(nprobe=min(params.nprobe, self.ivf.nlist), sel=selector)
 
-    def search(self, x, k, selector, options):
-        base = self._ivf_params(selector, options)
-        kf = options.get("k_factor") or self.params["k_factor"]
-        sp = faiss.IndexRefineSearchParameters(k_factor=float(kf), base_index_params=base)
+    def search(self, x, k, selector, params):
+        base = self._ivf_params(selector, params)
+        sp = faiss.IndexRefineSearchParameters(k_factor=params.k_factor, base_index_params=base)
         return self.index.search(x, k, params=sp)
 
     def reconstruct(self, labels):
@@ -296,7 +275,7 @@ class OnDiskIVFPQBackend(IVFPQBackend):
 
     physical_remove = True
 
-    def __init__(self, dim: int, params: dict[str, Any], directory: Path):
+    def __init__(self, dim: int, params: IVFPQParams, directory: Path):
         super().__init__(dim, params)
         self.directory = Path(directory)
         self.n_rows = 0  # rows of vectors.f32 that belong to the index (a crash may leave a longer file)
@@ -347,10 +326,9 @@ class OnDiskIVFPQBackend(IVFPQBackend):
         if removed != len(labels):
             raise RuntimeError("FAISS removed %d vectors, expected %d" % (removed, len(labels)))
 
-    def search(self, x, k, selector, options):
-        kf = options.get("k_factor") or self.params["k_factor"]
-        k_candidates = max(k, int(math.ceil(k * kf)))
-        _, cand = self.index.search(x, k_candidates, params=self._ivf_params(selector, options))  # (Q, K')
+    def search(self, x, k, selector, params):
+        k_candidates = max(k, int(math.ceil(k * params.k_factor)))
+        _, cand = self.index.search(x, k_candidates, params=self._ivf_params(selector, params))  # (Q, K')
         return self._rerank(x, cand, k)
 
     def _rerank(self, x: np.ndarray, cand: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -397,13 +375,10 @@ class OnDiskIVFPQBackend(IVFPQBackend):
         self._memmap = None
 
 
-def make_backend(kind: str, dim: int, params: dict[str, Any], directory: os.PathLike | None = None) -> Backend:
-    if kind == "flat":
-        return FlatBackend(dim, params)
-    if kind == "hnsw":
+def make_backend(dim: int, params: IndexParams, directory: os.PathLike | None = None) -> Backend:
+    """The backend of ``params.kind``; an on-disk IVF-PQ one keeps its files in ``directory``."""
+    if isinstance(params, HNSWParams):
         return HNSWBackend(dim, params)
-    if kind == "ivfpq":
-        if params["on_disk"]:
-            return OnDiskIVFPQBackend(dim, params, Path(directory))
-        return IVFPQBackend(dim, params)
-    raise ValueError("unknown index kind %r" % (kind,))  # the wrapper validates first; kept for safety
+    if isinstance(params, IVFPQParams):
+        return OnDiskIVFPQBackend(dim, params, Path(directory)) if params.on_disk else IVFPQBackend(dim, params)
+    return FlatBackend(dim, params)

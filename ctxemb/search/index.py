@@ -5,26 +5,29 @@ Three kinds share one interface:
 - ``"flat"``: exact search (``IndexFlatIP`` behind ``IndexIDMap2``). The reference the others are measured
   against; fine up to a few hundred thousand vectors.
 - ``"hnsw"``: a graph index (``IndexHNSWFlat``, inner-product metric). Fast and accurate in memory; no training.
-  Parameters ``hnsw_m`` (graph degree, FAISS's M), ``ef_construction`` and ``ef_search`` (beam widths).
+  ``HNSWParams(m, ef_construction, ef_search)``: graph degree (FAISS's M) and beam widths.
 - ``"ivfpq"``: inverted file with product-quantised codes (``IndexIVFPQ``) whose ``k * k_factor`` best candidates
   are re-ranked exactly (``IndexRefineFlat``), for large collections. Needs training (done on the first ``add``
-  or by ``train``). Parameters ``nlist``, ``pq_m`` (sub-quantisers, FAISS's m), ``nbits``, ``nprobe``,
-  ``k_factor``. With ``on_disk=True`` the inverted lists live in ``<directory>/lists.ivfdata``
-  (``faiss.OnDiskInvertedLists``, memory-mapped) and the raw vectors for re-ranking in ``<directory>/vectors.f32``,
-  so the collection may be larger than RAM.
+  or by ``train``). ``IVFPQParams(nlist, pq_m, nbits, nprobe, k_factor, train_size, seed, on_disk)``. With
+  ``on_disk=True`` the inverted lists live in ``<directory>/lists.ivfdata`` (``faiss.OnDiskInvertedLists``,
+  memory-mapped) and the raw vectors for re-ranking in ``<directory>/vectors.f32``, so the collection may be larger
+  than RAM.
+
+Each kind takes one frozen parameter object (``ctxemb.search.params``); ``params=None`` means the kind's defaults.
 
 With ``metric="cosine"`` (the default) vectors and queries are L2-normalised on a copy (the caller's arrays are
-never modified) and scores are cosine similarities; ``metric="inner_product"`` uses the vectors as given.
+never modified) and scores are cosine similarities; ``metric="inner_product"`` uses the vectors as given. An
+all-zero vector stays zero under cosine (it scores 0 against everything; one warning is logged), as everywhere in
+ctxemb (``ctxemb._validation.unit_rows``).
 
 Items have unique string ids and optional JSON metadata. ``add`` refuses ids already present (``upsert``
 replaces them); ``remove`` guarantees the id is never returned again: exact and on-disk indexes delete the vector,
 HNSW and in-memory IVF-PQ (whose FAISS structures cannot delete) keep a tombstone that every search excludes via
 an ``IDSelectorBitmap`` until ``compact()`` rebuilds them.
 
-A saved index is a directory: ``manifest.json`` (kind, parameters, the embedder configuration, file names),
-``index.<gen>.faiss`` and ``items.<gen>.json`` (ids and metadata by label). Each save writes a new generation and
-then replaces the manifest atomically, so a crash leaves the previous save loadable. On-disk IVF-PQ indexes are
-the exception for their two data files, which are live storage updated in place by ``add``/``remove``.
+A saved index is a directory (``ctxemb.search.storage``): ``manifest.json``, ``index.<gen>.faiss`` and
+``items.<gen>.json``, written as a new generation and committed by replacing the manifest atomically, so a crash
+leaves the previous save loadable.
 
 Shape legend:
     N  vectors (items) added
@@ -35,37 +38,32 @@ Shape legend:
 
 from __future__ import annotations
 
-import contextlib
+import dataclasses
 import json
 import logging
-import numbers
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import faiss
 import numpy as np
 from tqdm.auto import tqdm
 
-from ctxemb.paths import atomic_path, atomic_write
-from ctxemb.search._backends import LISTS_FILE, VECTORS_FILE, Backend, make_backend, resolve_ivf_shape
+from ctxemb._validation import check_choice, check_int, unit_rows
+from ctxemb.search._backends import Backend, make_backend
+from ctxemb.search.params import METRICS, IndexKind, IndexParams, IVFPQParams, Metric, resolve_params
+from ctxemb.search.storage import SavedIndex, prepare_on_disk_directory, read_index_directory, write_index_directory
 
 logger = logging.getLogger(__name__)
-
-INDEX_KINDS = ("flat", "hnsw", "ivfpq")
-METRICS = ("cosine", "inner_product")
-MANIFEST_FILE = "manifest.json"
-_FORMAT = "ctxemb.search.SemanticIndex"
-_FORMAT_VERSION = 1
 
 # Vectors are validated, normalised and handed to FAISS in chunks so a large add never needs a second full copy.
 _ADD_CHUNK = 65_536
 # The smallest default IVF-PQ training sample (the PQ codebooks want ~39 points per centroid, 2**8 centroids).
 _MIN_DEFAULT_TRAIN = 10_000
-
-IndexKind = Literal["flat", "hnsw", "ivfpq"]
-Metric = Literal["cosine", "inner_product"]
+# The search-time overrides and the kind each applies to.
+_SEARCH_OPTIONS: dict[str, IndexKind] = {"ef_search": "hnsw", "nprobe": "ivfpq", "k_factor": "ivfpq"}
+# The smallest magnitude that rounds to infinity in float32 (FLT_MAX plus half an ulp).
+_FLOAT32_OVERFLOW = 2.0**128 - 2.0**103
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,33 +85,6 @@ class Hit:
 # argument checks
 
 
-def _check_int(value, name: str, *, low: int, high: int | None = None, allow_none: bool = False) -> int | None:
-    if value is None and allow_none:
-        return None
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError("%s must be an int; got %r (%s)" % (name, value, type(value).__name__))
-    value = int(value)
-    if value < low or (high is not None and value > high):
-        bounds = ">= %d" % low if high is None else "in [%d, %d]" % (low, high)
-        raise ValueError("%s must be %s; got %d" % (name, bounds, value))
-    return value
-
-
-def _check_float(value, name: str, *, low: float) -> float:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError("%s must be a number; got %r (%s)" % (name, value, type(value).__name__))
-    value = float(value)
-    if not np.isfinite(value) or value < low:
-        raise ValueError("%s must be a finite number >= %g; got %r" % (name, low, value))
-    return value
-
-
-def _check_choice(value, name: str, choices: Sequence[str]) -> str:
-    if value not in choices:
-        raise ValueError("%s must be one of %s; got %r" % (name, ", ".join(repr(c) for c in choices), value))
-    return value
-
-
 def _json_dict(value, name: str) -> dict | None:
     """A JSON-able dict, normalised through a JSON round trip (tuples become lists) so comparisons are stable."""
     if value is None:
@@ -128,7 +99,12 @@ def _json_dict(value, name: str) -> dict | None:
         raise TypeError("%s must be JSON-serialisable: %s" % (name, e)) from None
 
 
-def _check_id_list(ids, name: str = "ids") -> list[str]:
+def check_id_list(ids, name: str = "ids") -> list[str]:
+    """Return ``ids`` as a list of str; a single str (or bytes) and non-str items are refused.
+
+    Raises:
+        TypeError: naming ``name`` and the first offending item.
+    """
     if isinstance(ids, (str, bytes)):
         raise TypeError(
             "%s must be a sequence of strings; got a single %s (wrap one id in a list)" % (name, type(ids).__name__)
@@ -148,34 +124,13 @@ def _preview(items: Sequence, limit: int = 5) -> str:
     return "[%s%s]" % (shown, ", ... (%d in all)" % len(items) if len(items) > limit else "")
 
 
-def _validate_params(
-    dim, kind, metric, hnsw_m, ef_construction, ef_search, nlist, pq_m, nbits, nprobe, k_factor, train_size, seed,
-    on_disk,
-) -> dict[str, Any]:
-    dim = _check_int(dim, "dim", low=1)
-    _check_choice(kind, "kind", INDEX_KINDS)
-    _check_choice(metric, "metric", METRICS)
-    params = {
-        "hnsw_m": _check_int(hnsw_m, "hnsw_m", low=2),
-        "ef_construction": _check_int(ef_construction, "ef_construction", low=1),
-        "ef_search": _check_int(ef_search, "ef_search", low=1),
-        "nlist": _check_int(nlist, "nlist", low=1, allow_none=True),
-        "pq_m": _check_int(pq_m, "pq_m", low=1, allow_none=True),
-        "nbits": _check_int(nbits, "nbits", low=1, high=16),
-        "nprobe": _check_int(nprobe, "nprobe", low=1),
-        "k_factor": _check_float(k_factor, "k_factor", low=1.0),
-        "train_size": _check_int(train_size, "train_size", low=1, allow_none=True),
-        "seed": _check_int(seed, "seed", low=0),
-        "on_disk": bool(on_disk),
-    }
-    if params["pq_m"] is not None and dim % params["pq_m"]:
-        raise ValueError("pq_m (%d) must divide the dimension dim (%d)" % (params["pq_m"], dim))
-    if params["on_disk"] and kind != "ivfpq":
-        raise ValueError("on_disk=True needs kind='ivfpq' (on-disk inverted lists); got kind=%r" % kind)
-    return params
-
-
-# ---------------------------------------------------------------------------------------------------------------
+def _check_spec(dim, kind, metric, params) -> tuple[int, IndexKind, IndexParams]:
+    """Check an index's dimension, kind, metric and parameters together (a new index, or one being loaded)."""
+    dim = check_int(dim, "dim", low=1)
+    kind, params = resolve_params(kind, params)
+    check_choice(metric, "metric", METRICS)
+    params.check_dim(dim)
+    return dim, kind, params
 
 
 class SemanticIndex:
@@ -183,85 +138,58 @@ class SemanticIndex:
 
     Args:
         dim: H, the dimension of the vectors.
-        kind: ``"flat"`` (exact), ``"hnsw"`` or ``"ivfpq"``.
+        kind: ``"flat"`` (exact), ``"hnsw"`` or ``"ivfpq"``; None takes the kind of ``params`` (flat without them).
         metric: ``"cosine"`` (normalise copies; scores are cosines) or ``"inner_product"``.
-        hnsw_m: HNSW graph degree M (``kind="hnsw"``).
-        ef_construction: HNSW beam width while inserting.
-        ef_search: HNSW beam width while searching (raised to K when K is larger); overridable per search.
-        nlist: IVF lists; None picks the power of two nearest 4 sqrt(N) at training (at most N / 39).
-        pq_m: PQ sub-quantisers, must divide ``dim``; None picks the divisor nearest dim / 8.
-        nbits: bits per PQ code (2**nbits centroids per sub-quantiser).
-        nprobe: IVF lists scanned per query; overridable per search.
-        k_factor: IVF-PQ candidates re-ranked exactly = K * k_factor; overridable per search.
-        train_size: IVF-PQ training sample; None uses max(64 * nlist, 10,000) vectors (all when fewer).
-        seed: seed of the training sample.
-        on_disk: keep IVF-PQ inverted lists and raw vectors in files under ``directory`` (larger-than-RAM).
-        directory: the index directory; required with ``on_disk=True`` (must not already hold an on-disk index),
-            and the default target of ``save()``.
+        params: the kind's parameters (``FlatParams``, ``HNSWParams`` or ``IVFPQParams``); None for its defaults.
+        directory: the index directory; required with ``IVFPQParams(on_disk=True)`` (it must not already hold an
+            on-disk index), and the default target of ``save()``.
         embedder_config: the configuration (dict, or an object with ``to_dict()``) of the embedder that made the
             vectors; stored with the index and compared by ``check_config``.
         recipe: JSON dict saying how items were embedded (set by ``build_sentence_index``/``build_word_index``
             so that query helpers embed queries the same way).
 
+    Attributes:
+        dim, kind, metric, params, directory, embedder_config, recipe: as given (``params`` filled in).
+
     Searches may run concurrently from several threads; ``add``/``upsert``/``remove``/``compact``/``save`` need
     the caller's lock. One process at a time may write an on-disk index directory.
 
     Raises:
-        TypeError / ValueError: for an argument of the wrong type or out of range, naming it.
-        FileExistsError: ``on_disk=True`` and ``directory`` already holds on-disk index files.
+        TypeError / ValueError: for an argument of the wrong type or out of range, or ``params`` of another kind
+            than ``kind``, naming it.
+        FileExistsError: an on-disk index whose ``directory`` already holds on-disk index files.
     """
 
     def __init__(
         self,
         dim: int,
         *,
-        kind: IndexKind = "flat",
+        kind: IndexKind | None = None,
         metric: Metric = "cosine",
-        hnsw_m: int = 32,
-        ef_construction: int = 200,
-        ef_search: int = 64,
-        nlist: int | None = None,
-        pq_m: int | None = None,
-        nbits: int = 8,
-        nprobe: int = 16,
-        k_factor: float = 10.0,
-        train_size: int | None = None,
-        seed: int = 0,
-        on_disk: bool = False,
+        params: IndexParams | None = None,
         directory: str | Path | None = None,
         embedder_config: Mapping | Any | None = None,
         recipe: Mapping | None = None,
     ):
-        params = _validate_params(
-            dim, kind, metric, hnsw_m, ef_construction, ef_search, nlist, pq_m, nbits, nprobe, k_factor,
-            train_size, seed, on_disk,
-        )
-        if on_disk:
+        dim, kind, params = _check_spec(dim, kind, metric, params)
+        embedder_config = _json_dict(embedder_config, "embedder_config")
+        recipe = _json_dict(recipe, "recipe")
+        if isinstance(params, IVFPQParams) and params.on_disk:
             if directory is None:
                 raise ValueError("on_disk=True needs directory=, the folder that will hold the inverted lists")
-            directory = Path(directory)
-            for name in (LISTS_FILE, VECTORS_FILE):
-                if (directory / name).exists():
-                    raise FileExistsError(
-                        "%s already exists; load that index with SemanticIndex.load(%r) or choose an empty "
-                        "directory" % (directory / name, str(directory))
-                    )
-            directory.mkdir(parents=True, exist_ok=True)
-        self._init_state(
-            int(dim), kind, metric, params,
-            _json_dict(embedder_config, "embedder_config"), _json_dict(recipe, "recipe"),
-            None if directory is None else Path(directory),
-        )
+            directory = prepare_on_disk_directory(directory)
+        self._init_state(dim, kind, metric, params, embedder_config, recipe,
+                         None if directory is None else Path(directory))
 
     def _init_state(self, dim, kind, metric, params, embedder_config, recipe, directory) -> None:
-        self.dim = dim
-        self.kind = kind
-        self.metric = metric
-        self.params = params
-        self.embedder_config = embedder_config
-        self.recipe = recipe
-        self.directory = directory
-        self._backend: Backend = make_backend(kind, dim, params, directory)
+        self.dim: int = dim
+        self.kind: IndexKind = kind
+        self.metric: Metric = metric
+        self.params: IndexParams = params
+        self.embedder_config: dict | None = embedder_config
+        self.recipe: dict | None = recipe
+        self.directory: Path | None = directory
+        self._backend: Backend = make_backend(dim, params, directory)
         # label -> id (None once removed); label -> metadata as a JSON string (None when absent)
         self._ids: list[str | None] = []
         self._meta: list[str | None] = []
@@ -269,6 +197,11 @@ class SemanticIndex:
         # tombstoned labels of kinds whose FAISS index cannot delete (hnsw, in-memory ivfpq)
         self._dead: set[int] = set()
         self._selector_cache = None  # (bitmap array kept alive, faiss.IDSelectorBitmap)
+
+    @property
+    def on_disk(self) -> bool:
+        """True for an IVF-PQ index whose lists and vectors live in files under ``directory``."""
+        return isinstance(self.params, IVFPQParams) and self.params.on_disk
 
     # ----------------------------------------------------------------------------------------------------------
     # size and lookup
@@ -284,7 +217,7 @@ class SemanticIndex:
         return "SemanticIndex(kind=%r, dim=%d, metric=%r, items=%d%s%s)" % (
             self.kind, self.dim, self.metric, len(self),
             ", tombstones=%d" % len(self._dead) if self._dead else "",
-            ", on_disk=%r" % str(self.directory) if self.params["on_disk"] else "",
+            ", on_disk=%r" % str(self.directory) if self.on_disk else "",
         )
 
     @property
@@ -354,20 +287,13 @@ class SemanticIndex:
         return arr, single
 
     def _prepare(self, arr: np.ndarray, name: str) -> np.ndarray:
-        """A float32 C-contiguous copy of checked rows, L2-normalised for the cosine metric."""
-        x = np.array(arr, dtype=np.float32, order="C", copy=True)
-        if not np.isfinite(x).all():
-            raise ValueError("%s overflows float32 (values beyond +-3.4e38)" % name)
+        """A float32 C-contiguous copy of checked rows, L2-normalised for the cosine metric (zero rows stay zero)."""
+        if arr.dtype.kind == "f" and arr.dtype.itemsize > 4 and arr.size:
+            if arr.max() >= _FLOAT32_OVERFLOW or arr.min() <= -_FLOAT32_OVERFLOW:  # two passes, no copy
+                raise ValueError("%s overflows float32 (values beyond +-3.4e38)" % name)
         if self.metric == "cosine":
-            norms = np.linalg.norm(x, axis=1, keepdims=True)  # (N, 1)
-            zero = norms[:, 0] == 0
-            if zero.any():
-                logger.warning(
-                    "%s has %d all-zero rows; they stay zero and score 0 against everything", name, zero.sum()
-                )
-                norms[zero] = 1.0
-            x /= norms
-        return x
+            return unit_rows(arr, name, zero="keep", dtype=np.float32)  # (N, H)
+        return np.array(arr, dtype=np.float32, order="C", copy=True)  # (N, H)
 
     def _check_metadata(self, metadata, n: int) -> list[str | None]:
         if metadata is None:
@@ -391,7 +317,7 @@ class SemanticIndex:
         return out
 
     def _check_batch(self, ids, vectors, metadata) -> tuple[list[str], np.ndarray, list[str | None]]:
-        ids = _check_id_list(ids)
+        ids = check_id_list(ids)
         arr, _ = self._check_matrix(vectors, "vectors", allow_1d=False)
         if len(arr) != len(ids):
             raise ValueError("vectors has %d rows but there are %d ids" % (len(arr), len(ids)))
@@ -408,18 +334,19 @@ class SemanticIndex:
     # training and adding
 
     def _train_sample(self, arr: np.ndarray) -> np.ndarray:
+        params: IVFPQParams = self.params
         n = len(arr)
-        nlist, _ = resolve_ivf_shape(self.dim, n, self.params)
-        size = self.params["train_size"] or max(64 * nlist, _MIN_DEFAULT_TRAIN)
+        nlist, _ = params.resolve_shape(self.dim, n)
+        size = params.train_size or max(64 * nlist, _MIN_DEFAULT_TRAIN)
         if n > size:
-            rng = np.random.default_rng(self.params["seed"])
+            rng = np.random.default_rng(params.seed)
             arr = arr[np.sort(rng.choice(n, size=size, replace=False))]
-        need = max(nlist, 2 ** self.params["nbits"])
+        need = max(nlist, 2**params.nbits)
         if len(arr) < need:
             raise ValueError(
                 "IVF-PQ training needs at least %d vectors (max(nlist=%d, 2**nbits=%d)); got %d. Train on a larger "
                 "sample, add more vectors in the first call, or lower nlist/nbits"
-                % (need, nlist, 2 ** self.params["nbits"], len(arr))
+                % (need, nlist, 2**params.nbits, len(arr))
             )
         return self._prepare(arr, "training vectors")
 
@@ -518,7 +445,7 @@ class SemanticIndex:
         Raises:
             KeyError: some ids are not in the index (nothing is removed then).
         """
-        ids = list(dict.fromkeys(_check_id_list(ids)))
+        ids = list(dict.fromkeys(check_id_list(ids)))
         missing = [i for i in ids if i not in self._label_of]
         if missing:
             raise KeyError("ids not in the index: %s" % _preview(missing))
@@ -550,7 +477,7 @@ class SemanticIndex:
         Raises:
             NotImplementedError: for on-disk indexes (their removal already deletes list entries).
         """
-        if self.params["on_disk"]:
+        if self.on_disk:
             self._backend.reset()  # raises NotImplementedError with the reason
         if len(self._ids) == len(self._label_of):
             return self
@@ -581,17 +508,14 @@ class SemanticIndex:
     # search
 
     def _search_labels(self, queries, k: int, overrides: dict[str, Any]) -> tuple[np.ndarray, np.ndarray, bool]:
-        k = _check_int(k, "k", low=1)
-        options = {}
-        for name, value in overrides.items():
-            if value is None:
-                continue
-            if name not in self._backend.search_options:
-                accepted = {"ef_search": "'hnsw'", "nprobe": "'ivfpq'", "k_factor": "'ivfpq'"}[name]
-                raise ValueError("%s applies to kind=%s indexes; this index is kind=%r" % (name, accepted, self.kind))
-            options[name] = (
-                _check_float(value, name, low=1.0) if name == "k_factor" else _check_int(value, name, low=1)
-            )
+        k = check_int(k, "k", low=1)
+        given = {name: value for name, value in overrides.items() if value is not None}
+        for name in given:
+            if _SEARCH_OPTIONS[name] != self.kind:
+                raise ValueError(
+                    "%s applies to kind=%r indexes; this index is kind=%r" % (name, _SEARCH_OPTIONS[name], self.kind)
+                )
+        params = dataclasses.replace(self.params, **given) if given else self.params  # checks the values
         arr, single = self._check_matrix(queries, "queries", allow_1d=True)
         if len(self) == 0:
             raise ValueError("the index is empty: add items before searching")
@@ -599,7 +523,7 @@ class SemanticIndex:
         k_eff = min(k, len(self))
         if len(x) == 0:
             return np.zeros((0, k_eff), np.float32), np.zeros((0, k_eff), np.int64), single
-        scores, labels = self._backend.search(x, k_eff, self._selector(), options)
+        scores, labels = self._backend.search(x, k_eff, self._selector(), params)
         return scores, labels, single
 
     def _clean(self, scores: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -723,48 +647,16 @@ class SemanticIndex:
                 raise ValueError("save() needs a directory (this index was not created or loaded with one)")
             directory = self.directory
         directory = Path(directory)
-        directory.mkdir(parents=True, exist_ok=True)
-        old = _read_manifest(directory, required=False)
-        gen = int(old.get("generation", 0)) + 1 if old else 1
-        files = {"index": None, "items": "items.%06d.json" % gen}
-        if self._backend.is_trained:
-            files["index"] = "index.%06d.faiss" % gen
-        if self.params["on_disk"]:
-            files["lists"], files["vectors"] = LISTS_FILE, VECTORS_FILE
-            if self._backend.is_trained and directory.resolve() != self._backend.directory.resolve():
-                for name in (LISTS_FILE, VECTORS_FILE):
-                    with atomic_path(directory / name) as tmp:
-                        shutil.copyfile(self._backend.directory / name, tmp)
-        if files["index"]:
-            with atomic_path(directory / files["index"]) as tmp:
-                self._backend.write(tmp)
-        with atomic_write(directory / files["items"]) as f:
-            json.dump({"ids": self._ids, "metadata": self._meta}, f)
-        manifest = {
-            "format": _FORMAT,
-            "format_version": _FORMAT_VERSION,
-            "generation": gen,
-            "kind": self.kind,
-            "dim": self.dim,
-            "metric": self.metric,
-            "params": self.params,
-            "embedder_config": self.embedder_config,
-            "recipe": self.recipe,
-            "n_labels": len(self._ids),
-            "n_items": len(self),
-            "ntotal": self._backend.ntotal,
-            "files": files,
-            "faiss_version": faiss.__version__,
-        }
-        with atomic_write(directory / MANIFEST_FILE) as f:
-            json.dump(manifest, f, indent=2)
-        # The new manifest is committed: files only the previous generation used can go.
-        if old:
-            keep = {v for v in files.values() if v}
-            for name in (old.get("files") or {}).values():
-                if name and name not in keep and "/" not in name:
-                    with contextlib.suppress(FileNotFoundError):
-                        (directory / name).unlink()
+        state = SavedIndex(
+            kind=self.kind, dim=self.dim, metric=self.metric, params=self.params,
+            embedder_config=self.embedder_config, recipe=self.recipe, ids=self._ids, metadata=self._meta,
+            ntotal=self._backend.ntotal,
+        )
+        gen = write_index_directory(
+            directory, state,
+            write_faiss=self._backend.write if self._backend.is_trained else None,
+            live_dir=self._backend.directory if self.on_disk else None,
+        )
         logger.info("saved %r to %s (generation %d)", self, directory, gen)
         return directory
 
@@ -785,60 +677,24 @@ class SemanticIndex:
             ValueError: an unknown format, inconsistent files, or a configuration mismatch.
         """
         directory = Path(directory)
-        m = _read_manifest(directory, required=True)
-        params = m["params"]
-        checked = _validate_params(
-            m["dim"], m["kind"], m["metric"], params["hnsw_m"], params["ef_construction"], params["ef_search"],
-            params["nlist"], params["pq_m"], params["nbits"], params["nprobe"], params["k_factor"],
-            params["train_size"], params["seed"], params["on_disk"],
-        )
+        saved = read_index_directory(directory)
+        dim, kind, params = _check_spec(saved.dim, saved.kind, saved.metric, saved.params)
         self = cls.__new__(cls)
-        self._init_state(
-            m["dim"], m["kind"], m["metric"], checked, m.get("embedder_config"), m.get("recipe"), directory
-        )
-        files = m["files"]
-        with open(directory / files["items"], encoding="utf-8") as f:
-            items = json.load(f)
-        ids, meta = items["ids"], items["metadata"]
-        n_labels = int(m["n_labels"])
-        if len(ids) != n_labels or len(meta) != n_labels:
-            raise ValueError(
-                "%s holds %d ids and %d metadata entries; the manifest says %d"
-                % (directory / files["items"], len(ids), len(meta), n_labels)
-            )
-        if files.get("index"):
-            if checked["on_disk"]:
-                self._backend.n_rows = n_labels
-            self._backend.load(directory / files["index"], directory)
-        self._ids, self._meta = ids, meta
-        self._label_of = {i: label for label, i in enumerate(ids) if i is not None}
-        if len(self._label_of) != sum(i is not None for i in ids):
-            raise ValueError("%s repeats ids" % (directory / files["items"]))
-        expected_ntotal = len(self._label_of) if self._backend.physical_remove else n_labels
+        self._init_state(dim, kind, saved.metric, params, saved.embedder_config, saved.recipe, directory)
+        if saved.faiss_file is not None:
+            if self.on_disk:
+                self._backend.n_rows = saved.n_labels
+            self._backend.load(saved.faiss_file, directory)
+        self._ids, self._meta = saved.ids, saved.metadata
+        self._label_of = {i: label for label, i in enumerate(saved.ids) if i is not None}
+        expected_ntotal = len(self._label_of) if self._backend.physical_remove else saved.n_labels
         if self._backend.ntotal != expected_ntotal:
             raise ValueError(
                 "the FAISS index in %s holds %d vectors but the items file implies %d; the directory is inconsistent"
                 % (directory, self._backend.ntotal, expected_ntotal)
             )
         if not self._backend.physical_remove:
-            self._dead = {label for label, i in enumerate(ids) if i is None}
+            self._dead = {label for label, i in enumerate(saved.ids) if i is None}
         if expected_config is not None:
             self.check_config(expected_config)
         return self
-
-
-def _read_manifest(directory: Path, *, required: bool) -> dict | None:
-    path = directory / MANIFEST_FILE
-    if not path.exists():
-        if required:
-            raise FileNotFoundError("%s not found: %s is not a saved SemanticIndex directory" % (path, directory))
-        return None
-    with open(path, encoding="utf-8") as f:
-        m = json.load(f)
-    if m.get("format") != _FORMAT:
-        raise ValueError("%s is not a SemanticIndex manifest (format %r)" % (path, m.get("format")))
-    if m.get("format_version") != _FORMAT_VERSION:
-        raise ValueError(
-            "%s has format_version %r; this ctxemb reads version %d" % (path, m.get("format_version"), _FORMAT_VERSION)
-        )
-    return m

@@ -1,10 +1,10 @@
 """Build and query a :class:`SemanticIndex` from texts with an embedder.
 
-These helpers take any object with the embedder interface of ``ctxemb.embedding.Embedder`` (``config.to_dict()``,
-``embed_sentences``, ``embed_words``); they never import a model themselves, so ``ctxemb.search`` stays below the
-embedding layer. Each index records the embedder configuration and a *recipe* (sentence pooling, or target word
-and layer choice), and the query helpers embed queries by the same recipe after checking the configuration, so a
-query from a different model or layer mix raises instead of returning meaningless neighbours.
+These helpers take any :class:`ctxemb.protocols.EmbedderLike` (``config.to_dict()``, ``embed_sentences``,
+``embed_words``; ``ctxemb.embedding.Embedder`` is one); they never import a model themselves, so ``ctxemb.search``
+stays below the embedding layer. Each index records the embedder configuration and a *recipe* (sentence pooling,
+or target word and layer choice), and the query helpers embed queries by the same recipe after checking the
+configuration, so a query from a different model or layer mix raises instead of returning meaningless neighbours.
 
 Shape legend:
     N  items (sentences, or occurrences of a word)
@@ -15,40 +15,17 @@ Shape legend:
 from __future__ import annotations
 
 import logging
-from typing import Any, Literal, Protocol, Sequence
+from pathlib import Path
+from typing import Literal, Sequence
 
 import numpy as np
 
-from ctxemb.search.index import Hit, IndexKind, SemanticIndex, _check_id_list
+from ctxemb._validation import check_string_batch
+from ctxemb.protocols import EmbedderLike, embedder_config_dict
+from ctxemb.search.index import Hit, SemanticIndex, check_id_list
+from ctxemb.search.params import IndexKind, IndexParams, Metric
 
 logger = logging.getLogger(__name__)
-
-
-class EmbedderLike(Protocol):
-    """The part of ``ctxemb.embedding.Embedder`` these helpers use."""
-
-    config: Any  # has to_dict()
-
-    def embed_sentences(self, texts: Sequence[str], **kwargs) -> np.ndarray: ...
-
-    def embed_words(self, sentences: Sequence[Sequence[str]], **kwargs) -> list[np.ndarray]: ...
-
-
-def _config_of(embedder) -> dict:
-    cfg = getattr(embedder, "config", None)
-    if cfg is None:
-        raise TypeError("embedder must have a .config (with to_dict()); got %s" % type(embedder).__name__)
-    return cfg.to_dict() if hasattr(cfg, "to_dict") else dict(cfg)
-
-
-def _check_texts(texts, name: str) -> list[str]:
-    if isinstance(texts, str):
-        raise TypeError("%s must be a sequence of strings; got a single str (wrap it in a list)" % name)
-    texts = list(texts)
-    for i, t in enumerate(texts):
-        if not isinstance(t, str):
-            raise TypeError("%s[%d] must be a str; got %s" % (name, i, type(t).__name__))
-    return texts
 
 
 def _check_sentences(sentences, name: str) -> list[list[str]]:
@@ -72,14 +49,16 @@ def build_sentence_index(
     ids: Sequence[str] | None = None,
     *,
     metadata: Sequence[dict | None] | None = None,
-    kind: IndexKind = "flat",
+    kind: IndexKind | None = None,
+    metric: Metric = "cosine",
+    params: IndexParams | None = None,
+    directory: str | Path | None = None,
     pooling: Literal["mean", "cls"] = "mean",
     layers: Sequence[int] | None = None,
     layer_pooling: str | None = None,
     store_text: bool = True,
     batch_size: int = 32,
     show_progress_bar: bool = True,
-    **index_kwargs,
 ) -> SemanticIndex:
     """Embed one vector per text and index them.
 
@@ -88,14 +67,14 @@ def build_sentence_index(
         texts: N texts.
         ids: N unique string ids; default "0", "1", ...
         metadata: N dicts stored with the items; default ``{"text": text}`` when ``store_text``.
-        kind: "flat", "hnsw" or "ivfpq".
+        kind, metric, params, directory: the index's, as for ``SemanticIndex`` (kind None: that of ``params``,
+            flat without them).
         pooling: sentence pooling passed to ``embed_sentences`` (recorded for queries).
         layers: hidden-state indices to pool, overriding the embedder's (0 = embedding output, -1 = last layer);
             ``[-1]`` with mean pooling is what sentence-transformers computes.
         layer_pooling: layer pooling override.
         store_text: put the text in default metadata (ignored when ``metadata`` is given).
         batch_size / show_progress_bar: passed to the embedder.
-        **index_kwargs: further ``SemanticIndex`` arguments (``ef_search``, ``nlist``, ``on_disk``, ...).
 
     Returns:
         The index, with ``embedder_config`` and ``recipe={"mode": "sentences", "pooling", "layers",
@@ -104,9 +83,7 @@ def build_sentence_index(
     Raises:
         TypeError / ValueError: for bad texts, ids or metadata, as ``SemanticIndex.add`` does.
     """
-    texts = _check_texts(texts, "texts")
-    if not texts:
-        raise ValueError("texts is empty")
+    texts = check_string_batch(texts, "texts")
     if pooling not in ("mean", "cls"):
         raise ValueError("pooling must be 'mean' or 'cls'; got %r" % (pooling,))
     ids = [str(i) for i in range(len(texts))] if ids is None else _check_unique_ids(ids, len(texts), "texts")
@@ -120,13 +97,13 @@ def build_sentence_index(
         "layers": None if layers is None else [int(x) for x in layers],
         "layer_pooling": layer_pooling,
     }
-    make_index = _index_factory(embedder, kind, recipe, index_kwargs)
+    make_index = _index_factory(embedder, recipe, kind=kind, metric=metric, params=params, directory=directory)
     vectors = _embed_texts(embedder, texts, recipe, batch_size=batch_size, show_progress_bar=show_progress_bar)
     return make_index(vectors.shape[1]).add(ids, vectors, metadata, show_progress_bar=show_progress_bar)
 
 
 def _check_unique_ids(ids, n: int, what: str) -> list[str]:
-    ids = _check_id_list(ids)
+    ids = check_id_list(ids)
     if len(ids) != n:
         raise ValueError("ids has %d entries but there are %d %s" % (len(ids), n, what))
     if len(set(ids)) != len(ids):
@@ -134,16 +111,16 @@ def _check_unique_ids(ids, n: int, what: str) -> list[str]:
     return ids
 
 
-def _index_factory(embedder, kind: str, recipe: dict, index_kwargs: dict):
+def _index_factory(embedder, recipe: dict, **index_args):
     """Validate the index arguments before the (slow) embedding; returns ``dim -> SemanticIndex``.
 
     With the contract's ``embedder.dim`` the index is created up front, so a bad argument fails before any model
     runs; otherwise it is created once the vectors show the dimension.
     """
-    config = _config_of(embedder)
+    config = embedder_config_dict(embedder)
 
     def make(dim: int) -> SemanticIndex:
-        return SemanticIndex(dim, kind=kind, embedder_config=config, recipe=recipe, **index_kwargs)
+        return SemanticIndex(dim, embedder_config=config, recipe=recipe, **index_args)
 
     dim = getattr(embedder, "dim", None)
     if not isinstance(dim, int):
@@ -214,13 +191,15 @@ def build_word_index(
     positions: Sequence[tuple[int, int]] | None = None,
     ids: Sequence[str] | None = None,
     sentence_ids: Sequence[str] | None = None,
-    kind: IndexKind = "flat",
+    kind: IndexKind | None = None,
+    metric: Metric = "cosine",
+    params: IndexParams | None = None,
+    directory: str | Path | None = None,
     layers: Sequence[int] | None = None,
     layer_pooling: str | None = None,
     store_text: bool = True,
     batch_size: int = 32,
     show_progress_bar: bool = True,
-    **index_kwargs,
 ) -> SemanticIndex:
     """Index words in context: every occurrence of ``target_word``, or the words at ``positions``.
 
@@ -234,12 +213,11 @@ def build_word_index(
         ids: one string id per occurrence; default "<sentence id>:<word index>".
         sentence_ids: one string id per sentence (e.g. "line:12"), used in default ids and stored in metadata as
             "sentence_id"; default the sentence's index.
-        kind: "flat", "hnsw" or "ivfpq".
+        kind, metric, params, directory: the index's, as for ``SemanticIndex``.
         layers: hidden-state indices to pool, overriding the embedder's (0 = embedding output, -1 = last layer).
         layer_pooling: layer pooling override ("stack" is refused: it does not give one vector per word).
         store_text: put the sentence text in the metadata, besides sentence, position and word.
         batch_size / show_progress_bar: passed to the embedder.
-        **index_kwargs: further ``SemanticIndex`` arguments.
 
     Returns:
         The index; metadata per item is ``{"sentence", "position", "word"[, "sentence_id"][, "text"]}``;
@@ -291,7 +269,7 @@ def build_word_index(
         "layers": None if layers is None else [int(x) for x in layers],
         "layer_pooling": layer_pooling,
     }
-    make_index = _index_factory(embedder, kind, recipe, index_kwargs)
+    make_index = _index_factory(embedder, recipe, kind=kind, metric=metric, params=params, directory=directory)
     vectors = _embed_positions(
         embedder, sentences, pos, recipe, batch_size=batch_size, show_progress_bar=show_progress_bar
     )  # (N, H)
@@ -345,9 +323,9 @@ def query_sentences(
         ValueError: the embedder's configuration differs from the index's, or the index is not a sentence index.
     """
     recipe = _recipe(index, "sentences")
-    index.check_config(_config_of(embedder))
+    index.check_config(embedder_config_dict(embedder))
     single = isinstance(texts, str)
-    texts = _check_texts([texts] if single else texts, "texts")
+    texts = check_string_batch([texts] if single else texts, "texts", allow_empty_batch=True)
     q = _embed_texts(embedder, texts, recipe, batch_size=batch_size, show_progress_bar=show_progress_bar)  # (Q, H)
     hits = index.search(q, k, **search_kwargs)
     return hits[0] if single else hits
@@ -383,7 +361,7 @@ def query_words(
             missing from a sentence when ``positions`` is None.
     """
     recipe = _recipe(index, "words")
-    index.check_config(_config_of(embedder))
+    index.check_config(embedder_config_dict(embedder))
     single = not isinstance(sentences, str) and len(sentences) > 0 and isinstance(sentences[0], str)
     sents = _check_sentences([sentences] if single else sentences, "sentences")
     if positions is None:
