@@ -39,7 +39,7 @@ from ctxemb.evaluation.similarity import (
     select_best_layer,
     spearman,
 )
-from ctxemb.evaluation.similarity_data import load_stsb
+from ctxemb.evaluation.similarity import load_stsb
 from ctxemb.paths import atomic_write
 
 logger = logging.getLogger("benchmarks.similarity")

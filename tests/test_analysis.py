@@ -17,7 +17,8 @@ from ctxemb.geometry import (
     format_analysis_table,
     read_corpus,
 )
-from ctxemb.geometry.analysis import add_analyze_subparser, run_analyze  # the CLI block (moves to ctxemb.cli.analyze)
+from ctxemb.cli.analyze import add_parser as add_analyze_subparser
+from ctxemb.cli.analyze import run_analyze
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 ROGUE_DIM = 5

@@ -491,7 +491,7 @@ def test_word_index_finds_uses_in_similar_contexts():
 
 
 def test_cli_build_and_query(tmp_path, monkeypatch, capsys):
-    from ctxemb import search_cli
+    from ctxemb.cli import index as search_cli
 
     emb = FakeEmbedder()
     monkeypatch.setattr(search_cli, "load_embedder", lambda model, device, config=None: emb)
@@ -500,7 +500,7 @@ def test_cli_build_and_query(tmp_path, monkeypatch, capsys):
     import argparse
 
     parser = argparse.ArgumentParser()
-    search_cli.add_index_subparser(parser.add_subparsers(dest="command"))
+    search_cli.add_parser(parser.add_subparsers(dest="command"))
     args = parser.parse_args(["index", "build", str(corpus), "--out", str(tmp_path / "idx"), "--no-progress"])
     assert args.func(args) == 0
     args = parser.parse_args(["index", "query", str(tmp_path / "idx"), SENTENCES[4], "-k", "2", "--json"])

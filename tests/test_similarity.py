@@ -18,9 +18,10 @@ from sklearn.metrics.pairwise import cosine_similarity
 from sklearn.preprocessing import StandardScaler
 
 from ctxemb.evaluation import similarity as sim
-from ctxemb.evaluation import similarity_data as sd
+from ctxemb.evaluation.similarity import data as sd
 from ctxemb.evaluation.similarity import SimilarityResult
-from ctxemb.evaluation.similarity_cli import add_similarity_subparser, run_similarity_command
+from ctxemb.cli import main as cli_main
+from ctxemb.cli.similarity import add_parser as add_similarity_subparser
 
 FIX = Path(__file__).parent / "fixtures" / "similarity"
 
@@ -256,9 +257,9 @@ def test_wic_bad_input(fake):
     with pytest.raises(ValueError, match="unlabelled"):
         sim.evaluate_wic(fake, train, unlabelled)
     with pytest.raises(ValueError,
-                       match="postprocess must be one of none, standardize, center, abtt, whiten; got 'pca'"):
+                       match="postprocess must be one of 'none', 'standardize', 'center', 'abtt', 'whiten'; got 'pca'"):
         sim.evaluate_wic(fake, train, dev, postprocess="pca")
-    with pytest.raises(ValueError, match="layers must be one of sweep, default; got 'all'"):
+    with pytest.raises(ValueError, match="layers must be one of 'sweep', 'default'; got 'all'"):
         sim.evaluate_wic(fake, train, dev, layers="all")
     with pytest.raises(TypeError, match="names .* or estimators"):
         sim.evaluate_wic(fake, train, dev, postprocess=[3])
@@ -341,7 +342,7 @@ def test_sentence_similarity_end_to_end(fake):
                                             fit_texts=["a b c", "d e f", "a b c"], fit_name="mine",
                                             show_progress_bar=False)
     assert {r.fitted_on for r in rows} == {"mine (2 sentences)"}
-    with pytest.raises(ValueError, match="pooling must be one of cls, mean, layers; got 'max'"):
+    with pytest.raises(ValueError, match="pooling must be one of 'cls', 'mean', 'layers'; got 'max'"):
         sim.evaluate_sentence_similarity(fake, {"dev": dev}, task="stsb", poolings=["max"])
     with pytest.raises(ValueError, match="no 'train' split"):
         sim.evaluate_sentence_similarity(fake, {"dev": dev}, task="stsb", postprocess="whiten")
@@ -408,10 +409,25 @@ def test_run_similarity_tasks_bad_input(fake):
         sim.run_similarity_tasks(fake, ["wic", "sts"], root=FIX)
     with pytest.raises(ValueError, match="needs scws_path"):
         sim.run_similarity_tasks(fake, ["scws"], root=FIX)
-    with pytest.raises(ValueError, match="fit_on must be one of task, wikitext-2"):
+    with pytest.raises(ValueError, match="fit_on must be one of 'task', 'wikitext-2'"):
         sim.run_similarity_tasks(fake, ["wic"], root=FIX, fit_on="wiki")
     with pytest.raises(ValueError, match="limit must be >= 1"):
         sim.run_similarity_tasks(fake, ["wic"], root=FIX, limit=0)
+
+
+def test_run_similarity_tasks_with_an_options_object(fake):
+    options = sim.SimilarityOptions(root=FIX, limit=2, postprocess=["none", "center"], show_progress_bar=False)
+    rows = sim.run_similarity_tasks(fake, ["wic"], options)
+    again = sim.run_similarity_tasks(FakeEmbedder(), ["wic"], root=FIX, limit=2, postprocess=["none", "center"],
+                                     show_progress_bar=False)
+    assert [r.to_dict() for r in rows] == [r.to_dict() for r in again]
+    # keyword overrides replace fields of the options object
+    layered = sim.run_similarity_tasks(fake, ["wic"], options, layers="default", postprocess="none")
+    assert {r.layer for r in layered if r.metric == "accuracy"} == {"default(-4,-3,-2,-1 mean)"}
+    with pytest.raises(TypeError, match=r"unknown option\(s\) \['limt'\]"):
+        sim.run_similarity_tasks(fake, ["wic"], options, limt=3)
+    with pytest.raises(ValueError, match="sentence_poolings entry must be one of 'cls', 'mean', 'layers'; got 'max'"):
+        sim.SimilarityOptions(sentence_poolings=["mean", "max"])
 
 
 # ---- command line --------------------------------------------------------------------------------------------
@@ -449,8 +465,7 @@ def test_cli_rejects_bad_values(capsys):
         _parser().parse_args(["similarity", "eval", "--postprocess", "pca"])
     with pytest.raises(SystemExit):
         _parser().parse_args(["similarity", "eval", "--limit", "0"])
-    args = _parser().parse_args(["similarity", "eval", "--tasks", "scws"])
-    assert run_similarity_command(args) == 2
+    assert cli_main(["similarity", "eval", "--tasks", "scws"]) == 2
     assert "needs --scws" in capsys.readouterr().err
 
 

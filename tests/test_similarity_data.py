@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from ctxemb.evaluation import similarity_data as sd
-from ctxemb.evaluation.similarity_data import WordInContext
+from ctxemb.evaluation.similarity import data as sd
+from ctxemb.evaluation.similarity import WordInContext
 
 FIX = Path(__file__).parent / "fixtures" / "similarity"
 
@@ -118,7 +118,7 @@ def test_word_in_context_rejects_bad_spans():
 
 
 def test_unknown_split_and_held_out_split(tmp_path):
-    with pytest.raises(ValueError, match="split for WiC must be one of train, dev, test; got 'valid'"):
+    with pytest.raises(ValueError, match="split for WiC must be one of 'train', 'dev', 'test'; got 'valid'"):
         sd.load_wic("valid", FIX)
     with pytest.raises(FileNotFoundError, match="held out"):
         sd.load_wic("test", FIX)

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from ctxemb.metrics.wsd import score_files
-from ctxemb.wsd import cli as wsd_cli
+from ctxemb.cli import wsd as wsd_cli
 from ctxemb.wsd import wordnet as wnu
 from ctxemb.wsd.sense_store import SenseStore
 from tests.fixtures.wsd.fake_embedder import FakeEmbedder
@@ -23,8 +23,10 @@ def fake_models(monkeypatch):
         pytest.skip(str(e))
     loaded = []
 
-    def fake_load(config, *, device="cpu"):
-        loaded.append(dict(config))
+    def fake_load(model=None, *, device="cpu", config=None, **overrides):
+        fields = dict(config or {}, **overrides)
+        fields["model"] = model or fields.get("model")
+        loaded.append(fields)
         return FakeEmbedder(dim=64)
 
     monkeypatch.setattr(wsd_cli, "load_embedder", fake_load)
@@ -33,7 +35,7 @@ def fake_models(monkeypatch):
 
 def run(argv):
     parser = argparse.ArgumentParser(prog="ctxemb")
-    wsd_cli.add_wsd_subparser(parser.add_subparsers(dest="command", required=True))
+    wsd_cli.add_parser(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(argv)
     return args.func(args)
 

@@ -1,6 +1,6 @@
 """``ctxemb wsd build | eval | tag``: the word sense disambiguation commands.
 
-Wire into the main parser with ``add_wsd_subparser(subparsers)``; every leaf command sets ``func`` (called as
+Wire into the main parser with ``add_parser(subparsers)``; every leaf command sets ``func`` (called as
 ``args.func(args)``, returning an exit code).
 
 Examples::
@@ -21,43 +21,35 @@ import math
 from pathlib import Path
 from typing import Any, Mapping
 
+from ctxemb.cli._common import (
+    add_embedder_args,
+    embedder_overrides,
+    fraction,
+    load_embedder,
+    non_negative_float,
+    positive_int,
+    write_json,
+)
+from ctxemb.evaluation.wsd import evaluate_wsd
+from ctxemb.wsd.build import BuildConfig, build_sense_store
+from ctxemb.wsd.corpus import read_dataset, split_corpus_by_document, write_dataset
+from ctxemb.wsd.corpus_pass import MULTIWORD_MODES
+from ctxemb.wsd.disambiguate import BACK_OFFS, Disambiguator
+from ctxemb.wsd.glosses import GLOSS_MODES
+from ctxemb.wsd.propagation import PROPAGATION_SCOPES
+from ctxemb.wsd.sense_store import SenseStore
+
 logger = logging.getLogger(__name__)
-
-__all__ = ["add_wsd_subparser", "run_build", "run_eval", "run_tag", "load_embedder", "format_results_table"]
-
-
-def load_embedder(config: Mapping[str, Any], *, device: str = "cpu"):
-    """An :class:`~ctxemb.embedding.Embedder` from an ``EmbedderConfig`` dict (e.g. a store's metadata)."""
-    from ctxemb.embedding import Embedder, EmbedderConfig
-
-    cfg = EmbedderConfig.from_dict(dict(config)).to_dict()
-    model = cfg.pop("model")
-    return Embedder.from_pretrained(model, device=device, **cfg)
-
 
 def _embedder_for_store(store, device: str):
     emb = store.metadata.get("embedder")
     if not emb:
         raise ValueError("the store's metadata names no embedder configuration; cannot embed queries")
-    return load_embedder(emb, device=device)
-
-
-def _add_model_args(p: argparse.ArgumentParser) -> None:
-    from ctxemb.registry import DEFAULT_MODEL
-
-    g = p.add_argument_group("embedder")
-    g.add_argument("--model", default=DEFAULT_MODEL, help="model name or HF-format directory (default %(default)s)")
-    g.add_argument("--layers", type=int, nargs="+", default=[-4, -3, -2, -1],
-                   help="hidden-state indices to pool; 0 = embedding output, -1 = last layer (default: -4 -3 -2 -1)")
-    g.add_argument("--layer-pooling", default="mean", choices=["mean", "sum", "concat"], help="default %(default)s")
-    g.add_argument("--subword-pooling", default="mean", choices=["mean", "first", "last"], help="default %(default)s")
-    g.add_argument("--precision", default="fp32", choices=["fp32", "bf16"], help="default %(default)s")
+    return load_embedder(device=device, config=emb)
 
 
 def add_build_config_args(p: argparse.ArgumentParser) -> None:
     """The :class:`~ctxemb.wsd.build.BuildConfig` switches as command-line options."""
-    from ctxemb.wsd.build import BuildConfig
-
     d = BuildConfig()  # the library's defaults: the configuration chosen on the dev sets
     g = p.add_argument_group("sense vectors (BuildConfig; --plain gives the plain 1-NN of J&M 11.3.1)")
     g.add_argument("--plain", action="store_true",
@@ -68,22 +60,20 @@ def add_build_config_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--propagate", action=argparse.BooleanOptionalAction, default=d.propagate,
                    help="fill unseen senses from their synset, hypernym or lexicographer file (LMMS-style; "
                         "default %(default)s)")
-    g.add_argument("--propagation-scope", default=d.propagation_scope, choices=["corpus_lemmas", "all"],
+    g.add_argument("--propagation-scope", default=d.propagation_scope, choices=PROPAGATION_SCOPES,
                    help="senses to propagate to / embed glosses for (default %(default)s)")
-    g.add_argument("--gloss", default=d.gloss, choices=["none", "concat", "average"],
+    g.add_argument("--gloss", default=d.gloss, choices=GLOSS_MODES,
                    help="combine with '<lemma> - <gloss>' embeddings (default %(default)s)")
-    g.add_argument("--back-off", default=d.back_off, choices=["first_sense", "none"],
+    g.add_argument("--back-off", default=d.back_off, choices=BACK_OFFS,
                    help="answer WordNet's first sense when no candidate has a vector (default %(default)s)")
-    g.add_argument("--prior-weight", type=float, default=d.prior_weight,
+    g.add_argument("--prior-weight", type=non_negative_float, default=d.prior_weight,
                    help="weight of the log sense-frequency prior added to the cosine (default %(default)s; 0 = off)")
-    g.add_argument("--multiword", default=d.multiword, choices=["space", "underscore"],
+    g.add_argument("--multiword", default=d.multiword, choices=MULTIWORD_MODES,
                    help="pass New_York to the embedder as 'New York' or unchanged (default %(default)s)")
-    g.add_argument("--max-sentences", type=int, default=None, help="use only the first N training sentences")
+    g.add_argument("--max-sentences", type=positive_int, default=None, help="use only the first N training sentences")
 
 
 def build_config_from_args(args: argparse.Namespace):
-    from ctxemb.wsd.build import BuildConfig
-
     if args.plain:
         d = BuildConfig()
         clash = [flag for flag, value, default in (
@@ -107,7 +97,7 @@ def build_config_from_args(args: argparse.Namespace):
     )
 
 
-def add_wsd_subparser(subparsers) -> argparse.ArgumentParser:
+def add_parser(subparsers) -> argparse.ArgumentParser:
     """Add ``wsd`` with its ``build``, ``eval`` and ``tag`` commands to an argparse subparsers object."""
     wsd = subparsers.add_parser("wsd", help="word sense disambiguation: build sense stores, evaluate, tag text",
                                 description="Nearest-sense WSD with contextual embeddings (J&M 11.3.1).")
@@ -116,14 +106,14 @@ def add_wsd_subparser(subparsers) -> argparse.ArgumentParser:
     b = sub.add_parser("build", help="build a sense store from a sense-annotated corpus (SemCor)")
     b.add_argument("train", help="training corpus: a folder with one *.data.xml and its key file, or the XML file")
     b.add_argument("output", help="directory to write the sense store to")
-    _add_model_args(b)
+    add_embedder_args(b)
     add_build_config_args(b)
-    b.add_argument("--held-out-fraction", type=float, default=None,
+    b.add_argument("--held-out-fraction", type=fraction, default=None,
                    help="hold out this share of the corpus's documents (train on the rest)")
     b.add_argument("--seed", type=int, default=0, help="seed of the held-out split (default %(default)s)")
     b.add_argument("--held-out-dir", default=None,
                    help="write the held-out documents here as a Raganato-format data set (for `wsd eval`)")
-    _add_common(b)
+    _add_common(b, device=False)
     b.set_defaults(func=run_build)
 
     e = sub.add_parser("eval", help="score a sense store on Raganato-format data sets")
@@ -133,8 +123,8 @@ def add_wsd_subparser(subparsers) -> argparse.ArgumentParser:
     e.add_argument("--predictions", default=None,
                    help="write <dataset>.key prediction files here (readable by the framework's Scorer.java)")
     e.add_argument("--per-pos", action="store_true", help="also print scores per part of speech")
-    e.add_argument("--back-off", default=None, choices=["first_sense", "none"], help="override the store's setting")
-    e.add_argument("--prior-weight", type=float, default=None, help="override the store's sense-frequency prior weight")
+    e.add_argument("--back-off", default=None, choices=BACK_OFFS, help="override the store's setting")
+    e.add_argument("--prior-weight", type=non_negative_float, default=None, help="override the store's sense-frequency prior weight")
     _add_common(e)
     e.set_defaults(func=run_eval)
 
@@ -147,16 +137,14 @@ def add_wsd_subparser(subparsers) -> argparse.ArgumentParser:
     return wsd
 
 
-def _add_common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--device", default="cpu", help="torch device (default %(default)s)")
-    p.add_argument("--batch-size", type=int, default=32, help="embedding batch size (default %(default)s)")
+def _add_common(p: argparse.ArgumentParser, *, device: bool = True) -> None:
+    if device:  # `build` has it among the embedder flags
+        p.add_argument("--device", default="cpu", help="torch device (default %(default)s)")
+    p.add_argument("--batch-size", type=positive_int, default=32, help="embedding batch size (default %(default)s)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
 
 
 def run_build(args: argparse.Namespace) -> int:
-    from ctxemb.wsd.build import build_sense_store
-    from ctxemb.wsd.corpus import read_dataset, split_corpus_by_document, write_dataset
-
     config = build_config_from_args(args)
     corpus = read_dataset(args.train)
     if args.held_out_fraction is not None:
@@ -166,11 +154,7 @@ def run_build(args: argparse.Namespace) -> int:
             print(f"held-out split: {held.n_sentences} sentences, {held.n_instances} instances -> {out}")
     elif args.held_out_dir:
         raise ValueError("--held-out-dir needs --held-out-fraction")
-    embedder = load_embedder(
-        dict(model=args.model, layers=args.layers, layer_pooling=args.layer_pooling,
-             subword_pooling=args.subword_pooling, precision=args.precision),
-        device=args.device,
-    )
+    embedder = load_embedder(args.model, device=args.device, **embedder_overrides(args))
     store = build_sense_store(corpus, embedder, config, show_progress_bar=not args.no_progress)
     if args.held_out_fraction is not None:
         store.metadata["build"]["held_out"] = {"fraction": args.held_out_fraction, "seed": args.seed}
@@ -197,12 +181,6 @@ def format_results_table(results: Mapping[str, Mapping[str, Any]], per_pos: bool
 
 
 def run_eval(args: argparse.Namespace) -> int:
-    from ctxemb.evaluation.wsd import evaluate_wsd
-    from ctxemb.paths import atomic_write
-    from ctxemb.wsd.corpus import read_dataset
-    from ctxemb.wsd.disambiguate import Disambiguator
-    from ctxemb.wsd.sense_store import SenseStore
-
     store = SenseStore.load(args.store)
     dis = Disambiguator(store, _embedder_for_store(store, args.device), back_off=args.back_off,
                         prior_weight=args.prior_weight, batch_size=args.batch_size)
@@ -214,15 +192,11 @@ def run_eval(args: argparse.Namespace) -> int:
         results[corpus.name] = r.to_dict()
     print(format_results_table(results, per_pos=args.per_pos))
     if args.json:
-        with atomic_write(args.json) as f:
-            json.dump(results, f, indent=2)
+        write_json(args.json, results)
     return 0
 
 
 def run_tag(args: argparse.Namespace) -> int:
-    from ctxemb.wsd.disambiguate import Disambiguator
-    from ctxemb.wsd.sense_store import SenseStore
-
     store = SenseStore.load(args.store)
     dis = Disambiguator(store, _embedder_for_store(store, args.device), batch_size=args.batch_size)
     preds = dis.tag(" ".join(args.text))

@@ -4,7 +4,7 @@ Example::
 
     ctxemb similarity eval --tasks wic,stsb --model all-MiniLM-L6-v2 --postprocess none,whiten --json sim.json
 
-:func:`add_similarity_subparser` adds the ``similarity`` command (with its ``eval`` subcommand) to an argparse
+:func:`add_parser` adds the ``similarity`` command (with its ``eval`` subcommand) to an argparse
 sub-parser group; the parsed arguments carry ``func``, which runs the command and returns an exit code.
 """
 
@@ -15,6 +15,7 @@ import logging
 import sys
 from pathlib import Path
 
+from ctxemb.cli._common import UsageError, comma_list, load_embedder, positive_int, write_text
 from ctxemb.evaluation.similarity import (
     DEFAULT_TASKS,
     FIT_ON,
@@ -28,34 +29,13 @@ from ctxemb.evaluation.similarity import (
     save_results_json,
 )
 
+from ctxemb.inference import PRECISIONS
+from ctxemb.registry import DEFAULT_MODEL
+
 logger = logging.getLogger(__name__)
 
 
-def _comma_list(choices):
-    def parse(text: str) -> list[str]:
-        items = [t.strip() for t in text.split(",") if t.strip()]
-        if not items:
-            raise argparse.ArgumentTypeError("expected a comma-separated list from: %s" % ", ".join(choices))
-        bad = [t for t in items if t not in choices]
-        if bad:
-            raise argparse.ArgumentTypeError("unknown value(s) %s; choose from: %s"
-                                             % (", ".join(bad), ", ".join(choices)))
-        return items
-
-    return parse
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError("expected a positive integer; got %r" % text) from None
-    if value < 1:
-        raise argparse.ArgumentTypeError("expected a positive integer; got %d" % value)
-    return value
-
-
-def add_similarity_subparser(subparsers) -> argparse.ArgumentParser:
+def add_parser(subparsers) -> argparse.ArgumentParser:
     """Add ``similarity`` (with the subcommand ``eval``) to ``subparsers`` (from ``parser.add_subparsers()``).
 
     Returns:
@@ -68,12 +48,12 @@ def add_similarity_subparser(subparsers) -> argparse.ArgumentParser:
     sub.required = True
     ev = sub.add_parser("eval", help="evaluate a model on similarity tasks",
                         description="Evaluate a model on similarity tasks; every value is x 100.")
-    ev.add_argument("--tasks", type=_comma_list(TASKS), default=list(DEFAULT_TASKS),
+    ev.add_argument("--tasks", type=comma_list(TASKS), default=list(DEFAULT_TASKS),
                     help="comma-separated tasks from: %s (default: %s)" % (", ".join(TASKS), ",".join(DEFAULT_TASKS)))
-    ev.add_argument("--model", default="all-MiniLM-L6-v2", help="model name or path (default: all-MiniLM-L6-v2)")
-    ev.add_argument("--postprocess", type=_comma_list(POSTPROCESS_NAMES), default=["none"],
+    ev.add_argument("--model", default=DEFAULT_MODEL, help="model name or path (default: %(default)s)")
+    ev.add_argument("--postprocess", type=comma_list(POSTPROCESS_NAMES), default=["none"],
                     help="comma-separated post-processing from: %s (default: none)" % ", ".join(POSTPROCESS_NAMES))
-    ev.add_argument("--n-components", type=_positive_int, default=None,
+    ev.add_argument("--n-components", type=positive_int, default=None,
                     help="directions removed by abtt / dimensions kept by whiten (default: their own)")
     ev.add_argument("--fit-on", choices=FIT_ON, default="task",
                     help="corpus post-processing is fitted on: each task's train split (wikitext-2 valid where "
@@ -82,20 +62,20 @@ def add_similarity_subparser(subparsers) -> argparse.ArgumentParser:
                     help="sweep: every hidden state plus the last-four average; default: the model's configuration")
     ev.add_argument("--include-train", action="store_true",
                     help="also score STS-B and SICK train (for layer selection)")
-    ev.add_argument("--sentence-poolings", type=_comma_list(SENTENCE_POOLINGS), default=list(SENTENCE_POOLINGS),
+    ev.add_argument("--sentence-poolings", type=comma_list(SENTENCE_POOLINGS), default=list(SENTENCE_POOLINGS),
                     help="for STS-B and SICK, from: %s" % ", ".join(SENTENCE_POOLINGS))
-    ev.add_argument("--word-sim-tasks", type=_comma_list(WORD_SIM_TASKS), default=list(WORD_SIM_TASKS),
+    ev.add_argument("--word-sim-tasks", type=comma_list(WORD_SIM_TASKS), default=list(WORD_SIM_TASKS),
                     help="word-similarity sets, from: %s" % ", ".join(WORD_SIM_TASKS))
-    ev.add_argument("--max-occurrences", type=_positive_int, default=100,
+    ev.add_argument("--max-occurrences", type=positive_int, default=100,
                     help="corpus sentences averaged per word for word similarity (default: 100)")
     ev.add_argument("--scws", type=Path, default=None, help="path of SCWS ratings.txt (needed for the scws task)")
     ev.add_argument("--data", type=Path, default=None,
                     help="the similarity data folder (default: <shared data>/similarity)")
-    ev.add_argument("--limit", type=_positive_int, default=None,
+    ev.add_argument("--limit", type=positive_int, default=None,
                     help="only the first N examples of each split (smoke test)")
-    ev.add_argument("--batch-size", type=_positive_int, default=32)
+    ev.add_argument("--batch-size", type=positive_int, default=32)
     ev.add_argument("--device", default="cpu")
-    ev.add_argument("--precision", default="fp32", help="fp32 or bf16")
+    ev.add_argument("--precision", default="fp32", choices=PRECISIONS)
     ev.add_argument("--seed", type=int, default=0)
     ev.add_argument("--json", type=Path, default=None, help="write all rows to this JSON file (atomically)")
     ev.add_argument("--markdown", type=Path, default=None, help="write the table to this markdown file")
@@ -107,12 +87,9 @@ def add_similarity_subparser(subparsers) -> argparse.ArgumentParser:
 def run_similarity_command(args: argparse.Namespace) -> int:
     """Run ``similarity eval`` with parsed arguments; print the table (layer "last4"/"all"/"last" rows when the
     layers were swept, every row with ``--json``/``--markdown``). Returns the exit code."""
-    from ctxemb.embedding import Embedder  # the model stack is only needed to run
-
     if args.scws is None and "scws" in args.tasks:
-        print("error: --tasks scws needs --scws PATH (SCWS is held out of the shared data folder)", file=sys.stderr)
-        return 2
-    embedder = Embedder.from_pretrained(args.model, device=args.device, precision=args.precision)
+        raise UsageError("--tasks scws needs --scws PATH (SCWS is held out of the shared data folder)")
+    embedder = load_embedder(args.model, device=args.device, precision=args.precision)
     rows = run_similarity_tasks(
         embedder, args.tasks, root=args.data, postprocess=args.postprocess, n_components=args.n_components,
         fit_on=args.fit_on, layers=args.layers, include_train=args.include_train, limit=args.limit,
@@ -128,10 +105,7 @@ def run_similarity_command(args: argparse.Namespace) -> int:
         save_results_json(rows, args.json, metadata=meta)
     table = results_to_markdown(rows)
     if args.markdown is not None:
-        from ctxemb.paths import atomic_write
-
-        with atomic_write(args.markdown, "w", encoding="utf-8") as f:
-            f.write(table)
+        write_text(args.markdown, table)
     shown = rows if args.layers == "default" else [r for r in rows if r.layer in ("last4", "all", "last")]
     sys.stdout.write(results_to_markdown(shown))
     return 0

@@ -7,8 +7,8 @@ Every data set comes in two layers:
 - ``load_*(split, root=None)`` maps a split name to the file under the shared data folder
   (``shared_data_dir() / "similarity"`` unless ``root`` is given) and checks that it is there.
 
-Words in context are :class:`WordInContext`: a tokenised sentence and a ``[start, end)`` word span. That is the
-one currency the harnesses in :mod:`ctxemb.evaluation.similarity` consume, whatever the data set.
+They return the records of :mod:`ctxemb.evaluation.similarity.records` (words in context are
+:class:`WordInContext`).
 
 Splits that the shared folder deliberately holds back (WiC test, STS-B test, SICK test, SCWS) raise a
 ``FileNotFoundError`` that says so; pass the path of your own copy to the ``read_*`` function instead.
@@ -23,166 +23,23 @@ import random
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Iterable
 
+from ctxemb._validation import check_choice
+from ctxemb.evaluation.similarity.records import (
+    CoSimLexExample,
+    ScwsExample,
+    SentencePair,
+    UsimExample,
+    WicExample,
+    WordInContext,
+    WordPair,
+)
 from ctxemb.paths import shared_data_dir
 
 logger = logging.getLogger(__name__)
 
 PathLike = str | os.PathLike
-
-
-# --------------------------------------------------------------------------------------------------- records
-
-
-@dataclass(frozen=True)
-class WordInContext:
-    """A word (or a short span of words) inside a tokenised sentence.
-
-    Attributes:
-        tokens: the sentence as words.
-        start: index of the first word of the span.
-        end: one past the last word of the span (``end - start`` is 1 for a single word).
-    """
-
-    tokens: tuple[str, ...]
-    start: int
-    end: int
-
-    def __post_init__(self):
-        if not isinstance(self.tokens, tuple):
-            object.__setattr__(self, "tokens", tuple(self.tokens))
-        if not (0 <= self.start < self.end <= len(self.tokens)):
-            raise ValueError(
-                "span [%d, %d) is not a non-empty span inside a sentence of %d words: %r"
-                % (self.start, self.end, len(self.tokens), " ".join(self.tokens)[:200])
-            )
-
-    @property
-    def word(self) -> str:
-        """The words of the span, joined by spaces."""
-        return " ".join(self.tokens[self.start : self.end])
-
-
-@dataclass(frozen=True)
-class WicExample:
-    """One Word-in-Context pair (Pilehvar & Camacho-Collados 2019).
-
-    Attributes:
-        lemma: the target lemma.
-        pos: "N" or "V".
-        first, second: the target in each sentence.
-        label: True if the two uses have the same sense; None when the gold file was not given.
-    """
-
-    lemma: str
-    pos: str
-    first: WordInContext
-    second: WordInContext
-    label: bool | None
-
-
-@dataclass(frozen=True)
-class SentencePair:
-    """A pair of sentences with a gold similarity (STS-B, 0-5) or relatedness (SICK, 1-5) score.
-
-    Attributes:
-        sentence1, sentence2: raw text.
-        score: the gold score.
-        id: the pair's id in its file (STS-B: "genre/file/year/id"; SICK: pair_ID).
-        label: SICK's entailment judgement; None for STS-B.
-    """
-
-    sentence1: str
-    sentence2: str
-    score: float
-    id: str = ""
-    label: str | None = None
-
-
-@dataclass(frozen=True)
-class CoSimLexExample:
-    """One CoSimLex pair (Armendariz et al. 2020): two words rated for similarity inside two contexts.
-
-    Attributes:
-        word1, word2: the pair, uninflected (as in SimLex-999).
-        context1_word1, context1_word2: the two marked words in context 1 (same ``tokens``).
-        context2_word1, context2_word2: the two marked words in context 2.
-        sim1, sim2: mean human similarity (0-10) in context 1 and 2; None if the file has no gold.
-    """
-
-    word1: str
-    word2: str
-    context1_word1: WordInContext
-    context1_word2: WordInContext
-    context2_word1: WordInContext
-    context2_word2: WordInContext
-    sim1: float | None
-    sim2: float | None
-
-    @property
-    def change(self) -> float | None:
-        """Gold change of similarity from context 1 to context 2 (``sim2 - sim1``), the target of subtask 1."""
-        return None if self.sim1 is None or self.sim2 is None else self.sim2 - self.sim1
-
-
-@dataclass(frozen=True)
-class UsimExample:
-    """One CoInCo usage-similarity pair (Garí Soler et al. 2019): the same lemma in two sentences.
-
-    Attributes:
-        id: "<sentence id 1>-<sentence id 2>-cnc".
-        lemma_pos: e.g. "get.VB".
-        first, second: the target in each sentence.
-        score: 1 (no shared substitutes, "DIFF") or 5 (at least 75 % shared, "SAME").
-        in_train: whether the id is in the paper's training list (``cnc_train_ids``).
-    """
-
-    id: str
-    lemma_pos: str
-    first: WordInContext
-    second: WordInContext
-    score: float
-    in_train: bool
-
-
-@dataclass(frozen=True)
-class ScwsExample:
-    """One Stanford Contextual Word Similarity pair (Huang et al. 2012).
-
-    Attributes:
-        id: the pair id.
-        word1, pos1, word2, pos2: the two words and their part of speech ("n", "v", "j", ...).
-        first, second: each word marked in its own context.
-        score: the average of the ten ratings (0-10).
-        ratings: the ten individual ratings.
-    """
-
-    id: str
-    word1: str
-    pos1: str
-    word2: str
-    pos2: str
-    first: WordInContext
-    second: WordInContext
-    score: float
-    ratings: tuple[float, ...]
-
-
-@dataclass(frozen=True)
-class WordPair:
-    """A pair of words out of context with a gold similarity or relatedness score.
-
-    Attributes:
-        word1, word2: the words as written in the data set.
-        score: the gold score (each data set has its own scale; only ranks matter for Spearman).
-        pos: the part of speech where the data set gives one (SimLex-999, SimVerb-3500), else None.
-    """
-
-    word1: str
-    word2: str
-    score: float
-    pos: str | None = None
 
 
 # --------------------------------------------------------------------------------------------------- helpers
@@ -212,12 +69,6 @@ def _require_file(path: Path, what: str, held_out: bool = False) -> Path:
             "evaluation. Pass the path of your own copy to the matching read_* function." % (what, path)
         )
     raise FileNotFoundError("%s not found at %s" % (what, path))
-
-
-def _check_split(split: str, valid: Sequence[str], what: str) -> str:
-    if split not in valid:
-        raise ValueError("split for %s must be one of %s; got %r" % (what, ", ".join(valid), split))
-    return split
 
 
 def _read_lines(path: PathLike) -> list[str]:
@@ -304,7 +155,7 @@ def read_wic(data_path: PathLike, gold_path: PathLike | None = None) -> list[Wic
 
 def load_wic(split: str, root: PathLike | None = None) -> list[WicExample]:
     """WiC ``split`` ("train": 5,428 pairs, "dev": 638; "test" is held out) from ``root/wic/<split>/``."""
-    _check_split(split, ("train", "dev", "test"), "WiC")
+    check_choice(split, "split for WiC", ("train", "dev", "test"))
     base = similarity_data_dir(root) / "wic" / split
     data = _require_file(base / ("%s.data.txt" % split), "WiC %s data" % split, held_out=split == "test")
     gold = _require_file(base / ("%s.gold.txt" % split), "WiC %s gold" % split, held_out=split == "test")
@@ -338,7 +189,7 @@ def read_stsb(path: PathLike) -> list[SentencePair]:
 
 def load_stsb(split: str, root: PathLike | None = None) -> list[SentencePair]:
     """STS-B ``split`` ("train": 5,749 pairs, "dev": 1,500; "test" is held out) from ``root/stsb/sts-<split>.csv``."""
-    _check_split(split, ("train", "dev", "test"), "STS-B")
+    check_choice(split, "split for STS-B", ("train", "dev", "test"))
     path = similarity_data_dir(root) / "stsb" / ("sts-%s.csv" % split)
     return read_stsb(_require_file(path, "STS-B %s" % split, held_out=split == "test"))
 
@@ -378,7 +229,7 @@ _SICK_FILES = {"train": "SICK_train.txt", "trial": "SICK_trial.txt", "dev": "SIC
 def load_sick(split: str, root: PathLike | None = None) -> list[SentencePair]:
     """SICK ``split`` ("train": 4,500 pairs; "trial" or its alias "dev": 500; "test" is held out) from
     ``root/sick/``."""
-    _check_split(split, tuple(_SICK_FILES), "SICK")
+    check_choice(split, "split for SICK", tuple(_SICK_FILES))
     path = similarity_data_dir(root) / "sick" / _SICK_FILES[split]
     return read_sick(_require_file(path, "SICK %s" % split, held_out=split == "test"))
 
@@ -485,7 +336,7 @@ def load_cosimlex(language: str = "en", root: PathLike | None = None) -> list[Co
 
     This is the SemEval-2020 Task 3 evaluation set with its gold ratings.
     """
-    _check_split(language, ("en", "hr", "sl", "fi"), "CoSimLex language")
+    check_choice(language, "split for CoSimLex language", ("en", "hr", "sl", "fi"))
     path = similarity_data_dir(root) / "cosimlex" / "cosimlex_dataset" / ("cosimlex_%s.csv" % language)
     return read_cosimlex(_require_file(path, "CoSimLex (%s)" % language))
 
@@ -538,7 +389,7 @@ def read_coinco_usim(path: PathLike, train_ids_path: PathLike | None = None) -> 
 def load_coinco_usim(split: str = "all", root: PathLike | None = None) -> list[UsimExample]:
     """CoInCo usage-similarity pairs: "all" (5,022), "train" (the 4,018 ids of ``cnc_train_ids``) or "test"
     (the rest)."""
-    _check_split(split, ("all", "train", "test"), "CoInCo usim")
+    check_choice(split, "split for CoInCo usim", ("all", "train", "test"))
     base = similarity_data_dir(root) / "coinco-usim"
     data = read_coinco_usim(_require_file(base / "coinco_usim_data.csv", "CoInCo usim data"),
                             _require_file(base / "cnc_train_ids", "CoInCo usim train ids"))

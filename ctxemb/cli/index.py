@@ -17,6 +17,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from ctxemb.cli._common import load_embedder, non_negative_float, positive_int
 from ctxemb.registry import DEFAULT_MODEL
 from ctxemb.search import (
     INDEX_KINDS,
@@ -29,23 +30,6 @@ from ctxemb.search import (
 )
 
 logger = logging.getLogger(__name__)
-
-
-def load_embedder(model: str | None, device: str, config: dict[str, Any] | None = None):
-    """An ``Embedder`` for ``model``; with ``config`` (an index's stored configuration) its pooling settings too.
-
-    Args:
-        model: model name or path; None takes ``config["model"]``.
-        device: torch device string.
-        config: an ``EmbedderConfig.to_dict()``; when given, the embedder is built with the same fields.
-    """
-    from ctxemb.embedding import Embedder, EmbedderConfig
-
-    if config is None:
-        return Embedder.from_pretrained(model or DEFAULT_MODEL, device=device)
-    fields = dict(EmbedderConfig.from_dict(config).to_dict())  # validates the stored fields
-    stored_model = fields.pop("model")
-    return Embedder.from_pretrained(model or stored_model, device=device, **fields)
 
 
 def _read_corpus(path: Path) -> tuple[list[str], list[int]]:
@@ -84,7 +68,7 @@ def _index_kwargs(args: argparse.Namespace) -> dict[str, Any]:
 
 def run_build(args: argparse.Namespace) -> int:
     texts, lines = _read_corpus(Path(args.corpus))
-    emb = load_embedder(args.model, args.device)
+    emb = load_embedder(args.model, device=args.device)
     progress = not args.no_progress
     common = dict(batch_size=args.batch_size, show_progress_bar=progress, store_text=not args.no_text,
                   layer_pooling=args.layer_pooling, **_index_kwargs(args))
@@ -125,7 +109,7 @@ def run_query(args: argparse.Namespace) -> int:
     if args.model is not None:
         # Fail before loading a model that cannot match (the full check runs again on the loaded embedder).
         index.check_config(dict(index.embedder_config, model=args.model))
-    emb = load_embedder(args.model, args.device, index.embedder_config)
+    emb = load_embedder(args.model, device=args.device, config=index.embedder_config)
     options = {name: getattr(args, name) for name in ("ef_search", "nprobe", "k_factor")
                if getattr(args, name) is not None}
     recipe = index.recipe or {}
@@ -145,7 +129,7 @@ def run_query(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_index_subparser(subparsers) -> argparse.ArgumentParser:
+def add_parser(subparsers) -> argparse.ArgumentParser:
     """Add ``index build`` and ``index query`` to a ``parser.add_subparsers()`` object; returns the ``index`` parser."""
     index = subparsers.add_parser("index", help="build and query semantic search indexes",
                                   description=__doc__.split("\n\n")[0])
@@ -164,22 +148,22 @@ def add_index_subparser(subparsers) -> argparse.ArgumentParser:
                        help="hidden-state indices to pool (0 = embeddings, -1 = last layer); default -1 for lines, "
                             "the embedder's default (last four) for --words")
     build.add_argument("--layer-pooling", choices=("mean", "sum", "concat"), default=None)
-    build.add_argument("--batch-size", type=int, default=32)
+    build.add_argument("--batch-size", type=positive_int, default=32)
     build.add_argument("--no-text", action="store_true", help="do not store the text in the metadata")
     build.add_argument("--no-progress", action="store_true", help="hide progress bars")
     _add_index_options(build)
-    build.add_argument("--hnsw-m", type=int, default=None)
-    build.add_argument("--ef-construction", type=int, default=None)
-    build.add_argument("--nlist", type=int, default=None)
-    build.add_argument("--pq-m", type=int, default=None)
-    build.add_argument("--nbits", type=int, default=None)
+    build.add_argument("--hnsw-m", type=positive_int, default=None)
+    build.add_argument("--ef-construction", type=positive_int, default=None)
+    build.add_argument("--nlist", type=positive_int, default=None)
+    build.add_argument("--pq-m", type=positive_int, default=None)
+    build.add_argument("--nbits", type=positive_int, default=None)
     build.add_argument("--on-disk", action="store_true", help="ivfpq: keep inverted lists and vectors in --out")
     build.set_defaults(func=run_build)
 
     query = sub.add_parser("query", help="search an index with one or more texts")
     query.add_argument("index", help="index directory")
     query.add_argument("text", nargs="+", help="query text(s); for a word index, a sentence containing the word")
-    query.add_argument("-k", type=int, default=10, help="results per query")
+    query.add_argument("-k", type=positive_int, default=10, help="results per query")
     query.add_argument("--model", default=None, help="override the model recorded in the index (checked)")
     query.add_argument("--device", default="cpu")
     query.add_argument("--position", type=int, default=None,
@@ -192,6 +176,6 @@ def add_index_subparser(subparsers) -> argparse.ArgumentParser:
 
 
 def _add_index_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--ef-search", type=int, default=None, help="hnsw beam width")
-    parser.add_argument("--nprobe", type=int, default=None, help="ivfpq lists to scan")
-    parser.add_argument("--k-factor", type=float, default=None, help="ivfpq candidates re-ranked per result")
+    parser.add_argument("--ef-search", type=positive_int, default=None, help="hnsw beam width")
+    parser.add_argument("--nprobe", type=positive_int, default=None, help="ivfpq lists to scan")
+    parser.add_argument("--k-factor", type=non_negative_float, default=None, help="ivfpq candidates re-ranked per result")

@@ -1,16 +1,21 @@
-"""The ``ctxemb`` command line: ``demo``, ``analyze``, ``wsd``, ``similarity`` and ``index``."""
+"""``ctxemb demo``: what contextual embeddings do, on the default model: one word in different senses, the
+geometry of every layer, and nearest-sense WSD (J&M 11.3)."""
 
 from __future__ import annotations
 
 import argparse
-import logging
-import sys
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 
+from ctxemb.cli._common import load_embedder
+from ctxemb.geometry import Standardizer, analyze, format_analysis_table
+from ctxemb.geometry.analysis import read_corpus
+from ctxemb.paths import shared_data_dir
 from ctxemb.registry import DEFAULT_MODEL
+from ctxemb.wsd import BuildConfig, Disambiguator, SenseStore, build_sense_store, read_dataset
+from ctxemb.wsd import wordnet as wnu
+from ctxemb.wsd.disambiguate import tokenize
 
 BANK_SENTENCES = [
     ("river", "He sat on the bank of the river and watched the boats .".split(), 4),
@@ -18,17 +23,33 @@ BANK_SENTENCES = [
     ("money", "She deposited her salary at the bank on Monday .".split(), 6),
 ]
 
+WSD_SENTENCES = [
+    "He sat on the bank of the river and watched the boats.",
+    "She deposited her salary at the bank on Monday.",
+    "The mouse ran under the kitchen table.",
+]
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    demo = subparsers.add_parser("demo", help="contextual embeddings of 'bank' in river and money contexts")
+    demo.add_argument("--model", default=DEFAULT_MODEL, help="model name or HF-format directory")
+    demo.add_argument("--out-dir", default="ctxemb-demo", help="where plots and JSON go (default: ctxemb-demo)")
+    demo.add_argument("--store", default=None, help="a sense store made by `ctxemb wsd build` (optional)")
+    demo.set_defaults(func=run_demo)
+    return demo
+
+
+def _unit(x: np.ndarray) -> np.ndarray:
+    return x / np.linalg.norm(x, axis=1, keepdims=True)
+
 
 def run_demo(args: argparse.Namespace) -> int:
     """Show what contextual embeddings do on the default model: one word, different senses."""
-    from ctxemb.embedding import Embedder
-
-    emb = Embedder.from_pretrained(args.model)
+    emb = load_embedder(args.model)
     print(f"model: {args.model} ({emb.num_layers} layers, hidden size {emb.hidden_size}); "
           f"word vectors = mean of hidden states {list(emb.config.layers)}, subwords mean-pooled\n")
     vecs = emb.embed_words([s for _, s, _ in BANK_SENTENCES], show_progress_bar=False)
-    bank = np.stack([v[i] for v, (_, _, i) in zip(vecs, BANK_SENTENCES)])
-    bank /= np.linalg.norm(bank, axis=1, keepdims=True)
+    bank = _unit(np.stack([v[i] for v, (_, _, i) in zip(vecs, BANK_SENTENCES)]))
     cos = bank @ bank.T
     for k, (sense, words, i) in enumerate(BANK_SENTENCES):
         marked = " ".join(f"[{w}]" if j == i else w for j, w in enumerate(words))
@@ -41,13 +62,9 @@ def run_demo(args: argparse.Namespace) -> int:
     print(f"  -> the two river uses are {verdict} to each other than to the money use\n")
 
     # Geometry (J&M 11.3.2): raw cosines are inflated by a few rogue dimensions; z-scoring fixes that.
-    from ctxemb.geometry import Standardizer, analyze, format_analysis_table
-    from ctxemb.geometry.analysis import read_corpus
-
     corpus = read_corpus()
     corpus_vectors = np.concatenate(emb.embed_words(corpus, show_progress_bar=False))
-    z = Standardizer().fit(corpus_vectors).transform(np.stack([v[i] for v, (_, _, i) in zip(vecs, BANK_SENTENCES)]))
-    z /= np.linalg.norm(z, axis=1, keepdims=True)
+    z = _unit(Standardizer().fit(corpus_vectors).transform(np.stack([v[i] for v, (_, _, i) in zip(vecs, BANK_SENTENCES)])))
     zc = z @ z.T
     print(f"after standardization (fitted on {len(corpus_vectors)} word vectors of data/analysis_corpus.txt):")
     print(f"  river-river {zc[0, 1]:.3f}   river-money {zc[0, 2]:.3f}, {zc[1, 2]:.3f}\n")
@@ -64,21 +81,9 @@ def run_demo(args: argparse.Namespace) -> int:
     return 0
 
 
-WSD_SENTENCES = [
-    "He sat on the bank of the river and watched the boats.",
-    "She deposited her salary at the bank on Monday.",
-    "The mouse ran under the kitchen table.",
-]
-
-
 def _demo_wsd(emb, args: argparse.Namespace) -> None:
     """Nearest-sense WSD (J&M 11.3.1). A full SemCor store built with ``ctxemb wsd build`` is used if it exists at
     ``--store``; otherwise a small store is built from the SemCor sentences that hold the demo's lemmas."""
-    from ctxemb.paths import shared_data_dir
-    from ctxemb.wsd import BuildConfig, Disambiguator, SenseStore, build_sense_store, read_dataset
-    from ctxemb.wsd import wordnet as wnu
-    from ctxemb.wsd.disambiguate import tokenize
-
     store_dir = Path(args.store) if args.store else None
     if store_dir is not None and (store_dir / "meta.json").is_file():
         store = SenseStore.load(store_dir)
@@ -105,40 +110,3 @@ def _demo_wsd(emb, args: argparse.Namespace) -> None:
                 continue
             how = "first sense (back-off)" if p.backed_off else f"score {p.score:.3f}"
             print(f"    {p.word:13s} {p.synset:38s} {how:22s} {p.gloss[:60]}")
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="ctxemb", description=__doc__)
-    parser.add_argument("-v", "--verbose", action="store_true", help="log progress at INFO level")
-    sub = parser.add_subparsers(dest="command", required=True)
-    demo = sub.add_parser("demo", help="contextual embeddings of 'bank' in river and money contexts")
-    demo.add_argument("--model", default=DEFAULT_MODEL, help="model name or HF-format directory")
-    demo.add_argument("--out-dir", default="ctxemb-demo", help="where plots and JSON go (default: ctxemb-demo)")
-    demo.add_argument("--store", default=None, help="a sense store made by `ctxemb wsd build` (optional)")
-    demo.set_defaults(func=run_demo)
-
-    from ctxemb.geometry.analysis import add_analyze_subparser
-    from ctxemb.evaluation.similarity_cli import add_similarity_subparser
-    from ctxemb.search_cli import add_index_subparser
-    from ctxemb.wsd.cli import add_wsd_subparser
-
-    add_analyze_subparser(sub)
-    add_index_subparser(sub)
-    add_wsd_subparser(sub)
-    add_similarity_subparser(sub)
-    return parser
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
-                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    try:
-        return args.func(args) or 0
-    except (FileNotFoundError, ValueError, KeyError, TypeError) as e:
-        print(f"ctxemb {args.command}: error: {e}", file=sys.stderr)
-        return 2
-
-
-if __name__ == "__main__":
-    sys.exit(main())

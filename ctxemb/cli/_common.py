@@ -1,0 +1,137 @@
+"""What every command shares: argument types, the embedder flags, loading an embedder, and writing JSON."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+from ctxemb.paths import atomic_write
+from ctxemb.registry import DEFAULT_MODEL
+
+
+class UsageError(ValueError):
+    """A mistake in how a command was called that argparse cannot see (e.g. two flags that exclude each other)."""
+
+
+# ---- argument types: argparse turns their ArgumentTypeError into a usage line and exit status 2 -------------------
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError("expected a positive integer; got %r" % text) from None
+    if value < 1:
+        raise argparse.ArgumentTypeError("expected a positive integer; got %d" % value)
+    return value
+
+
+def non_negative_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError("expected a number; got %r" % text) from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError("expected a finite number >= 0; got %r" % text)
+    return value
+
+
+def fraction(text: str) -> float:
+    """A float in [0, 1)."""
+    value = non_negative_float(text)
+    if value >= 1:
+        raise argparse.ArgumentTypeError("expected a fraction in [0, 1); got %r" % text)
+    return value
+
+
+def comma_list(choices: Sequence[str]) -> Callable[[str], list[str]]:
+    """An argument type for ``a,b,c`` with every item from ``choices``."""
+
+    def parse(text: str) -> list[str]:
+        items = [t.strip() for t in text.split(",") if t.strip()]
+        if not items:
+            raise argparse.ArgumentTypeError("expected a comma-separated list from: %s" % ", ".join(choices))
+        bad = [t for t in items if t not in choices]
+        if bad:
+            raise argparse.ArgumentTypeError("unknown value(s) %s; choose from: %s"
+                                             % (", ".join(bad), ", ".join(choices)))
+        return items
+
+    return parse
+
+
+def existing_path(text: str) -> Path:
+    path = Path(text)
+    if not path.exists():
+        raise argparse.ArgumentTypeError("%s does not exist" % text)
+    return path
+
+
+# ---- the embedder ----------------------------------------------------------------------------------------------
+def add_embedder_args(parser: argparse.ArgumentParser, *, model_default: str | None = DEFAULT_MODEL,
+                      pooling: bool = True) -> None:
+    """``--model``, ``--device``, ``--precision`` and (with ``pooling``) ``--layers``/``--layer-pooling``/
+    ``--subword-pooling``; None defaults mean "the embedder's own default" (or a store's/index's recorded one)."""
+    from ctxemb.embedding import SUBWORD_POOLINGS
+    from ctxemb.inference import PRECISIONS
+
+    g = parser.add_argument_group("embedder")
+    g.add_argument("--model", default=model_default,
+                   help="model name or HF-format directory" + (" (default %(default)s)" if model_default else ""))
+    g.add_argument("--device", default="cpu", help="torch device (default %(default)s)")
+    g.add_argument("--precision", default=None, choices=PRECISIONS, help="default: the embedder's (fp32)")
+    if pooling:
+        g.add_argument("--layers", type=int, nargs="+", default=None,
+                       help="hidden-state indices to pool; 0 = embedding output, -1 = last layer (default -4 -3 -2 -1)")
+        # 'weighted' needs per-layer weights and 'stack' gives a (layers, H) array per word: API only
+        g.add_argument("--layer-pooling", default=None, choices=("mean", "sum", "concat"), help="default mean")
+        g.add_argument("--subword-pooling", default=None, choices=SUBWORD_POOLINGS, help="default mean")
+
+
+def embedder_overrides(args: argparse.Namespace) -> dict[str, Any]:
+    """The embedder flags the user set (those left at None keep the default or the recorded configuration)."""
+    names = ("layers", "layer_pooling", "subword_pooling", "precision")
+    return {name: getattr(args, name) for name in names if getattr(args, name, None) is not None}
+
+
+def load_embedder(model: str | None = None, *, device: str = "cpu", config: Mapping[str, Any] | None = None,
+                  **overrides):
+    """An :class:`~ctxemb.embedding.Embedder`.
+
+    Args:
+        model: model name or path; None takes ``config["model"]`` (or the default model without a config).
+        device: torch device string.
+        config: a recorded ``EmbedderConfig.to_dict()`` (a sense store's or an index's): the embedder is built
+            with the same fields, so that its vectors match the recorded ones.
+        overrides: embedder fields to set (e.g. ``layers``), applied over ``config``.
+    """
+    from ctxemb.embedding import Embedder  # the model stack (torch) is loaded only by commands that embed
+
+    fields: dict[str, Any] = {}
+    if config is not None:
+        from ctxemb.embedding import EmbedderConfig
+
+        fields = dict(EmbedderConfig.from_dict(dict(config)).to_dict())  # validates the stored fields
+    fields.update(overrides)
+    stored_model = fields.pop("model", None)
+    return Embedder.from_pretrained(model or stored_model or DEFAULT_MODEL, device=device, **fields)
+
+
+def write_text(path: str | Path, text: str) -> Path:
+    """Write ``text`` atomically (UTF-8)."""
+    path = Path(path)
+    with atomic_write(path, "w", encoding="utf-8") as f:
+        f.write(text)
+    return path
+
+
+def write_json(path: str | Path, obj: Any) -> Path:
+    """Write ``obj`` as indented JSON, atomically (a crash leaves the old file or the new one, never half)."""
+    path = Path(path)
+    if path.parent != Path(""):
+        path.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_write(path) as f:
+        json.dump(obj, f, indent=2, sort_keys=False, default=str)
+        f.write("\n")
+    return path
