@@ -1,0 +1,226 @@
+"""Batch sources for the training loop: the protocol it reads, a map-style source for fine-tuning, and a finite
+evaluation iterator.
+
+The loop draws micro-batches from an *endless* iterator; the source advances its own epochs (reshuffling with
+``seed + epoch``, so nobody can forget ``DistributedSampler.set_epoch``) and can save and restore its position,
+which is what makes a resumed run see exactly the batches an uninterrupted one would have seen.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable, Iterator, Protocol, Sequence, runtime_checkable
+
+import torch
+from torch.utils.data import default_collate
+
+Batch = dict[str, torch.Tensor]
+
+
+@runtime_checkable
+class BatchSource(Protocol):
+    """What :func:`ctxemb.training.loop.train` reads.
+
+    ``__iter__`` yields this rank's micro-batches (dicts of tensors) without end; ``state_dict`` describes the
+    position after the last batch yielded (epoch, offset, the source's own generator state) and contains only
+    Python numbers, strings, lists/tuples/dicts and torch tensors (checkpoints are loaded with
+    ``weights_only=True``); ``load_state_dict`` is called before ``__iter__`` to continue from there.
+    """
+
+    def __iter__(self) -> Iterator[Batch]: ...
+
+    def state_dict(self) -> dict: ...
+
+    def load_state_dict(self, state: dict) -> None: ...
+
+
+def _check_dataset(data: Any, name: str = "data") -> int:
+    if not (hasattr(data, "__len__") and hasattr(data, "__getitem__")):
+        raise TypeError(f"{name} must be a map-style dataset (a sequence or a torch Dataset with __len__ and "
+                        f"__getitem__), got {type(data).__name__}")
+    n = len(data)
+    if n == 0:
+        raise ValueError(f"{name} is empty")
+    return n
+
+
+def _check_rank(rank: int, world_size: int) -> None:
+    if not (isinstance(world_size, int) and world_size >= 1):
+        raise ValueError(f"world_size must be an integer >= 1, got {world_size!r}")
+    if not (isinstance(rank, int) and 0 <= rank < world_size):
+        raise ValueError(f"rank must be an integer in [0, world_size ({world_size})), got {rank!r}")
+
+
+class DatasetBatches:
+    """Endless, resumable micro-batches from a map-style dataset, split between ranks.
+
+    Each epoch is a permutation of all examples drawn from a generator seeded with ``seed + epoch`` (the order
+    is the same on every rank); rank ``r`` of ``world_size`` takes positions ``r, r + world_size, ...``
+    (as ``DistributedSampler``), so with equal per-rank batches a step's union over ranks is one contiguous
+    slice of the permutation, exactly the batch a single process with ``world_size`` times the batch size draws.
+    Unless ``drop_last``, the permutation is padded with its own first examples to a multiple of
+    ``world_size`` so that every rank has the same number of batches (DDP needs it), and the last short batch
+    of an epoch is kept; with ``drop_last`` the tail that does not fill a whole batch on every rank is dropped.
+
+    Args:
+        data: a sequence of examples or a map-style torch Dataset.
+        batch_size: examples per micro-batch on this rank.
+        collate: turns a list of examples into a dict of tensors (default: torch's ``default_collate``).
+        shuffle: permute each epoch (else the dataset order, every epoch).
+        seed: the base seed of the permutations.
+        rank, world_size: this process's share (``DistributedContext.rank`` / ``.world_size``).
+        drop_last: drop the incomplete tail of each epoch instead of padding/keeping it.
+
+    Raises:
+        ValueError: empty data, ``batch_size`` < 1, a bad rank, or no full batch per epoch with ``drop_last``.
+    """
+
+    def __init__(self, data: Sequence | torch.utils.data.Dataset, *, batch_size: int,
+                 collate: Callable[[list], Batch] | None = None, shuffle: bool = True, seed: int = 0,
+                 rank: int = 0, world_size: int = 1, drop_last: bool = False):
+        self.num_examples = _check_dataset(data)
+        if not (isinstance(batch_size, int) and batch_size >= 1):
+            raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
+        _check_rank(rank, world_size)
+        self.data = data
+        self.batch_size = batch_size
+        self.collate = default_collate if collate is None else collate
+        self.shuffle = bool(shuffle)
+        self.seed = int(seed)
+        self.rank = rank
+        self.world_size = world_size
+        self.drop_last = bool(drop_last)
+        if drop_last:
+            self.examples_per_rank = self.num_examples // world_size
+            self.batches_per_epoch = self.examples_per_rank // batch_size
+            if self.batches_per_epoch == 0:
+                raise ValueError(f"with drop_last, {self.num_examples} examples over {world_size} rank(s) do not fill "
+                                 f"one batch of {batch_size} per rank")
+        else:
+            self.examples_per_rank = math.ceil(self.num_examples / world_size)
+            self.batches_per_epoch = math.ceil(self.examples_per_rank / batch_size)
+        self.epoch = 0
+        self.position = 0  # batches of the current epoch already yielded
+
+    def set_epoch(self, epoch: int) -> None:
+        """Continue from the start of ``epoch`` (as ``DistributedSampler.set_epoch``; rarely needed here)."""
+        if not (isinstance(epoch, int) and epoch >= 0):
+            raise ValueError(f"epoch must be an integer >= 0, got {epoch!r}")
+        self.epoch, self.position = epoch, 0
+
+    def epoch_indices(self, epoch: int) -> list[int]:
+        """This rank's example indices for ``epoch``, in the order they are batched."""
+        n = self.num_examples
+        if self.shuffle:
+            g = torch.Generator().manual_seed(self.seed + epoch)
+            order = torch.randperm(n, generator=g).tolist()
+        else:
+            order = list(range(n))
+        total = self.examples_per_rank * self.world_size
+        if total > n:  # pad with the permutation's own start (it may have to wrap more than once)
+            order = (order * math.ceil(total / n))[:total]
+        else:
+            order = order[:total]
+        mine = order[self.rank::self.world_size]
+        if self.drop_last:
+            mine = mine[: self.batches_per_epoch * self.batch_size]
+        return mine
+
+    def __iter__(self) -> Iterator[Batch]:
+        while True:
+            indices = self.epoch_indices(self.epoch)
+            while self.position < self.batches_per_epoch:
+                start = self.position * self.batch_size
+                chunk = indices[start:start + self.batch_size]
+                # Advance before yielding: state_dict() taken after a batch was consumed points past it.
+                self.position += 1
+                yield self.collate([self.data[i] for i in chunk])
+            self.epoch += 1
+            self.position = 0
+
+    def state_dict(self) -> dict:
+        return {"epoch": self.epoch, "position": self.position, "seed": self.seed,
+                "num_examples": self.num_examples, "batch_size": self.batch_size, "world_size": self.world_size,
+                "drop_last": self.drop_last, "shuffle": self.shuffle}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Continue after the batch a saved state points past.
+
+        Raises:
+            ValueError: the state was saved with a different dataset size, batch size, world size, seed or
+                shuffle/drop_last setting (its position would then name other examples).
+        """
+        for key in ("num_examples", "batch_size", "world_size", "seed", "drop_last", "shuffle"):
+            if key in state and state[key] != getattr(self, key):
+                raise ValueError(f"cannot resume DatasetBatches: the saved state has {key}={state[key]!r} but this "
+                                 f"source has {key}={getattr(self, key)!r}")
+        epoch, position = int(state["epoch"]), int(state["position"])
+        if epoch < 0 or not 0 <= position <= self.batches_per_epoch:
+            raise ValueError(f"invalid DatasetBatches state: epoch {epoch}, position {position} "
+                             f"(batches per epoch {self.batches_per_epoch})")
+        self.epoch, self.position = epoch, position
+
+
+class EvalBatches:
+    """Finite batches over every example exactly once, in order, split between ranks in contiguous shards
+    (no padding, so shards may differ by one example; the loop sums losses and counts across ranks).
+
+    Re-iterable: each ``for batch in eval_batches`` starts again from the first example of this rank's shard.
+
+    Args:
+        data: a sequence of examples or a map-style torch Dataset.
+        batch_size: examples per batch.
+        collate: list of examples -> dict of tensors (default: torch's ``default_collate``).
+        rank, world_size: this process's share.
+    """
+
+    def __init__(self, data: Sequence | torch.utils.data.Dataset, *, batch_size: int,
+                 collate: Callable[[list], Batch] | None = None, rank: int = 0, world_size: int = 1):
+        n = _check_dataset(data)
+        if not (isinstance(batch_size, int) and batch_size >= 1):
+            raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
+        _check_rank(rank, world_size)
+        self.data = data
+        self.batch_size = batch_size
+        self.collate = default_collate if collate is None else collate
+        self.rank, self.world_size = rank, world_size
+        self.start = rank * n // world_size
+        self.stop = (rank + 1) * n // world_size
+
+    @property
+    def indices(self) -> range:
+        """The dataset indices this rank evaluates, in order."""
+        return range(self.start, self.stop)
+
+    def __len__(self) -> int:
+        return math.ceil((self.stop - self.start) / self.batch_size)
+
+    def __iter__(self) -> Iterator[Batch]:
+        for s in range(self.start, self.stop, self.batch_size):
+            yield self.collate([self.data[i] for i in range(s, min(s + self.batch_size, self.stop))])
+
+
+def batch_size_of(batch: Batch) -> int:
+    """Examples in a batch: the leading dimension of ``input_ids``, else of the first tensor (1 if none)."""
+    t = batch.get("input_ids") if isinstance(batch.get("input_ids"), torch.Tensor) else None
+    if t is None:
+        t = next((v for v in batch.values() if isinstance(v, torch.Tensor) and v.dim() > 0), None)
+    return int(t.shape[0]) if t is not None else 1
+
+
+def count_tokens(batch: Batch) -> int | None:
+    """Non-padding tokens: ``attention_mask.sum()`` when present, else ``input_ids.numel()``; None if neither."""
+    mask = batch.get("attention_mask")
+    if isinstance(mask, torch.Tensor):
+        return int(mask.sum())
+    ids = batch.get("input_ids")
+    if isinstance(ids, torch.Tensor):
+        return ids.numel()
+    return None
+
+
+def move_to_device(batch: Batch, device: torch.device) -> Batch:
+    """The batch's tensors on ``device`` (other values unchanged)."""
+    non_blocking = device.type == "cuda"
+    return {k: v.to(device, non_blocking=non_blocking) if isinstance(v, torch.Tensor) else v
+            for k, v in batch.items()}

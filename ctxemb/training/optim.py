@@ -1,0 +1,147 @@
+"""AdamW with a no-decay group, and the linear warm-up / linear decay schedule of BERT.
+
+Parameter groups are plain dicts as torch optimizers take them, with two optional extra keys:
+``param_names`` (for messages and tests) and ``lr_scale``, a multiplier on the peak learning rate that
+:func:`make_optimizer` applies, so fine-tuning can pass groups with layer-wise learning-rate decay
+(``lr_scale = decay ** (num_layers - layer)``) and the schedule scales every group alike.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Iterable, Sequence
+
+import torch
+from torch import nn
+
+# Normalisation layers whose weights (scales) are not decayed; RMSNorm only exists in recent torch.
+_NORM_TYPES: tuple[type, ...] = (nn.LayerNorm, nn.GroupNorm, nn.LocalResponseNorm, nn.modules.batchnorm._NormBase)
+if hasattr(nn, "RMSNorm"):
+    _NORM_TYPES += (nn.RMSNorm,)
+
+
+def _is_norm_module(name: str, module: nn.Module) -> bool:
+    if isinstance(module, _NORM_TYPES):
+        return True
+    # Hand-written norms (BERT's "LayerNorm", T5's "layer_norm", "final_norm"): go by the attribute name.
+    last = name.rsplit(".", 1)[-1].lower()
+    return ("layernorm" in last or "layer_norm" in last or last.endswith("norm")
+            or last == "ln" or last.startswith("ln_"))
+
+
+def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
+    """Split the trainable parameters into a decayed and a non-decayed group (nanoGPT's ``configure_optimizers``).
+
+    Not decayed: every bias and every weight of a normalisation layer (``LayerNorm`` in the encoder layers and in
+    the embeddings, any ``*norm`` module). Decayed: everything else, word/position embeddings included (as BERT).
+    A parameter shared by several modules (a decoder tied to the word embeddings) appears once, under its first
+    name. Frozen parameters (``requires_grad=False``) are left out.
+
+    Args:
+        model: the (unwrapped) model.
+        weight_decay: the decoupled weight decay of the decayed group.
+
+    Returns:
+        up to two groups ``{"params", "weight_decay", "param_names"}`` (an empty group is omitted).
+
+    Raises:
+        ValueError: ``weight_decay`` is negative, or the model has no trainable parameters.
+    """
+    if not weight_decay >= 0:
+        raise ValueError(f"weight_decay must be >= 0, got {weight_decay}")
+    no_decay_ids: set[int] = set()
+    for mod_name, module in model.named_modules():
+        if _is_norm_module(mod_name, module):
+            no_decay_ids.update(id(p) for p in module.parameters(recurse=False))
+    decay, no_decay = ([], []), ([], [])
+    for name, p in model.named_parameters():  # named_parameters drops repeats of a shared (tied) tensor
+        if not p.requires_grad:
+            continue
+        is_bias = name.rsplit(".", 1)[-1] == "bias"
+        target = no_decay if (is_bias or id(p) in no_decay_ids) else decay
+        target[0].append(name)
+        target[1].append(p)
+    if not decay[1] and not no_decay[1]:
+        raise ValueError("the model has no trainable parameters (all have requires_grad=False)")
+    groups = []
+    if decay[1]:
+        groups.append({"params": decay[1], "weight_decay": float(weight_decay), "param_names": decay[0]})
+    if no_decay[1]:
+        groups.append({"params": no_decay[1], "weight_decay": 0.0, "param_names": no_decay[0]})
+    return groups
+
+
+def make_optimizer(params: nn.Module | Iterable[dict], *, lr: float, weight_decay: float = 0.01,
+                   betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8) -> torch.optim.AdamW:
+    """torch.optim.AdamW over a model (split by :func:`param_groups`) or over groups the caller built.
+
+    Args:
+        params: a model, or parameter groups (dicts with ``params`` and optionally ``weight_decay`` and
+            ``lr_scale``; a group's learning rate is ``lr * lr_scale``).
+        lr: the peak learning rate.
+        weight_decay: decay for a model's decayed group, and for caller groups that do not set their own.
+        betas, eps: Adam's moment coefficients and denominator term.
+
+    Raises:
+        ValueError: a non-positive ``lr``/``eps``/``lr_scale``, betas outside [0, 1), a group without ``params``.
+    """
+    if not (lr > 0 and math.isfinite(lr)):
+        raise ValueError(f"lr must be a positive finite number, got {lr}")
+    if not eps > 0:
+        raise ValueError(f"eps must be > 0, got {eps}")
+    if len(betas) != 2 or not all(0.0 <= b < 1.0 for b in betas):
+        raise ValueError(f"betas must be two numbers in [0, 1), got {betas}")
+    if isinstance(params, nn.Module):
+        groups = param_groups(params, weight_decay)
+    else:
+        groups = []
+        for i, g in enumerate(params):
+            if not isinstance(g, dict) or "params" not in g:
+                raise ValueError(f"parameter group {i} must be a dict with a 'params' entry, got {type(g).__name__}")
+            groups.append(dict(g))
+        if not groups:
+            raise ValueError("params is an empty list of parameter groups")
+    for i, g in enumerate(groups):
+        scale = g.get("lr_scale", 1.0)
+        if not scale > 0:
+            raise ValueError(f"parameter group {i}: lr_scale must be > 0, got {scale}")
+        g["lr"] = lr * scale
+        g.setdefault("weight_decay", weight_decay)
+    return torch.optim.AdamW(groups, lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay)
+
+
+def linear_schedule_factor(step: int, warmup: int, total: int) -> float:
+    """The multiplier of the peak learning rate after ``step`` optimizer steps: ``step / warmup`` while warming
+    up, then linear decay to 0 at ``total`` (the schedule of BERT and of transformers'
+    ``get_linear_schedule_with_warmup``)."""
+    if step < warmup:
+        return step / max(1, warmup)
+    return max(0.0, (total - step) / max(1, total - warmup))
+
+
+def linear_schedule(optimizer: torch.optim.Optimizer, warmup: int, total: int) -> torch.optim.lr_scheduler.LambdaLR:
+    """LambdaLR: linear warm-up from 0 to each group's own learning rate over ``warmup`` steps, then linear
+    decay to 0 at ``total`` steps. Every group follows the same curve, so ``lr_scale`` ratios are kept.
+
+    Call ``scheduler.step()`` after each ``optimizer.step()``: step ``t`` (1-based) runs at
+    ``lr * linear_schedule_factor(t - 1, warmup, total)``.
+
+    Raises:
+        ValueError: ``total`` < 1, or ``warmup`` outside [0, total].
+    """
+    if total < 1:
+        raise ValueError(f"total must be >= 1, got {total}")
+    if not 0 <= warmup <= total:
+        raise ValueError(f"warmup must be in [0, total ({total})], got {warmup}")
+
+    # A plain function (not a callable object) so that the scheduler's state_dict does not store warmup/total:
+    # a resumed run follows its own configuration.
+    def factor(step: int) -> float:
+        return linear_schedule_factor(step, warmup, total)
+
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+
+
+def group_names(optimizer: torch.optim.Optimizer) -> Sequence[list[str]]:
+    """The ``param_names`` of each group (empty lists where the caller gave none)."""
+    return [list(g.get("param_names", [])) for g in optimizer.param_groups]

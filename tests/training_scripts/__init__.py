@@ -1,0 +1,1 @@
+"""Tiny models, data and scripts that the training tests (and the torchrun runs they launch) share."""
