@@ -7,6 +7,7 @@ It is found through the ``CTXEMB_DATA`` environment variable, else in ``../share
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import tempfile
@@ -122,3 +123,32 @@ def atomic_directory(path: str | os.PathLike) -> Iterator[Path]:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def read_json_file(path: str | os.PathLike, *, expected: type = dict, what: str = "JSON file"):
+    """Read a JSON file the library wrote (a manifest, a config, metadata), with errors that name the file.
+
+    Args:
+        path: the file.
+        expected: the type the top-level value must have.
+        what: what the file is, for messages (e.g. "index manifest").
+
+    Raises:
+        FileNotFoundError: the file does not exist.
+        ValueError: it is not UTF-8, not valid JSON (truncated or corrupt), or its top level is not ``expected``.
+    """
+    path = Path(path)
+    try:
+        with open(path, encoding="utf-8") as f:
+            value = json.load(f)
+    except FileNotFoundError:
+        raise FileNotFoundError("%s not found: %s" % (what, path)) from None
+    except UnicodeDecodeError as e:
+        raise ValueError("%s %s is not UTF-8 text (%s)" % (what, path, e.reason)) from None
+    except json.JSONDecodeError as e:
+        raise ValueError("%s %s is not valid JSON (corrupt or truncated?): %s" % (what, path, e)) from None
+    if not isinstance(value, expected):
+        raise ValueError("%s %s must hold a JSON %s; found a %s"
+                         % (what, path, "object" if expected is dict else expected.__name__, type(value).__name__))
+    return value
+

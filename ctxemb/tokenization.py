@@ -153,7 +153,10 @@ class Tokenizer:
         config = _read_json(model_dir / "config.json") or {}
         tok_config = _read_json(model_dir / "tokenizer_config.json") or {}
         specials_map = _read_json(model_dir / "special_tokens_map.json") or {}
-        model_type = config.get("model_type", "bert")
+        model_type = config.get("model_type")
+        if model_type is None:  # a bare tokenizer folder (e.g. from train_vocabulary): the specials tell the layout
+            cls_tok = _token_str(tok_config.get("cls_token")) or _token_str(specials_map.get("cls_token"))
+            model_type = "roberta" if cls_tok == "<s>" else "bert"
         if (model_dir / "tokenizer.json").is_file():
             backend = HFTokenizer.from_file(str(model_dir / "tokenizer.json"))
         elif (model_dir / "vocab.txt").is_file():

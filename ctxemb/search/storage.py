@@ -28,7 +28,7 @@ from typing import Any, Callable
 
 import faiss
 
-from ctxemb.paths import atomic_path, atomic_write
+from ctxemb.paths import atomic_path, atomic_write, read_json_file
 from ctxemb.search.params import HNSWParams, IndexKind, IndexParams, IVFPQParams, Metric, make_params
 
 MANIFEST_FILE = "manifest.json"
@@ -187,8 +187,9 @@ def read_index_directory(directory: Path) -> SavedIndex:
     m = read_manifest(directory, required=True)
     files = m["files"]
     items_path = directory / files["items"]
-    with open(items_path, encoding="utf-8") as f:
-        items = json.load(f)
+    items = read_json_file(items_path, what="index items file")
+    if not isinstance(items.get("ids"), list) or not isinstance(items.get("metadata"), list):
+        raise ValueError("index items file %s must hold the lists 'ids' and 'metadata'" % items_path)
     ids, meta = items["ids"], items["metadata"]
     n_labels = int(m["n_labels"])
     if len(ids) != n_labels or len(meta) != n_labels:
@@ -225,8 +226,7 @@ def read_manifest(directory: Path, *, required: bool) -> dict | None:
         if required:
             raise FileNotFoundError("%s not found: %s is not a saved SemanticIndex directory" % (path, directory))
         return None
-    with open(path, encoding="utf-8") as f:
-        m = json.load(f)
+    m = read_json_file(path, what="index manifest")
     if m.get("format") != _FORMAT:
         raise ValueError("%s is not a SemanticIndex manifest (format %r)" % (path, m.get("format")))
     if m.get("format_version") != _FORMAT_VERSION:
