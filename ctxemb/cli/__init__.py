@@ -15,10 +15,10 @@ import logging
 import sys
 from typing import Sequence
 
-from ctxemb.cli import analyze, demo, fill_mask, index, similarity, wsd
+from ctxemb.cli import analyze, demo, fill_mask, index, pretrain, similarity, vocab, wsd
 from ctxemb.cli._common import UsageError
 
-COMMAND_MODULES = (demo, analyze, wsd, similarity, index, fill_mask)
+COMMAND_MODULES = (demo, analyze, wsd, similarity, index, vocab, pretrain, fill_mask)
 
 # What a user's mistake raises in the library: files (OSError: missing, unreadable, permissions, exists), values
 # (ValueError, incl. corrupt JSON, bad encodings and checkpoint mismatches), unknown keys or names (KeyError),

@@ -43,7 +43,7 @@ logger = logging.getLogger(__name__)
 __all__ = ["VocabKind", "train_vocabulary", "subword_fertility", "SPECIAL_TOKENS"]
 
 VocabKind = Literal["wordpiece", "bpe", "unigram"]
-KINDS = ("wordpiece", "bpe", "unigram")
+VOCAB_KINDS: tuple[str, ...] = ("wordpiece", "bpe", "unigram")
 
 #: The special tokens of each layout, in id order (ids 0..4), keyed by the names ctxemb's Tokenizer uses.
 SPECIAL_TOKENS: dict[str, dict[str, str]] = {
@@ -314,7 +314,7 @@ def train_vocabulary(
         FileNotFoundError: a path in ``files_or_iterators`` is not a file.
         TypeError: ``files_or_iterators`` is not one of the accepted forms.
     """
-    check_choice(kind, "kind", KINDS)
+    check_choice(kind, "kind", VOCAB_KINDS)
     check_int(vocab_size, "vocab_size", low=len(SPECIAL_TOKENS[kind]) + 1)
     check_int(min_frequency, "min_frequency", low=0)
     check_int(model_max_length, "model_max_length", low=2)

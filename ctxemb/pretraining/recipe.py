@@ -1,0 +1,261 @@
+"""A pretraining run from one settings object: corpus -> token shards -> masked batches -> the shared training loop
+-> an HF-format checkpoint that transformers, our ``Embedder`` and fine-tuning load.
+
+One :class:`PretrainConfig` names the data, the model (a fresh config or an encoder to continue from), the
+sequences (BERT's NSP pairs or RoBERTa's packing, J&M 11.2.2-11.2.3), the masking (token, whole-word or SpanBERT
+spans, 11.2.1 and 11.5.1) and the loop's :class:`~ctxemb.training.loop.TrainConfig`. It reads from TOML
+(``ctxemb pretrain --config run.toml``) with the loop's settings in a ``[train]`` table.
+
+Under ``torchrun`` every rank runs :func:`run_pretraining`: rank 0 builds the token shards once, every rank trains
+on its own documents, rank 0 alone writes checkpoints and the final model.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import json
+import logging
+import shutil
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Mapping
+
+from ctxemb.config import EncoderConfig
+from ctxemb.modeling.pretraining import NSP_INPUTS, EncoderForPretraining, NspInput
+from ctxemb.paths import atomic_write
+from ctxemb.pretraining.data import PretrainingBatches, TokenShards, build_token_shards
+from ctxemb.pretraining.masking import MaskingConfig, MaskingStrategy, Masker, SelectionMode
+from ctxemb.registry import resolve_model_dir
+from ctxemb.tokenization import Tokenizer
+from ctxemb.training.distributed import DistributedContext, barrier, distributed_session
+from ctxemb.training.loop import TrainConfig, TrainResult, train
+
+logger = logging.getLogger(__name__)
+
+SequenceMode = Literal["nsp", "full_sentences", "doc_sentences"]
+SEQUENCE_MODES: tuple[str, ...] = ("nsp", "full_sentences", "doc_sentences")
+MASKING_STRATEGIES: tuple[str, ...] = ("token", "whole_word", "span")
+Replacement = Literal["unigram", "uniform"]
+REPLACEMENTS: tuple[str, ...] = ("unigram", "uniform")
+CorpusMode = Literal["blank_line", "line"]
+CORPUS_MODES: tuple[str, ...] = ("blank_line", "line")
+
+EVAL_SEED = 12345  # held-out batches and their masks are the same in every run and every evaluation
+MODEL_DIR = "model"  # the final checkpoint, under the run's out_dir
+TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "vocab.json", "merges.txt", "tokenizer_config.json",
+                   "special_tokens_map.json", "sentencepiece.bpe.model")
+
+
+@dataclass
+class PretrainConfig:
+    """Everything a pretraining run needs (TOML keys are these field names; the loop's go in ``[train]``).
+
+    Attributes:
+        train_corpus: plain-text files to train on.
+        eval_corpus: held-out plain-text files for the periodic MLM evaluation (none: no evaluation).
+        corpus_mode: ``"blank_line"`` (documents separated by blank lines, a line is a sentence) or ``"line"``
+            (each file is one document, one sentence per line).
+        tokenizer: a model name or directory holding the tokenizer (a vocabulary from ``ctxemb vocab``, or a
+            checkpoint's); default: ``init_from``'s.
+        init_from: an encoder to continue pretraining (e.g. ``all-MiniLM-L6-v2``; heads it lacks start fresh);
+            None trains from scratch with ``model``.
+        model: :class:`~ctxemb.config.EncoderConfig` fields for a fresh model (``vocab_size``, ``pad_token_id``
+            and ``model_type`` come from the tokenizer).
+        sequences: ``"nsp"`` (BERT's sentence pairs + the NSP head), ``"full_sentences"`` or ``"doc_sentences"``
+            (RoBERTa's packing, no NSP).
+        max_len: tokens per sequence, special tokens included.
+        batch_size: sequences per micro-batch (per process).
+        masking: ``"token"``, ``"whole_word"`` or ``"span"`` (SpanBERT: Geometric(0.2) spans of words).
+        mlm_probability: the masking budget (15%).
+        selection: for token masking: per-token ``"bernoulli"`` or an ``"exact"`` count per sequence.
+        replacement: the 10% random tokens come from the corpus's ``"unigram"`` distribution or ``"uniform"``.
+        sbo: add the span-boundary objective (None: with span masking).
+        nsp_input: the NSP head's input: BERT's ``"pooled"`` [CLS] or the book's raw ``"cls"`` vector.
+        sparse_prediction: run the MLM head on masked rows only.
+        eval_batches: held-out batches per evaluation (fixed masks, so evaluations compare).
+        shards_dir: where token shards are built (default ``<out_dir>/shards``); existing shards are reused.
+        train: the loop's settings (``out_dir`` is required).
+    """
+
+    train_corpus: list[str] = field(default_factory=list)
+    eval_corpus: list[str] = field(default_factory=list)
+    corpus_mode: CorpusMode = "blank_line"
+    tokenizer: str | None = None
+    init_from: str | None = None
+    model: dict[str, Any] = field(default_factory=dict)
+    sequences: SequenceMode = "full_sentences"
+    max_len: int = 128
+    batch_size: int = 32
+    masking: MaskingStrategy = "token"
+    mlm_probability: float = 0.15
+    selection: SelectionMode = "bernoulli"
+    replacement: Replacement = "unigram"
+    sbo: bool | None = None
+    nsp_input: NspInput = "pooled"
+    sparse_prediction: bool = True
+    eval_batches: int = 20
+    shards_dir: str | None = None
+    train: TrainConfig = field(default_factory=lambda: TrainConfig(learning_rate=5e-4, max_steps=1000))
+
+    def __post_init__(self) -> None:
+        if isinstance(self.train, Mapping):
+            self.train = TrainConfig.from_dict(dict(self.train))
+        for name, choices in (("corpus_mode", CORPUS_MODES), ("sequences", SEQUENCE_MODES),
+                              ("masking", MASKING_STRATEGIES), ("replacement", REPLACEMENTS),
+                              ("nsp_input", NSP_INPUTS)):
+            if getattr(self, name) not in choices:
+                raise ValueError(f"{name} must be one of {choices}; got {getattr(self, name)!r}")
+        for name in ("train_corpus", "eval_corpus"):
+            value = getattr(self, name)
+            if isinstance(value, str):
+                setattr(self, name, [value])
+            elif not all(isinstance(p, str) for p in value):
+                raise TypeError(f"{name} must be a list of file paths; got {value!r}")
+        for name in ("max_len", "batch_size", "eval_batches"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < (0 if name == "eval_batches" else 1):
+                raise ValueError(f"{name} must be a positive int; got {v!r}")
+        if not self.tokenizer and not self.init_from:
+            raise ValueError("give a tokenizer (a vocabulary directory or a model name) or init_from")
+        if self.init_from and self.model:
+            raise ValueError("model (a fresh architecture) and init_from (an existing encoder) exclude each other")
+        unknown = set(self.model) - {f.name for f in dataclasses.fields(EncoderConfig)}
+        if unknown:
+            raise ValueError(f"model has unknown EncoderConfig fields: {sorted(unknown)}")
+        if not self.train.out_dir:
+            raise ValueError("train.out_dir is required: checkpoints, metrics and the final model go there")
+
+    @property
+    def use_sbo(self) -> bool:
+        return self.masking == "span" if self.sbo is None else self.sbo
+
+    def to_dict(self) -> dict[str, Any]:
+        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "train"}
+        d = {k: v for k, v in d.items() if v is not None}  # TOML has no null
+        d["train"] = self.train.to_dict()
+        return d
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "PretrainConfig":
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = set(d) - known
+        if unknown:
+            raise ValueError(f"unknown pretraining settings {sorted(unknown)}; known: {sorted(known)}")
+        return cls(**dict(d))
+
+    @classmethod
+    def from_toml(cls, path: str | Path) -> "PretrainConfig":
+        """Read a TOML file (top-level keys as the fields, the loop's in ``[train]``, the model's in ``[model]``)."""
+        path = Path(path)
+        try:
+            with open(path, "rb") as f:
+                d = tomllib.load(f)
+        except FileNotFoundError:
+            raise FileNotFoundError(f"pretraining config not found: {path}") from None
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+            raise ValueError(f"pretraining config {path} is not valid TOML: {e}") from None
+        return cls.from_dict(d)
+
+
+def tokenizer_dir(config: PretrainConfig) -> Path:
+    """The tokenizer's folder: a vocabulary folder as given (it has no config.json), else the model's."""
+    name = config.tokenizer or config.init_from
+    return Path(name) if Path(name).is_dir() and not (Path(name) / "config.json").is_file() \
+        else resolve_model_dir(name)
+
+
+def load_model_tokenizer(config: PretrainConfig) -> tuple[EncoderForPretraining, Tokenizer]:
+    """The model (fresh or continued) and its tokenizer, checked against each other."""
+    tokenizer = Tokenizer.from_pretrained(tokenizer_dir(config))
+    heads = dict(nsp=config.sequences == "nsp", nsp_input=config.nsp_input, sbo=config.use_sbo,
+                 sparse_prediction=config.sparse_prediction)
+    if config.init_from:
+        model = EncoderForPretraining.from_pretrained(resolve_model_dir(config.init_from), **heads)
+    else:
+        fields = dict(model_type=tokenizer.model_type, vocab_size=tokenizer.vocab_size,
+                      pad_token_id=tokenizer.pad_token_id)
+        fields.update(config.model)
+        if "max_position_embeddings" not in config.model:
+            offset = 0 if fields["model_type"] == "bert" else fields["pad_token_id"] + 1
+            fields["max_position_embeddings"] = config.max_len + offset
+        if fields["model_type"] != "bert":
+            fields.setdefault("type_vocab_size", 1)
+        model = EncoderForPretraining.from_config(EncoderConfig(**fields), **heads)
+    cfg = model.config
+    if cfg.vocab_size < tokenizer.vocab_size:
+        raise ValueError(f"the tokenizer has {tokenizer.vocab_size} tokens but the model's vocabulary only "
+                         f"{cfg.vocab_size}: use the model's own tokenizer")
+    if config.max_len > cfg.max_tokens:
+        raise ValueError(f"max_len {config.max_len} exceeds the model's {cfg.max_tokens} positions")
+    return model, tokenizer
+
+
+def make_masker(config: PretrainConfig, tokenizer: Tokenizer, shards: TokenShards) -> Masker:
+    weights = shards.unigram_counts if config.replacement == "unigram" else None
+    return Masker(MaskingConfig(strategy=config.masking, mlm_probability=config.mlm_probability,
+                                selection=config.selection),
+                  vocab_size=tokenizer.vocab_size, mask_token_id=tokenizer.mask_token_id,
+                  special_token_ids=shards.special_token_ids, replacement_weights=weights)
+
+
+def _shards(files: list[str], tokenizer: Tokenizer, directory: Path, mode: str,
+            ctx: DistributedContext) -> TokenShards:
+    if ctx.is_main and not (directory / "manifest.json").is_file():
+        missing = [p for p in files if not Path(p).is_file()]
+        if missing:
+            raise FileNotFoundError(f"corpus files not found: {missing}")
+        logger.info("tokenizing %d file(s) into %s", len(files), directory)
+        build_token_shards(files, tokenizer, directory, mode=mode)
+    barrier(ctx)  # the other ranks wait for rank 0's shards
+    return TokenShards.open(directory, tokenizer=tokenizer)
+
+
+def run_pretraining(config: PretrainConfig) -> TrainResult:
+    """Run (or resume, with ``config.train.resume``) a pretraining run; the final model lands in
+    ``<out_dir>/model`` (encoder + heads + tokenizer), loadable by transformers, ``Embedder`` and ``fill_mask``."""
+    if not config.train_corpus:
+        raise ValueError("train_corpus is empty: give the text files to pretrain on")
+    with distributed_session(config.train.device) as ctx:
+        return _run(config, ctx)
+
+
+def _run(config: PretrainConfig, ctx: DistributedContext) -> TrainResult:
+    out_dir = Path(config.train.out_dir)
+    model, tokenizer = load_model_tokenizer(config)
+    shards_root = Path(config.shards_dir) if config.shards_dir else out_dir / "shards"
+    train_shards = _shards(config.train_corpus, tokenizer, shards_root / "train", config.corpus_mode, ctx)
+    source = PretrainingBatches(train_shards, objective=config.sequences, max_len=config.max_len,
+                                batch_size=config.batch_size, seed=config.train.seed, rank=ctx.rank,
+                                world_size=ctx.world_size, masker=make_masker(config, tokenizer, train_shards))
+    eval_data = None
+    if config.eval_corpus and config.eval_batches:
+        eval_shards = _shards(config.eval_corpus, tokenizer, shards_root / "eval", config.corpus_mode, ctx)
+        # every rank evaluates the same fixed batches (one seed, all documents): the means agree across ranks
+        held_out = PretrainingBatches(eval_shards, objective=config.sequences, max_len=config.max_len,
+                                      batch_size=config.batch_size, seed=EVAL_SEED,
+                                      masker=make_masker(config, tokenizer, eval_shards))
+        eval_data = list(itertools.islice(held_out.one_epoch(0), config.eval_batches))
+    if ctx.is_main:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        with atomic_write(out_dir / "pretrain_config.json") as f:
+            json.dump(config.to_dict(), f, indent=2)
+    result = train(model, source, config.train, eval_data=eval_data)
+    if ctx.is_main:
+        save_pretrained_with_tokenizer(model, tokenizer, out_dir / MODEL_DIR,
+                                       tokenizer_dir=tokenizer_dir(config))
+    barrier(ctx)
+    return result
+
+
+def save_pretrained_with_tokenizer(model: EncoderForPretraining, tokenizer: Tokenizer, out_dir: Path, *,
+                                   tokenizer_dir: Path) -> Path:
+    """The checkpoint plus the tokenizer's files, so that one directory is a complete model."""
+    model.save_pretrained(out_dir)
+    copied = [name for name in TOKENIZER_FILES if (tokenizer_dir / name).is_file()]
+    for name in copied:
+        shutil.copyfile(tokenizer_dir / name, out_dir / name)
+    if "tokenizer.json" not in copied:
+        tokenizer.backend.save(str(out_dir / "tokenizer.json"))
+    return out_dir
