@@ -67,19 +67,11 @@ def atomic_write(path: str | os.PathLike, mode: str = "w", **kwargs) -> Iterator
 
     A crash or an exception leaves the previous file (if any) untouched.
     """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = _temp_beside(path)
-    try:
+    with atomic_path(path) as tmp:
         with open(tmp, mode, **kwargs) as f:
             yield f
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
 
 
 @contextlib.contextmanager

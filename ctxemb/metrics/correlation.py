@@ -64,11 +64,7 @@ def pearson(x, y) -> float:
     Raises:
         ValueError: if the lengths differ, N < 2, or a value is NaN or infinite.
     """
-    x, y = _finite_pair(x, y)
-    if _is_constant(x) or _is_constant(y):
-        logger.warning("Pearson correlation is undefined for constant input; returning NaN")
-        return float("nan")
-    return float(stats.pearsonr(x, y).statistic)
+    return _correlation(x, y, "Pearson", stats.pearsonr)
 
 
 def spearman(x, y) -> float:
@@ -81,11 +77,15 @@ def spearman(x, y) -> float:
     Raises:
         ValueError: if the lengths differ, N < 2, or a value is NaN or infinite.
     """
+    return _correlation(x, y, "Spearman", stats.spearmanr)
+
+
+def _correlation(x, y, name: str, scipy_fn) -> float:
     x, y = _finite_pair(x, y)
     if _is_constant(x) or _is_constant(y):
-        logger.warning("Spearman correlation is undefined for constant input; returning NaN")
+        logger.warning("%s correlation is undefined for constant input; returning NaN", name)
         return float("nan")
-    return float(stats.spearmanr(x, y).statistic)
+    return float(scipy_fn(x, y).statistic)
 
 
 def uncentered_pearson(x, y) -> float:
