@@ -1,8 +1,10 @@
-"""Shared test helpers: tiny random models written as HF-format directories."""
+"""Shared test helpers: tiny random models written as HF-format directories, and small random text corpora
+(as plain text and as token shards)."""
 
 from __future__ import annotations
 
 import json
+import random
 from pathlib import Path
 
 import torch
@@ -10,6 +12,8 @@ import torch
 from ctxemb.config import EncoderConfig
 from ctxemb.modeling.checkpoint import save_pretrained
 from ctxemb.modeling.encoder import Encoder
+from ctxemb.pretraining.shards import TokenShards, build_token_shards
+from ctxemb.tokenization import Tokenizer
 
 VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + list("abcdefghijklmnopqrstuvwxyz.,!?") + [
     "the", "bank", "river", "money", "sat", "on", "of", "he", "she", "a", "##s", "##ing", "##ed", "mouse", "die",
@@ -39,3 +43,26 @@ def write_tiny_model(path: Path, model_type: str = "bert", seed: int = 0, max_po
         specials = dict(cls_token="[CLS]", sep_token="[SEP]", pad_token="[PAD]", mask_token="[MASK]", unk_token="[UNK]")
         (path / "special_tokens_map.json").write_text(json.dumps(specials))
     return path
+
+
+WORDS = ("the river bank sat on a money plant of cells and bats while she was singing quietly near old houses "
+         "where people talked about weather markets boats riverbanks moneyplants unbelievable naïve").split()
+
+
+def write_corpus(path, n_docs, seed, sentences=(2, 12), words=(3, 10), blank="\n"):
+    """Documents of random sentences, one per line, documents separated by blank lines."""
+    rng = random.Random(seed)
+    docs = []
+    for _ in range(n_docs):
+        docs.append([" ".join(rng.choice(WORDS) for _ in range(rng.randint(*words))) + rng.choice(".!?,")
+                     for _ in range(rng.randint(*sentences))])
+    path.write_text(blank + (blank + "   \n").join("\n".join(d) + "\n" for d in docs), encoding="utf-8")
+    return docs
+
+
+def write_token_corpus(directory: Path, tokenizer: Tokenizer) -> tuple[list[list[str]], TokenShards]:
+    """The pretraining tests' corpus: 70 documents of random sentences in two files (the second's documents
+    longer), built into token shards of at most 1500 tokens each; returns (the documents' sentences, the shards)."""
+    docs = write_corpus(directory / "a.txt", 40, 0) + write_corpus(directory / "b.txt", 30, 1, sentences=(6, 16))
+    return docs, build_token_shards([directory / "a.txt", directory / "b.txt"], tokenizer, directory / "shards",
+                                    max_tokens_per_shard=1500)

@@ -25,8 +25,9 @@ from typing import Any, Literal, Mapping
 from ctxemb.config import EncoderConfig
 from ctxemb.modeling.pretraining import NSP_INPUTS, EncoderForPretraining, NspInput
 from ctxemb.paths import atomic_write
-from ctxemb.pretraining.data import PretrainingBatches, TokenShards, build_token_shards
+from ctxemb.pretraining.batches import PretrainingBatches
 from ctxemb.pretraining.masking import MaskingConfig, MaskingStrategy, Masker, SelectionMode
+from ctxemb.pretraining.shards import TokenShards, build_token_shards
 from ctxemb.registry import resolve_model_dir
 from ctxemb.tokenization import Tokenizer
 from ctxemb.training.distributed import DistributedContext, barrier, distributed_session
