@@ -197,3 +197,23 @@ def test_fill_mask_refuses_a_bare_encoder(tmp_path):
     write_tiny_model(tmp_path)
     with pytest.raises(ValueError, match="no masked-LM head"):
         fill_mask("the [MASK] of the river", tmp_path)
+
+
+@pytest.mark.parity
+def test_xlm_roberta_layout_checkpoints_load(tmp_path):
+    from ctxemb.loading import load_encoder
+
+    torch.manual_seed(7)
+    cfg = transformers.XLMRobertaConfig(type_vocab_size=1, pad_token_id=1, layer_norm_eps=1e-5, **TINY)
+    ref = _perturbed(transformers.XLMRobertaForMaskedLM(cfg)).eval()
+    ref.save_pretrained(tmp_path)
+    ours = load_encoder(tmp_path)
+    assert ours.config.model_type == "xlm-roberta" and ours.config.base_model_prefix == "roberta"
+    ids, mask, _ = _batch(pad=1)
+    with torch.inference_mode():
+        a = ours(ids, mask).last_hidden_state
+        b = ref.roberta(input_ids=ids, attention_mask=mask).last_hidden_state
+        torch.testing.assert_close(a[mask.bool()], b[mask.bool()], rtol=1e-5, atol=1e-5)
+        mlm = EncoderForPretraining.from_pretrained(tmp_path, missing_heads="raise").eval()
+        torch.testing.assert_close(mlm(ids, mask).mlm_logits[mask.bool()], ref(input_ids=ids, attention_mask=mask).logits[mask.bool()],
+                                   rtol=1e-5, atol=1e-5)
