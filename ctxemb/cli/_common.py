@@ -61,13 +61,6 @@ def comma_list(choices: Sequence[str]) -> Callable[[str], list[str]]:
     return parse
 
 
-def existing_path(text: str) -> Path:
-    path = Path(text)
-    if not path.exists():
-        raise argparse.ArgumentTypeError("%s does not exist" % text)
-    return path
-
-
 # ---- the embedder ----------------------------------------------------------------------------------------------
 def add_embedder_args(parser: argparse.ArgumentParser, *, model_default: str | None = DEFAULT_MODEL,
                       pooling: bool = True) -> None:
