@@ -1,0 +1,1 @@
+"""Fine-tuning recipes: readers, features, tasks, prediction."""
