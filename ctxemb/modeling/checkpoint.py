@@ -27,8 +27,9 @@ logger = logging.getLogger(__name__)
 
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
 
-# Pretraining-head names: BERT's ``cls.*`` and RoBERTa/MPNet's ``lm_head.*`` (mapped onto the BERT names).
-HEAD_PREFIXES = ("cls.",)
+# Head names, kept apart from the encoder's tensors: pretraining heads (BERT's ``cls.*``; RoBERTa/MPNet's
+# ``lm_head.*`` is mapped onto the BERT names) and the task heads of ``*ForSequenceClassification`` (``classifier.*``).
+HEAD_PREFIXES = ("cls.", "classifier.")
 _LM_HEAD_TO_BERT = [
     ("lm_head.dense.", "cls.predictions.transform.dense."),
     ("lm_head.layer_norm.", "cls.predictions.transform.LayerNorm."),
@@ -139,7 +140,7 @@ def load_weights_into(module: torch.nn.Module, state: dict[str, torch.Tensor], *
 
 
 def split_heads(state: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
-    """Split canonical tensors into (encoder tensors, pretraining-head tensors)."""
+    """Split canonical tensors into (encoder tensors, head tensors: pretraining ``cls.*`` and task ``classifier.*``)."""
     trunk, heads = {}, {}
     for k, v in state.items():
         (heads if k.startswith(HEAD_PREFIXES) else trunk)[k] = v
@@ -150,7 +151,8 @@ def load_encoder_dir(model_dir: str | os.PathLike, *, strict: bool = True) -> tu
     """Build an :class:`Encoder` from an HF-format directory.
 
     Returns:
-        (encoder in eval mode, pretraining-head tensors found in the checkpoint, canonical names; may be empty).
+        (encoder in eval mode, head tensors found in the checkpoint with canonical names: pretraining ``cls.*``
+        and task ``classifier.*``; may be empty).
 
     Raises:
         FileNotFoundError: the directory, its ``config.json`` or its weights are missing.

@@ -205,7 +205,8 @@ class EncoderForPretraining(nn.Module):
             kwargs: ``nsp_input``, ``sbo``, ``max_span_length``, ``sparse_prediction`` (see the class).
         """
         encoder, heads = load_encoder_dir(model_dir, strict=strict)
-        heads = {k[len("cls."):]: v for k, v in heads.items() if k != "cls.predictions.decoder.weight"}
+        heads = {k[len("cls."):]: v for k, v in heads.items()
+                 if k.startswith("cls.") and k != "cls.predictions.decoder.weight"}
         if nsp is None:
             nsp = "seq_relationship.weight" in heads
         model = cls(encoder, nsp=nsp, **kwargs)

@@ -71,6 +71,48 @@ def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
     return groups
 
 
+def layerwise_lr_groups(model: nn.Module, base_lr_scale_decay: float, weight_decay: float) -> list[dict]:
+    """Parameter groups with layer-wise learning-rate decay, for ``make_optimizer(groups, lr=...)``.
+
+    The model names its parts by depth with ``depth_modules()`` -> ``[(depth, name, module), ...]``: 0 the
+    embeddings, i + 1 layer i (0-based, of L), L + 1 the head (as
+    :meth:`ctxemb.modeling.task_heads.EncoderForSequenceClassification.depth_modules`). Layer i gets
+    ``lr_scale = decay ** (L - i)``, the embeddings ``decay ** (L + 1)``, the head 1.0. Each part is split by
+    :func:`param_groups` (biases and normalisation weights without weight decay); frozen parameters are left out.
+
+    Args:
+        model: a model with ``depth_modules()``.
+        base_lr_scale_decay: the decay factor in (0, 1]; 1 gives every group ``lr_scale`` 1.
+        weight_decay: decoupled weight decay of the decayed groups.
+
+    Returns:
+        groups ``{"params", "weight_decay", "param_names", "lr_scale"}`` with full parameter names.
+
+    Raises:
+        TypeError: the model has no ``depth_modules()``.
+        ValueError: a decay outside (0, 1], a negative ``weight_decay``, or nothing trainable.
+    """
+    if not callable(getattr(model, "depth_modules", None)):
+        raise TypeError(f"{type(model).__name__} has no depth_modules(): layer-wise groups need the model's layers "
+                        "by depth (e.g. EncoderForSequenceClassification)")
+    decay = base_lr_scale_decay
+    if not 0.0 < decay <= 1.0:
+        raise ValueError(f"base_lr_scale_decay must be in (0, 1], got {decay}")
+    parts = model.depth_modules()
+    top = max(depth for depth, _, _ in parts)  # L + 1, the head
+    groups = []
+    for depth, name, module in parts:
+        if not any(p.requires_grad for p in module.parameters()):
+            continue
+        for g in param_groups(module, weight_decay):
+            g["param_names"] = [f"{name}.{n}" for n in g["param_names"]]
+            g["lr_scale"] = decay ** (top - depth)
+            groups.append(g)
+    if not groups:
+        raise ValueError("the model has no trainable parameters (all have requires_grad=False)")
+    return groups
+
+
 def make_optimizer(params: nn.Module | Iterable[dict], *, lr: float, weight_decay: float = 0.01,
                    betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8) -> torch.optim.AdamW:
     """torch.optim.AdamW over a model (split by :func:`param_groups`) or over groups the caller built.

@@ -1,0 +1,367 @@
+"""Sequence classification and regression on top of the encoder (J&M 11.4.2), with fine-tuning regimes.
+
+Three heads map the encoder output to C logits:
+
+- ``"checkpoint"``: what transformers' ``*ForSequenceClassification`` computes, with its tensor names, so saved
+  models load in ``AutoModelForSequenceClassification`` and fine-tuned checkpoints from the hub load here.
+  BERT: ``classifier(dropout(pooler(h)))`` with the tanh pooler ``bert.pooler.dense``; RoBERTa, XLM-R and MPNet:
+  ``classifier.out_proj(dropout(tanh(classifier.dense(dropout(h_CLS)))))`` (their checkpoints have no pooler).
+- ``"cls"``: the book's y = softmax(W_C z_CLS) (eq. 11.13): ``classifier(dropout(h_CLS))`` on the raw [CLS] output.
+- ``"mean"``: ``classifier(dropout(mean of h over the non-padding tokens))``, for encoders trained as sentence
+  embedders with mean pooling (all-MiniLM-L6-v2, all-mpnet-base-v2), whose [CLS] vector was never trained alone.
+
+Only ``"checkpoint"`` models load in transformers' ``AutoModelForSequenceClassification``. The other two save a
+``classifier`` that transformers would put behind BERT's pooler (it loads, silently giving other logits) or cannot
+fit in RoBERTa/MPNet's two-layer head (a shape error); their ``config.json`` names the bare encoder class
+(``BertModel``, ...), which ``AutoModel`` loads without the head, and records the head as
+``ctxemb_classifier_head``.
+
+Losses: cross-entropy for ``problem="classification"``, mean squared error for ``problem="regression"`` with one
+output (STS-B), as transformers' ``single_label_classification`` and ``regression``.
+
+Fine-tuning regimes: :meth:`EncoderForSequenceClassification.freeze_encoder` (feature extraction),
+:meth:`~EncoderForSequenceClassification.freeze_all_but_last`, and layer-wise learning-rate decay with
+``make_optimizer(layerwise_lr_groups(model, decay, weight_decay), lr=...)`` from :mod:`ctxemb.training.optim`
+(which reads :meth:`~EncoderForSequenceClassification.depth_modules`; modeling does not import training).
+
+Shapes: B batch, T tokens, H hidden size, C outputs (classes, or 1 for regression), L layers.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal, Mapping
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ctxemb.config import EncoderConfig
+from ctxemb.modeling.checkpoint import load_encoder_dir, load_weights_into, save_pretrained
+from ctxemb.modeling.encoder import Encoder
+
+logger = logging.getLogger(__name__)
+
+Problem = Literal["classification", "regression"]
+Head = Literal["checkpoint", "cls", "mean"]
+PROBLEMS: tuple[str, ...] = ("classification", "regression")
+HEADS: tuple[str, ...] = ("checkpoint", "cls", "mean")
+
+# transformers' ``problem_type`` values in config.json for our two problems.
+_PROBLEM_TYPES = {"classification": "single_label_classification", "regression": "regression"}
+_ARCHITECTURES = {"bert": "BertForSequenceClassification", "roberta": "RobertaForSequenceClassification",
+                  "xlm-roberta": "XLMRobertaForSequenceClassification", "mpnet": "MPNetForSequenceClassification"}
+_BARE_ARCHITECTURES = {"bert": "BertModel", "roberta": "RobertaModel", "xlm-roberta": "XLMRobertaModel",
+                       "mpnet": "MPNetModel"}
+# config.json key recording which head a saved model has (absent in transformers' checkpoints: "checkpoint").
+HEAD_CONFIG_KEY = "ctxemb_classifier_head"
+
+
+@dataclass
+class SequenceClassifierOutput:
+    """What :class:`EncoderForSequenceClassification` returns.
+
+    Attributes:
+        loss: cross-entropy or MSE averaged over the batch (scalar), or None without labels.
+        logits: (B, C) class logits, or (B, 1) predicted scores for regression.
+        metrics: floats for logging: ``accuracy`` for classification with labels.
+    """
+
+    loss: torch.Tensor | None
+    logits: torch.Tensor
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+class ClassificationHead(nn.Module):
+    """RoBERTa/XLM-R/MPNet's ``classifier``: dropout, ``dense`` (H, H), tanh, dropout, ``out_proj`` (H, C) on [CLS]."""
+
+    def __init__(self, hidden_size: int, num_labels: int, dropout: float):
+        super().__init__()
+        self.dense = nn.Linear(hidden_size, hidden_size)
+        self.dropout = nn.Dropout(dropout)
+        self.out_proj = nn.Linear(hidden_size, num_labels)
+
+    def forward(self, h_cls: torch.Tensor) -> torch.Tensor:
+        x = torch.tanh(self.dense(self.dropout(h_cls)))
+        return self.out_proj(self.dropout(x))
+
+
+class EncoderForSequenceClassification(nn.Module):
+    """An :class:`Encoder` with a sequence classification (or regression) head.
+
+    ``state_dict()`` has the names of transformers' checkpoints: the encoder under ``bert.``/``roberta.``/``mpnet.``,
+    the head under ``classifier.``.
+
+    Args:
+        encoder: a pretrained encoder (or a fresh one); the model owns it from now on.
+        num_labels: C, the number of classes; 1 for regression.
+        problem: ``"classification"`` (cross-entropy, labels are class ids) or ``"regression"`` (MSE, float labels).
+        head: ``"checkpoint"``, ``"cls"`` or ``"mean"`` (see the module docstring); only ``"checkpoint"`` loads in
+            transformers' ``AutoModelForSequenceClassification``.
+        classifier_dropout: dropout before the classifier (and inside RoBERTa/MPNet's head); the encoder's
+            ``hidden_dropout_prob`` when None, as in transformers.
+        id2label: class names, ``{0: "negative", ...}``; ``LABEL_i`` when None.
+
+    The pooler is used only by BERT's ``"checkpoint"`` head; elsewhere its parameters are set to
+    ``requires_grad=False`` so that optimizers and DDP skip it (it is still saved, unchanged).
+
+    Raises:
+        ValueError: an unknown ``problem``/``head``, ``num_labels`` < 1 (or != 1 for regression, < 2 for
+            classification), ``classifier_dropout`` outside [0, 1), or ``id2label`` whose keys are not 0..C-1.
+    """
+
+    def __init__(self, encoder: Encoder, *, num_labels: int, problem: Problem, head: Head = "checkpoint",
+                 classifier_dropout: float | None = None, id2label: Mapping[int, str] | None = None):
+        super().__init__()
+        if problem not in PROBLEMS:
+            raise ValueError(f"problem must be one of {PROBLEMS}; got {problem!r}")
+        if head not in HEADS:
+            raise ValueError(f"head must be one of {HEADS}; got {head!r}")
+        if isinstance(num_labels, bool) or not isinstance(num_labels, int) or num_labels < 1:
+            raise ValueError(f"num_labels must be a positive integer, got {num_labels!r}")
+        if problem == "regression" and num_labels != 1:
+            raise ValueError(f"regression predicts one score: num_labels must be 1, got {num_labels}")
+        if problem == "classification" and num_labels < 2:
+            raise ValueError(f"classification needs num_labels >= 2, got {num_labels} (use problem='regression' "
+                             "for a single score)")
+        if classifier_dropout is not None and not 0.0 <= classifier_dropout < 1.0:
+            raise ValueError(f"classifier_dropout must be in [0, 1), got {classifier_dropout}")
+        if id2label is None:
+            id2label = {i: f"LABEL_{i}" for i in range(num_labels)}
+        id2label = {int(k): str(v) for k, v in id2label.items()}
+        if sorted(id2label) != list(range(num_labels)):
+            raise ValueError(f"id2label must have the keys 0..{num_labels - 1} (num_labels={num_labels}); "
+                             f"got {sorted(id2label)}")
+
+        config = encoder.config
+        self.base_model_prefix = config.base_model_prefix
+        self.add_module(self.base_model_prefix, encoder)  # state_dict: bert.embeddings..., as checkpoints name it
+        self.num_labels = num_labels
+        self.problem = problem
+        self.head = head
+        self.classifier_dropout = classifier_dropout
+        self.id2label = id2label
+        p = config.hidden_dropout_prob if classifier_dropout is None else classifier_dropout
+        self.dropout = nn.Dropout(p)
+        if head == "checkpoint" and config.model_type != "bert":
+            self.classifier: nn.Module = ClassificationHead(config.hidden_size, num_labels, p)
+        else:
+            self.classifier = nn.Linear(config.hidden_size, num_labels)
+        self.classifier.apply(encoder._init_weights)
+        if not self.uses_pooler:
+            encoder.pooler.requires_grad_(False)
+        self.train(encoder.training)  # one mode for the whole model: that of the encoder it was given
+
+    @property
+    def encoder(self) -> Encoder:
+        return getattr(self, self.base_model_prefix)
+
+    @property
+    def config(self) -> EncoderConfig:
+        return self.encoder.config
+
+    @property
+    def uses_pooler(self) -> bool:
+        """Whether the head reads BERT's tanh pooler (the ``"checkpoint"`` head of a BERT model)."""
+        return self.head == "checkpoint" and self.config.model_type == "bert"
+
+    @property
+    def label2id(self) -> dict[str, int]:
+        return {v: k for k, v in self.id2label.items()}
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                token_type_ids: torch.Tensor | None = None, labels: torch.Tensor | None = None
+                ) -> SequenceClassifierOutput:
+        """Logits for each sequence; with labels, the loss.
+
+        Args:
+            input_ids, attention_mask, token_type_ids: (B, T), as for :class:`Encoder`.
+            labels: (B,) class ids (classification) or float scores (regression).
+
+        Returns:
+            SequenceClassifierOutput with (B, C) logits.
+
+        Raises:
+            ValueError: ``labels`` is not of shape (B,).
+        """
+        if attention_mask is None:
+            attention_mask = torch.ones_like(input_ids)
+        out = self.encoder(input_ids, attention_mask, token_type_ids, output_hidden_states=False,
+                           compute_pooler=self.uses_pooler)
+        z = out.last_hidden_state  # (B, T, H)
+        if self.uses_pooler:
+            logits = self.classifier(self.dropout(out.pooler_output))
+        elif self.head == "checkpoint":
+            logits = self.classifier(z[:, 0])  # ClassificationHead applies its own dropouts
+        elif self.head == "cls":
+            logits = self.classifier(self.dropout(z[:, 0]))
+        else:
+            logits = self.classifier(self.dropout(mean_pool(z, attention_mask)))
+        if labels is None:
+            return SequenceClassifierOutput(loss=None, logits=logits)
+        if labels.shape != (input_ids.shape[0],):
+            raise ValueError(f"labels must have shape (batch,) = ({input_ids.shape[0]},); got {tuple(labels.shape)}")
+        if self.problem == "regression":
+            loss = F.mse_loss(logits.float().squeeze(-1), labels.float())
+            return SequenceClassifierOutput(loss=loss, logits=logits)
+        loss = F.cross_entropy(logits.float(), labels)
+        accuracy = float((logits.detach().argmax(-1) == labels).float().mean())
+        return SequenceClassifierOutput(loss=loss, logits=logits, metrics={"accuracy": accuracy})
+
+    # ---- fine-tuning regimes ------------------------------------------------------------------------------------
+    def depth_modules(self) -> list[tuple[int, str, nn.Module]]:
+        """(depth, name, module) from the input up, for freezing and layer-wise learning rates.
+
+        Depth 0: the embeddings (and MPNet's relative position bias, which every layer shares); depth i + 1:
+        layer i (0-based); depth L + 1: the head, i.e. the classifier and, for BERT's ``"checkpoint"`` head, the
+        pooler it reads. A pooler no head reads is left out. Names are those of ``named_modules()``.
+        """
+        enc, pre, L = self.encoder, self.base_model_prefix, self.encoder.num_layers
+        out: list[tuple[int, str, nn.Module]] = [(0, f"{pre}.embeddings", enc.embeddings)]
+        if enc.encoder.relative_attention_bias is not None:
+            out.append((0, f"{pre}.encoder.relative_attention_bias", enc.encoder.relative_attention_bias))
+        out += [(i + 1, f"{pre}.encoder.layer.{i}", layer) for i, layer in enumerate(enc.encoder.layer)]
+        if self.uses_pooler:
+            out.append((L + 1, f"{pre}.pooler", enc.pooler))
+        out.append((L + 1, "classifier", self.classifier))
+        return out
+
+    def freeze_encoder(self) -> "EncoderForSequenceClassification":
+        """Train the head only (feature extraction): embeddings and every layer get ``requires_grad=False``.
+
+        The head is the classifier plus, for BERT's ``"checkpoint"`` head, the pooler it reads (so this is
+        ``freeze_all_but_last(0)``). Dropout inside the encoder still follows ``train()``/``eval()``.
+        """
+        return self.freeze_all_but_last(0)
+
+    def freeze_all_but_last(self, k: int) -> "EncoderForSequenceClassification":
+        """Train the last ``k`` layers and the head; the embeddings and the first L - k layers are frozen
+        (``requires_grad=False``), everything above them is made trainable.
+
+        Raises:
+            ValueError: ``k`` not in 0..L.
+        """
+        L = self.encoder.num_layers
+        if isinstance(k, bool) or not isinstance(k, int) or not 0 <= k <= L:
+            raise ValueError(f"k must be an integer in 0..{L} (the number of layers), got {k!r}")
+        for depth, _, module in self.depth_modules():
+            module.requires_grad_(depth > L - k)
+        return self
+
+    # ---- checkpoints ----------------------------------------------------------------------------------------
+    def _config_extra(self) -> dict:
+        extra = {"id2label": {str(k): v for k, v in self.id2label.items()}, "label2id": self.label2id,
+                 "problem_type": _PROBLEM_TYPES[self.problem], HEAD_CONFIG_KEY: self.head}
+        if self.classifier_dropout is not None:
+            extra["classifier_dropout"] = self.classifier_dropout
+        return extra
+
+    def save_pretrained(self, out_dir: str | os.PathLike) -> Path:
+        """Write ``config.json`` (with ``id2label``, ``label2id``, ``problem_type``) and ``model.safetensors``.
+
+        A ``"checkpoint"`` head is saved as ``BertForSequenceClassification`` / ``RobertaForSequenceClassification``
+        / ``XLMRobertaForSequenceClassification`` / ``MPNetForSequenceClassification``, which transformers'
+        ``AutoModelForSequenceClassification`` loads with equal logits; ``"cls"`` and ``"mean"`` heads name the bare
+        encoder class. :meth:`from_pretrained` and :func:`ctxemb.loading.load_encoder` load either.
+        """
+        mt = self.config.model_type
+        arch = _ARCHITECTURES[mt] if self.head == "checkpoint" else _BARE_ARCHITECTURES[mt]
+        heads = {"classifier." + k: v for k, v in self.classifier.state_dict().items()}
+        return save_pretrained(self.encoder, out_dir, extra_tensors=heads, architectures=[arch],
+                               config_extra=self._config_extra())
+
+    @classmethod
+    def from_pretrained(cls, model_dir: str | os.PathLike, *, num_labels: int | None = None,
+                        problem: Problem | None = None, head: Head | None = None,
+                        classifier_dropout: float | None = None, id2label: Mapping[int, str] | None = None,
+                        strict: bool = True) -> "EncoderForSequenceClassification":
+        """Load a fine-tuned classifier, or an encoder checkpoint with a fresh head (logged).
+
+        A directory whose weights have ``classifier.*`` tensors is a fine-tuned model (ours or transformers'):
+        ``num_labels``, ``id2label``, ``problem`` (from ``problem_type``; transformers leaves it null until
+        trained, and then one output means regression) and the head come from its ``config.json``, and any of them
+        passed here must agree. Otherwise the head is new: ``num_labels`` is required.
+
+        Args:
+            model_dir: an HF-format directory (resolve registry names first: ``ctxemb.registry.resolve_model_dir``).
+            num_labels: C for a new head (default: the size of ``id2label``); checked against a saved one.
+            problem: ``"classification"`` or ``"regression"``; for a new head, regression when ``num_labels`` is 1.
+            head: ``"checkpoint"``, ``"cls"`` or ``"mean"``; None: the saved model's, or ``"checkpoint"``.
+            classifier_dropout, id2label: as for the constructor (default: the saved config's).
+            strict: refuse checkpoints whose tensors do not match the configuration.
+
+        Raises:
+            FileNotFoundError, CheckpointError: as for :func:`ctxemb.modeling.checkpoint.load_encoder_dir`.
+            ValueError: ``num_labels`` missing for a new head, or an argument that contradicts the saved model
+                (to put a new head on a fine-tuned encoder, load it with :func:`ctxemb.loading.load_encoder` and
+                pass it to the constructor).
+        """
+        model_dir = Path(model_dir)
+        encoder, heads = load_encoder_dir(model_dir, strict=strict)
+        saved = {k[len("classifier."):]: v for k, v in heads.items() if k.startswith("classifier.")}
+        others = sorted(k for k in heads if not k.startswith("classifier."))
+        if others:
+            logger.info("%s: %d pretraining-head tensors ignored", model_dir, len(others))
+        raw = json.loads((model_dir / "config.json").read_text())
+
+        if not saved:
+            if num_labels is None and id2label is not None:
+                num_labels = len(id2label)
+            if num_labels is None:
+                raise ValueError(f"{model_dir} has no classifier (it is a bare encoder): pass num_labels")
+            if problem is None:
+                problem = "regression" if num_labels == 1 else "classification"
+            model = cls(encoder, num_labels=num_labels, problem=problem, head=head or "checkpoint",
+                        classifier_dropout=classifier_dropout, id2label=id2label)
+            logger.info("%s has no classifier weights: a new %r head with %d outputs is initialised fresh",
+                        model_dir, model.head, num_labels)
+            return model
+
+        saved_labels = _saved_num_labels(raw)
+        saved_head = raw.get(HEAD_CONFIG_KEY, "checkpoint")
+        problem_type = raw.get("problem_type")
+        saved_problem = {v: k for k, v in _PROBLEM_TYPES.items()}.get(problem_type)
+        if problem_type is not None and saved_problem is None:
+            raise ValueError(f"{model_dir}: problem_type {problem_type!r} is not supported; expected one of "
+                             f"{sorted(_PROBLEM_TYPES.values())}")
+        if saved_problem is None and saved_labels is not None:
+            saved_problem = "regression" if saved_labels == 1 else "classification"
+        for name, given, stored in (("num_labels", num_labels, saved_labels), ("problem", problem, saved_problem),
+                                    ("head", head, saved_head)):
+            if given is not None and stored is not None and given != stored:
+                raise ValueError(
+                    f"{name}={given!r} contradicts the fine-tuned model in {model_dir} ({name}={stored!r}); to put "
+                    "a new head on its encoder, load it with ctxemb.loading.load_encoder and pass it to "
+                    "EncoderForSequenceClassification"
+                )
+        num_labels = num_labels or saved_labels
+        if num_labels is None:
+            raise ValueError(f"{model_dir}: config.json has neither id2label nor num_labels; pass num_labels")
+        if id2label is None and "id2label" in raw:
+            id2label = {int(k): v for k, v in raw["id2label"].items()}
+        if classifier_dropout is None:
+            classifier_dropout = raw.get("classifier_dropout")
+        model = cls(encoder, num_labels=num_labels, problem=problem or saved_problem, head=head or saved_head,
+                    classifier_dropout=classifier_dropout, id2label=id2label)
+        load_weights_into(model.classifier, saved, strict=True, source=f"{model_dir} (classifier)")
+        return model
+
+
+def mean_pool(hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    """(B, H) mean of ``hidden`` (B, T, H) over the tokens where ``attention_mask`` (B, T) is 1."""
+    m = attention_mask.to(hidden.dtype).unsqueeze(-1)  # (B, T, 1)
+    return (hidden * m).sum(1) / m.sum(1).clamp(min=1.0)
+
+
+def _saved_num_labels(raw: dict) -> int | None:
+    """C as transformers reads it from config.json: the size of ``id2label``, else ``num_labels``."""
+    if isinstance(raw.get("id2label"), dict) and raw["id2label"]:
+        return len(raw["id2label"])
+    for key in ("num_labels", "_num_labels"):
+        if isinstance(raw.get(key), int):
+            return raw[key]
+    return None
