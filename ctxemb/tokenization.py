@@ -313,3 +313,33 @@ def _token_str(v) -> str | None:
     if isinstance(v, dict):
         return v.get("content")
     return v if isinstance(v, str) else None
+
+
+# The files that make up a tokenizer in an HF-format model directory (whichever of them a model has).
+TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "vocab.json", "merges.txt", "tokenizer_config.json",
+                   "special_tokens_map.json", "sentencepiece.bpe.model")
+
+
+def copy_tokenizer_files(source_dir: str | os.PathLike, out_dir: str | os.PathLike,
+                         tokenizer: "Tokenizer | None" = None) -> list[str]:
+    """Copy a tokenizer's files next to a saved model, so that one directory is a complete model.
+
+    Args:
+        source_dir: the folder the tokenizer was loaded from.
+        out_dir: the model directory.
+        tokenizer: written as ``tokenizer.json`` if ``source_dir`` has none (e.g. a ``vocab.txt``-only model).
+
+    Returns:
+        The names of the files written.
+    """
+    import shutil
+
+    source_dir, out_dir = Path(source_dir), Path(out_dir)
+    copied = [name for name in TOKENIZER_FILES if (source_dir / name).is_file()]
+    for name in copied:
+        shutil.copyfile(source_dir / name, out_dir / name)
+    if "tokenizer.json" not in copied and tokenizer is not None:
+        tokenizer.backend.save(str(out_dir / "tokenizer.json"))
+        copied.append("tokenizer.json")
+    return copied
+

@@ -1,7 +1,7 @@
 """The ``ctxemb`` command line: one argparse tree, one module per command group.
 
     ctxemb demo | analyze | wsd {build,eval,tag} | similarity eval | index {build,query}
-           | vocab | pretrain | fill-mask
+           | vocab | pretrain | fill-mask | finetune | predict
 
 Every command module has ``add_parser(subparsers)``, whose leaf parsers set ``func(args) -> exit code``. Commands
 raise; :func:`main` turns a user's mistake (a missing or unreadable file, a bad value, an unknown model) into one
@@ -15,10 +15,10 @@ import logging
 import sys
 from typing import Sequence
 
-from ctxemb.cli import analyze, demo, fill_mask, index, pretrain, similarity, vocab, wsd
+from ctxemb.cli import analyze, demo, fill_mask, finetune, index, pretrain, similarity, vocab, wsd
 from ctxemb.cli._common import UsageError
 
-COMMAND_MODULES = (demo, analyze, wsd, similarity, index, vocab, pretrain, fill_mask)
+COMMAND_MODULES = (demo, analyze, wsd, similarity, index, vocab, pretrain, fill_mask, finetune)
 
 # What a user's mistake raises in the library: files (OSError: missing, unreadable, permissions, exists), values
 # (ValueError, incl. corrupt JSON, bad encodings and checkpoint mismatches), unknown keys or names (KeyError),

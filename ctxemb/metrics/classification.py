@@ -1,5 +1,5 @@
-"""Classification metrics for binary decisions made from scores: accuracy (``sklearn.metrics.accuracy_score``) and
-the threshold on a score that maximises it (WiC's cosine threshold).
+"""Classification metrics: accuracy and binary F1 (``sklearn.metrics``), and the threshold on a score that maximises
+accuracy (WiC's cosine threshold).
 
 Shape legend: N examples.
 """
@@ -7,7 +7,7 @@ Shape legend: N examples.
 from __future__ import annotations
 
 import numpy as np
-from sklearn.metrics import accuracy_score
+from sklearn.metrics import accuracy_score, f1_score
 
 from ctxemb.metrics.correlation import _finite_vector
 
@@ -24,6 +24,20 @@ def accuracy(y_true, y_pred) -> float:
     if len(t) == 0:
         raise ValueError("accuracy needs at least one example")
     return float(accuracy_score(t, p))
+
+
+def binary_f1(y_true, y_pred, positive: int = 1) -> float:
+    """F1 of the ``positive`` class (MRPC's "equivalent" = 1, as GLUE reports it): 2PR / (P + R); 0 when the
+    class is never predicted or never present.
+
+    Raises:
+        ValueError: if either is not 1-D, the lengths differ, or they are empty.
+    """
+    t, p = np.asarray(y_true), np.asarray(y_pred)
+    if t.ndim != 1 or p.ndim != 1 or len(t) != len(p) or len(t) == 0:
+        raise ValueError("y_true and y_pred must be non-empty 1-D of the same length; got shapes %s and %s"
+                         % (t.shape, p.shape))
+    return float(f1_score(t == positive, p == positive, zero_division=0.0))
 
 
 def best_threshold(scores, labels) -> tuple[float, float]:

@@ -16,7 +16,6 @@ import dataclasses
 import itertools
 import json
 import logging
-import shutil
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,7 +28,7 @@ from ctxemb.pretraining.batches import PretrainingBatches
 from ctxemb.pretraining.masking import MaskingConfig, MaskingStrategy, Masker, SelectionMode
 from ctxemb.pretraining.shards import TokenShards, build_token_shards
 from ctxemb.registry import resolve_model_dir
-from ctxemb.tokenization import Tokenizer
+from ctxemb.tokenization import Tokenizer, copy_tokenizer_files
 from ctxemb.training.distributed import DistributedContext, barrier, distributed_session
 from ctxemb.training.loop import TrainConfig, TrainResult, train
 
@@ -45,8 +44,6 @@ CORPUS_MODES: tuple[str, ...] = ("blank_line", "line")
 
 EVAL_SEED = 12345  # held-out batches and their masks are the same in every run and every evaluation
 MODEL_DIR = "model"  # the final checkpoint, under the run's out_dir
-TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "vocab.json", "merges.txt", "tokenizer_config.json",
-                   "special_tokens_map.json", "sentencepiece.bpe.model")
 
 
 @dataclass
@@ -244,19 +241,7 @@ def _run(config: PretrainConfig, ctx: DistributedContext) -> TrainResult:
             json.dump(config.to_dict(), f, indent=2)
     result = train(model, source, config.train, eval_data=eval_data)
     if ctx.is_main:
-        save_pretrained_with_tokenizer(model, tokenizer, out_dir / MODEL_DIR,
-                                       tokenizer_dir=tokenizer_dir(config))
+        model.save_pretrained(out_dir / MODEL_DIR)
+        copy_tokenizer_files(tokenizer_dir(config), out_dir / MODEL_DIR, tokenizer)
     barrier(ctx)
     return result
-
-
-def save_pretrained_with_tokenizer(model: EncoderForPretraining, tokenizer: Tokenizer, out_dir: Path, *,
-                                   tokenizer_dir: Path) -> Path:
-    """The checkpoint plus the tokenizer's files, so that one directory is a complete model."""
-    model.save_pretrained(out_dir)
-    copied = [name for name in TOKENIZER_FILES if (tokenizer_dir / name).is_file()]
-    for name in copied:
-        shutil.copyfile(tokenizer_dir / name, out_dir / name)
-    if "tokenizer.json" not in copied:
-        tokenizer.backend.save(str(out_dir / "tokenizer.json"))
-    return out_dir

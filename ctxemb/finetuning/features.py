@@ -1,0 +1,100 @@
+"""Model inputs for sequence-level fine-tuning: one text or a pair, with the model's own separators and segments.
+
+BERT: ``[CLS] A [SEP] B [SEP]`` with segment ids 0 for A and 1 for B (J&M 11.4.2); RoBERTa/XLM-R/MPNet:
+``<s> A </s></s> B </s>``, one segment (their checkpoints have no segment embeddings to speak of). A pair longer
+than the model's maximum is cut longest-first, one token at a time, as BERT's code does; every cut is counted and
+logged, never silent.
+
+Shapes: B examples, T tokens (special tokens included).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Sequence
+
+import torch
+
+from ctxemb.finetuning.readers import TextExample
+from ctxemb.tokenization import Tokenizer
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class EncodedExample:
+    """One example as ids: ``input_ids`` and ``token_type_ids`` of equal length, its label, and how many tokens
+    were cut to fit (0 almost always)."""
+
+    input_ids: list[int]
+    token_type_ids: list[int]
+    label: int | float | None
+    truncated: int = 0
+
+
+def encode_examples(tokenizer: Tokenizer, examples: Sequence[TextExample], *, max_length: int | None = None,
+                    with_labels: bool = True) -> list[EncodedExample]:
+    """Tokenize texts (or pairs) into model inputs of at most ``max_length`` tokens (default: the model's).
+
+    Raises:
+        ValueError: ``max_length`` leaves no room for text after the special tokens.
+    """
+    max_length = min(max_length or tokenizer.max_length, tokenizer.max_length)
+    singles = [ex for ex in examples if ex.text_b is None]
+    is_pair = len(singles) != len(examples)
+    if is_pair and singles:
+        raise ValueError("examples mix single texts and pairs; a task is one or the other")
+    n_special = len(tokenizer.with_specials([], [] if is_pair else None)[0])
+    room = max_length - n_special
+    if room < 2:
+        raise ValueError(f"max_length {max_length} leaves no room for text after {n_special} special tokens")
+    a_ids = [t.ids for t in tokenizer.tokenize([ex.text_a for ex in examples])]
+    b_ids = [t.ids for t in tokenizer.tokenize([ex.text_b for ex in examples])] if is_pair else [None] * len(a_ids)
+    out, n_cut = [], 0
+    for ex, a, b in zip(examples, a_ids, b_ids):
+        a, b, cut = _truncate(a, b, room)
+        n_cut += cut > 0
+        ids, types = tokenizer.with_specials(a, b)
+        out.append(EncodedExample(ids, types, ex.label if with_labels else None, cut))
+    if n_cut:
+        logger.warning("%d of %d examples were longer than %d tokens and were cut (longest segment first)",
+                       n_cut, len(examples), max_length)
+    return out
+
+
+def _truncate(a: list[int], b: list[int] | None, room: int) -> tuple[list[int], list[int] | None, int]:
+    """Cut the longer segment one token at a time from its end until both fit in ``room`` tokens."""
+    la, lb = len(a), len(b) if b is not None else 0
+    cut = max(0, la + lb - room)
+    for _ in range(cut):
+        if la >= lb:
+            la -= 1
+        else:
+            lb -= 1
+    return a[:la], (b[:lb] if b is not None else None), cut
+
+
+class Collator:
+    """Pads a list of :class:`EncodedExample` into a batch: input_ids, attention_mask, token_type_ids (B, T) and
+    labels (B,) (long for classes, float for regression scores)."""
+
+    def __init__(self, pad_token_id: int, *, regression: bool):
+        self.pad_token_id = pad_token_id
+        self.regression = regression
+
+    def __call__(self, items: Sequence[EncodedExample]) -> dict[str, torch.Tensor]:
+        T = max(len(it.input_ids) for it in items)
+        ids = torch.full((len(items), T), self.pad_token_id, dtype=torch.long)
+        types = torch.zeros((len(items), T), dtype=torch.long)
+        mask = torch.zeros((len(items), T), dtype=torch.long)
+        for i, it in enumerate(items):
+            n = len(it.input_ids)
+            ids[i, :n] = torch.tensor(it.input_ids)
+            types[i, :n] = torch.tensor(it.token_type_ids)
+            mask[i, :n] = 1
+        batch = {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
+        if items[0].label is not None:
+            batch["labels"] = torch.tensor([it.label for it in items],
+                                           dtype=torch.float32 if self.regression else torch.long)
+        return batch

@@ -1,0 +1,79 @@
+"""Predictions of a fine-tuned sequence classifier or regressor on raw texts or text pairs.
+
+Shapes: N texts, C classes.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Sequence
+
+import torch
+
+from ctxemb._validation import check_int, check_string_batch
+from ctxemb.finetuning.features import Collator, encode_examples
+from ctxemb.finetuning.readers import TextExample
+from ctxemb.finetuning.tasks import predict_outputs
+from ctxemb.modeling.task_heads import EncoderForSequenceClassification
+from ctxemb.registry import resolve_model_dir
+from ctxemb.tokenization import Tokenizer
+from ctxemb.training.data import EvalBatches
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """One prediction: the label name (None for regression), the score (the class probability, or the
+    regression output), and every class's probability (empty for regression)."""
+
+    label: str | None
+    score: float
+    probabilities: dict[str, float]
+
+
+class SequencePredictor:
+    """A fine-tuned :class:`EncoderForSequenceClassification` and its tokenizer.
+
+    Example:
+        >>> p = SequencePredictor.from_pretrained("runs/sst2/model")  # doctest: +SKIP
+        >>> p.predict(["A gripping, funny film."])[0].label  # doctest: +SKIP
+        'positive'
+    """
+
+    def __init__(self, model: EncoderForSequenceClassification, tokenizer: Tokenizer, *, max_length: int = 512):
+        self.model = model.eval()
+        self.tokenizer = tokenizer
+        self.max_length = max_length
+
+    @classmethod
+    def from_pretrained(cls, model_dir: str | os.PathLike, *, device: str | torch.device = "cpu",
+                        max_length: int = 512) -> "SequencePredictor":
+        """Load a directory written by ``ctxemb finetune`` (or a transformers ``*ForSequenceClassification``)."""
+        path = resolve_model_dir(model_dir)
+        model = EncoderForSequenceClassification.from_pretrained(path)
+        return cls(model.to(device), Tokenizer.from_pretrained(path), max_length=max_length)
+
+    def predict(self, texts: Sequence[str], pairs: Sequence[str] | None = None, *,
+                batch_size: int = 32) -> list[Prediction]:
+        """Predict for N texts (or N pairs ``(texts[i], pairs[i])``).
+
+        Raises:
+            TypeError / ValueError: a single string instead of a list, empty texts, or lists of different lengths.
+        """
+        texts = check_string_batch(texts, "texts")
+        if pairs is not None:
+            pairs = check_string_batch(pairs, "pairs")
+            if len(pairs) != len(texts):
+                raise ValueError(f"texts and pairs must have the same length; got {len(texts)} and {len(pairs)}")
+        batch_size = check_int(batch_size, "batch_size", low=1)
+        examples = [TextExample(a, pairs[i] if pairs is not None else None, 0, str(i)) for i, a in enumerate(texts)]
+        features = encode_examples(self.tokenizer, examples, max_length=self.max_length, with_labels=False)
+        batches = EvalBatches(features, batch_size=batch_size,
+                              collate=Collator(self.tokenizer.pad_token_id, regression=self.model.problem == "regression"))
+        outputs = torch.from_numpy(predict_outputs(self.model, batches))
+        if self.model.problem == "regression":
+            return [Prediction(None, float(s), {}) for s in outputs]
+        probs = outputs.softmax(-1)
+        names = [self.model.id2label[i] for i in range(probs.shape[1])]
+        return [Prediction(names[int(p.argmax())], float(p.max()), {n: float(q) for n, q in zip(names, p)})
+                for p in probs]

@@ -1,0 +1,109 @@
+"""Sequence-level fine-tuning end to end on a tiny model: pair encoding, learning a planted task, the saved
+directory (predictions, Embedder, CLI)."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+
+from ctxemb.finetuning.features import encode_examples
+from ctxemb.finetuning.readers import TextExample
+from ctxemb.finetuning.tasks import FinetuneConfig, run_finetuning, task_metrics
+from ctxemb.loading import load_tokenizer
+from ctxemb.training.loop import TrainConfig
+from tests.helpers import write_tiny_model
+
+WORDS = ["the", "river", "money", "sat", "on", "of", "he", "she", "a", "mouse", "cell", "plant"]
+
+
+@pytest.mark.parametrize("model_type", ["bert", "roberta"])
+def test_pairs_get_the_models_separators_and_segments(tmp_path, model_type):
+    tok = load_tokenizer(write_tiny_model(tmp_path / model_type, model_type=model_type))
+    [enc] = encode_examples(tok, [TextExample("the bank", "a river", 1, "x")])
+    a, b = tok.tokenize(["the bank"])[0].ids, tok.tokenize(["a river"])[0].ids
+    cls, sep = tok.cls_token_id, tok.sep_token_id
+    if model_type == "bert":
+        assert enc.input_ids == [cls, *a, sep, *b, sep]
+        assert enc.token_type_ids == [0] * (len(a) + 2) + [1] * (len(b) + 1)
+    else:
+        assert enc.input_ids == [cls, *a, sep, sep, *b, sep]
+        assert enc.token_type_ids == [0] * len(enc.input_ids)
+
+
+def test_long_pairs_are_cut_longest_first_and_logged(tmp_path, caplog):
+    tok = load_tokenizer(write_tiny_model(tmp_path / "m"))
+    long_a = " ".join(["river"] * 30)
+    [enc] = encode_examples(tok, [TextExample(long_a, "a bank", 0, "x")], max_length=16)
+    assert len(enc.input_ids) == 16 and enc.truncated == 30 + 2 + 3 - 16
+    assert enc.input_ids[-3:-1] == tok.tokenize(["a bank"])[0].ids  # the short segment is kept whole
+    assert "were cut" in caplog.text
+
+
+def _write_task(path, n, seed):
+    rng = random.Random(seed)
+    lines = ["sentence\tlabel"]
+    for _ in range(n):
+        words = rng.choices(WORDS, k=rng.randint(3, 7))
+        label = int(rng.random() < 0.5)
+        if label:
+            words.insert(rng.randrange(len(words) + 1), "bank")
+        lines.append(" ".join(words) + f"\t{label}")
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+@pytest.fixture(scope="module")
+def finetuned(tmp_path_factory):
+    d = tmp_path_factory.mktemp("ft")
+    model = write_tiny_model(d / "tiny", num_hidden_layers=2)
+    config = FinetuneConfig(
+        task="custom", model=str(model), head="cls", epochs=4, batch_size=16, max_length=32,
+        train_file=str(_write_task(d / "train.tsv", 320, 0)), dev_file=str(_write_task(d / "dev.tsv", 100, 1)),
+        label_names=["no_bank", "bank"],
+        train=TrainConfig(learning_rate=3e-3, max_steps=1, warmup_ratio=0.1, out_dir=str(d / "run"),
+                          progress_bar=False, precision="fp32", seed=0))
+    return d, run_finetuning(config)
+
+
+def test_a_planted_task_is_learned_and_evaluated_each_epoch(finetuned):
+    _, result = finetuned
+    assert len(result.eval_history) == 4  # once per epoch
+    assert result.final_metrics["accuracy"] >= 97.0, result.eval_history
+
+
+def test_saved_model_predicts_the_same_and_feeds_the_embedder(finetuned, capsys):
+    from ctxemb.cli import main
+    from ctxemb.embedding import Embedder
+    from ctxemb.finetuning.predict import SequencePredictor
+
+    d, result = finetuned
+    texts = ["he sat on the bank", "she sat on a plant"]
+    p1 = SequencePredictor.from_pretrained(result.model_dir).predict(texts)
+    p2 = SequencePredictor.from_pretrained(result.model_dir).predict(texts)
+    assert [p.label for p in p1] == ["bank", "no_bank"] and p1 == p2
+    emb = Embedder.from_pretrained(result.model_dir, layers=[-1])
+    assert emb.embed_sentences(texts).shape == (2, 32)
+    assert main(["predict", str(result.model_dir), *texts, "--json"]) == 0
+    assert '"label": "bank"' in capsys.readouterr().out
+    assert (result.model_dir / "finetune_config.json").is_file()
+
+
+def test_task_metrics_are_the_glue_ones():
+    labels = np.array([1, 0, 1, 1])
+    logits = np.array([[0.1, 0.9], [0.8, 0.2], [0.7, 0.3], [0.2, 0.8]])
+    m = task_metrics(("accuracy", "f1"), labels, logits)
+    assert m["accuracy"] == 75.0 and abs(m["f1"] - 100 * 0.8) < 1e-9
+    r = task_metrics(("pearson", "spearman"), np.array([0.0, 1.0, 2.0]), np.array([0.1, 0.5, 3.0]))
+    assert r["spearman"] == pytest.approx(100.0)
+
+
+def test_bad_configs_are_named(tmp_path):
+    train = TrainConfig(learning_rate=1e-3, max_steps=1, out_dir=str(tmp_path))
+    with pytest.raises(ValueError, match="task must be one of"):
+        FinetuneConfig(task="cola", train=train)
+    with pytest.raises(ValueError, match="needs train_file and dev_file"):
+        FinetuneConfig(task="custom", train=train)
+    with pytest.raises(ValueError, match="head must be one of"):
+        FinetuneConfig(task="sst2", head="max", train=train)
