@@ -58,12 +58,12 @@ def test_checkpoint_feeds_embedder_fill_mask_and_transformers(trained):
     model_dir = trained[0] / "model"
     emb = Embedder.from_pretrained(model_dir, layers=[-1])
     assert emb.embed_words([["the", "cat", "sat"]])[0].shape == (3, 64)
-    fills = fill_mask("the cat sat on the [MASK] .", model_dir, top_k=1)
+    fills = fill_mask("the cat sat on the [MASK] . the dog ran in the park .", model_dir, top_k=1)  # a training document
     assert fills[0][0].token == "mat"
     transformers = pytest.importorskip("transformers")
     ref = transformers.BertForMaskedLM.from_pretrained(model_dir).eval()
     tok = transformers.AutoTokenizer.from_pretrained(model_dir)
-    enc = tok("the cat sat on the [MASK] .", return_tensors="pt")
+    enc = tok("the cat sat on the [MASK] . the dog ran in the park .", return_tensors="pt")
     with torch.inference_mode():
         p = ref(**enc).logits[0, enc["input_ids"][0].tolist().index(tok.mask_token_id)].softmax(-1)
     assert abs(p.max().item() - fills[0][0].probability) < 1e-5
