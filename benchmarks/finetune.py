@@ -103,7 +103,7 @@ def run_transformers_sst2(rows: list) -> None:
     train = [dict(tok(ex.text_a, truncation=True, max_length=128), labels=ex.label) for ex in data.splits[train_split][:cap]]
     args = transformers.TrainingArguments(
         output_dir=str(WORK / "sst2_hf"), per_device_train_batch_size=32, learning_rate=lr, num_train_epochs=epochs,
-        warmup_ratio=0.1, weight_decay=0.01, save_strategy="no", report_to=[], use_cpu=True, seed=0,
+        warmup_steps=0.1, weight_decay=0.01, save_strategy="no", report_to=[], use_cpu=True, seed=0,
         dataloader_num_workers=0, disable_tqdm=True, logging_steps=50)
     trainer = transformers.Trainer(model=model, args=args, train_dataset=train,
                                    data_collator=transformers.DataCollatorWithPadding(tok))
