@@ -99,3 +99,18 @@ def test_python_dash_m_runs_the_cli(tmp_path):
     assert proc.returncode == 1
     assert proc.stderr.strip().count("\n") == 0 and "ctxemb index: error:" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_training_commands_errors(capsys, tmp_path, tiny):
+    _fails(["vocab", "--out", str(tmp_path / "v")], capsys, code=2, match="either training files or --language")
+    _fails(["vocab", str(tmp_path / "none.txt"), "--out", str(tmp_path / "v")], capsys, code=1, match="none.txt")
+    _fails(["vocab", "--language", "ga", "--out", str(tmp_path / "v")], capsys, code=2, match="NAME=FILE")
+    _fails(["pretrain", "--config", str(tmp_path / "none.toml")], capsys, code=1, match="none.toml")
+    _fails(["pretrain", "--tokenizer", str(tiny), "--out-dir", str(tmp_path / "o"), "--masking", "random"], capsys,
+           code=2, match="invalid choice")
+    _fails(["pretrain", "--tokenizer", str(tiny), "--out-dir", str(tmp_path / "o"), "--model", "{hidden"], capsys,
+           code=1, match="--model must be a JSON object")
+    _fails(["finetune", "cola", "--out", str(tmp_path / "f")], capsys, code=2, match="invalid choice")
+    _fails(["finetune", "custom", "--out", str(tmp_path / "f")], capsys, code=1, match="needs train_file and dev_file")
+    _fails(["predict", str(tmp_path / "no-model"), "text"], capsys, code=1, match="not found")
+    _fails(["predict", str(tiny), "a", "b", "--pair", "c"], capsys, code=2, match="one second sentence per text")
