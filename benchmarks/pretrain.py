@@ -39,6 +39,7 @@ from ctxemb.pretraining.masking import Masker, MaskingConfig  # noqa: E402
 from ctxemb.pretraining.recipe import PretrainConfig, run_pretraining  # noqa: E402
 from ctxemb.pretraining.shards import TokenShards, build_token_shards  # noqa: E402
 from ctxemb.training.loop import TrainConfig  # noqa: E402
+from ctxemb.tokenization import Tokenizer  # noqa: E402
 from ctxemb.training.optim import make_optimizer  # noqa: E402
 
 logger = logging.getLogger("benchmarks.pretrain")
@@ -479,23 +480,28 @@ def run_vocab(args) -> None:
     for alpha in (1.0, 0.3):
         out = WORK / f"vocab_alpha{alpha}"
         t = time.perf_counter()
-        tok = train_vocabulary(train_files, out, kind="wordpiece", vocab_size=args.vocab_size, alpha=alpha,
-                               lowercase=False)
+        if args.reuse and (out / "tokenizer.json").is_file():
+            tok = Tokenizer.from_pretrained(out)
+        else:
+            tok = train_vocabulary(train_files, out, kind="wordpiece", vocab_size=args.vocab_size, alpha=alpha,
+                                   lowercase=False)
         logger.info("alpha %.1f: vocabulary in %.0f s", alpha, time.perf_counter() - t)
+        sampling = json.loads((out / "ctxemb_vocab.json").read_text())["sampling"]["languages"]
         for lang in langs:
             rows[lang][f"pieces/word a={alpha:g}"] = subword_fertility(tok, held[lang])
+            rows[lang][f"share a={alpha:g}"] = sampling[lang]["q"]
     meta = json.loads((WORK / "vocab_alpha0.3" / "ctxemb_vocab.json").read_text())
     for lang in langs:
         r = rows[lang]
         r["change"] = r["pieces/word a=0.3"] - r["pieces/word a=1"]
     table = sorted(rows.values(), key=lambda r: r["held-out words"])
-    cols = ["language", "held-out words", "pieces/word a=1", "pieces/word a=0.3", "change"]
+    cols = ["language", "held-out words", "share a=1", "share a=0.3", "pieces/word a=1", "pieces/word a=0.3",
+            "change"]
     md = (f"# Multilingual vocabularies: alpha = 1 vs 0.3\n\nCPU: {cpu_name()}. Cased WordPiece, {args.vocab_size} "
           f"tokens, trained on the fortunes corpus (11 languages, every 10th fortune held out) with text sampled "
           f"per language with q_i ~ p_i^alpha (J&M eq. 11.7; alpha = 1 is each language's share). Subword tokens "
-          f"per whitespace word on the held-out fortunes, smallest language first.\n\n" + markdown_table(table, cols)
-          + "\n\nSampling probabilities (alpha 0.3): "
-          + json.dumps({k: round(v, 4) for k, v in (meta.get("q") or {}).items()}))
+          f"per whitespace word on the held-out fortunes, smallest language first; 'share' is the language's "
+          f"sampling probability q_i.\n\n" + markdown_table(table, cols))
     write_results("pretrain_vocab", {"cpu": cpu_name(), "rows": table, "vocab_meta_alpha0.3": meta}, md)
     print(md)
 
@@ -523,6 +529,7 @@ def main() -> None:
     p.set_defaults(func=run_continued)
     p = sub.add_parser("vocab")
     p.add_argument("--vocab-size", type=int, default=16000)
+    p.add_argument("--reuse", action="store_true", help="measure the vocabularies an earlier run trained")
     p.set_defaults(func=run_vocab)
     for p in sub.choices.values():
         p.add_argument("--max-len", type=int, default=128)
