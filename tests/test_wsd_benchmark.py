@@ -7,7 +7,6 @@ from pathlib import Path
 import pytest
 
 from ctxemb.evaluation.wsd import evaluate_first_sense, evaluate_wsd
-from ctxemb.wsd import wordnet as wnu
 from ctxemb.wsd.build import BuildConfig, build_sense_store
 from ctxemb.wsd.corpus import read_dataset
 from ctxemb.wsd.disambiguate import Disambiguator

@@ -5,7 +5,6 @@ from pathlib import Path
 import pytest
 
 from ctxemb.wsd.corpus import (
-    Corpus,
     Instance,
     Sentence,
     read_dataset,

@@ -14,7 +14,25 @@ import torch
 from torch import nn
 
 from ctxemb.config import EncoderConfig
-from ctxemb.modeling.encoder import ACTIVATIONS
+from ctxemb.modeling.encoder import ACTIVATIONS, Encoder
+
+
+class EncoderWithHeads(nn.Module):
+    """Base of the task models: the encoder under its checkpoint's base-model prefix (``bert.``, ``roberta.``,
+    ``mpnet.``), so that ``state_dict()`` has the names of transformers' task models; heads are added beside it."""
+
+    def __init__(self, encoder: Encoder):
+        super().__init__()
+        self.base_model_prefix = encoder.config.base_model_prefix
+        self.add_module(self.base_model_prefix, encoder)
+
+    @property
+    def encoder(self) -> Encoder:
+        return getattr(self, self.base_model_prefix)
+
+    @property
+    def config(self) -> EncoderConfig:
+        return self.encoder.config
 
 
 class PredictionHeadTransform(nn.Module):

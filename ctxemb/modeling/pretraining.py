@@ -26,7 +26,7 @@ from torch import nn
 from ctxemb.config import EncoderConfig
 from ctxemb.modeling.checkpoint import load_encoder_dir, load_weights_into, save_pretrained
 from ctxemb.modeling.encoder import Encoder
-from ctxemb.modeling.heads import MaskedLMHead, SpanBoundaryHead
+from ctxemb.modeling.heads import EncoderWithHeads, MaskedLMHead, SpanBoundaryHead
 
 logger = logging.getLogger(__name__)
 
@@ -73,7 +73,7 @@ class PretrainingOutput:
     metrics: dict[str, float] = field(default_factory=dict)
 
 
-class EncoderForPretraining(nn.Module):
+class EncoderForPretraining(EncoderWithHeads):
     """An :class:`Encoder` with a masked-LM head (decoder tied to the word embeddings) and optional NSP / SBO heads.
 
     Args:
@@ -89,11 +89,9 @@ class EncoderForPretraining(nn.Module):
 
     def __init__(self, encoder: Encoder, *, nsp: bool = False, nsp_input: NspInput = "pooled", sbo: bool = False,
                  max_span_length: int = 64, sparse_prediction: bool = True):
-        super().__init__()
         if nsp_input not in NSP_INPUTS:
             raise ValueError(f"nsp_input must be one of {NSP_INPUTS}; got {nsp_input!r}")
-        self.base_model_prefix = encoder.config.base_model_prefix
-        self.add_module(self.base_model_prefix, encoder)  # state_dict: bert.embeddings..., as checkpoints name it
+        super().__init__(encoder)
         self.cls = PretrainingHeads(encoder.config, encoder.embeddings.word_embeddings, nsp=nsp, sbo=sbo,
                                     max_span_length=max_span_length)
         self.nsp_input = nsp_input
@@ -107,14 +105,6 @@ class EncoderForPretraining(nn.Module):
     def from_config(cls, config: EncoderConfig, **kwargs) -> "EncoderForPretraining":
         """A freshly initialised model (pretraining from scratch); ``kwargs`` as for the constructor."""
         return cls(Encoder(config), **kwargs)
-
-    @property
-    def encoder(self) -> Encoder:
-        return getattr(self, self.base_model_prefix)
-
-    @property
-    def config(self) -> EncoderConfig:
-        return self.encoder.config
 
     @property
     def has_nsp(self) -> bool:

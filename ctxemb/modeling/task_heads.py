@@ -40,9 +40,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ctxemb.config import EncoderConfig
 from ctxemb.modeling.checkpoint import load_encoder_dir, load_weights_into, save_pretrained
 from ctxemb.modeling.encoder import Encoder
+from ctxemb.modeling.heads import EncoderWithHeads
 
 logger = logging.getLogger(__name__)
 
@@ -90,7 +90,7 @@ class ClassificationHead(nn.Module):
         return self.out_proj(self.dropout(x))
 
 
-class EncoderForSequenceClassification(nn.Module):
+class EncoderForSequenceClassification(EncoderWithHeads):
     """An :class:`Encoder` with a sequence classification (or regression) head.
 
     ``state_dict()`` has the names of transformers' checkpoints: the encoder under ``bert.``/``roberta.``/``mpnet.``,
@@ -116,7 +116,6 @@ class EncoderForSequenceClassification(nn.Module):
 
     def __init__(self, encoder: Encoder, *, num_labels: int, problem: Problem, head: Head = "checkpoint",
                  classifier_dropout: float | None = None, id2label: Mapping[int, str] | None = None):
-        super().__init__()
         if problem not in PROBLEMS:
             raise ValueError(f"problem must be one of {PROBLEMS}; got {problem!r}")
         if head not in HEADS:
@@ -137,9 +136,8 @@ class EncoderForSequenceClassification(nn.Module):
             raise ValueError(f"id2label must have the keys 0..{num_labels - 1} (num_labels={num_labels}); "
                              f"got {sorted(id2label)}")
 
+        super().__init__(encoder)
         config = encoder.config
-        self.base_model_prefix = config.base_model_prefix
-        self.add_module(self.base_model_prefix, encoder)  # state_dict: bert.embeddings..., as checkpoints name it
         self.num_labels = num_labels
         self.problem = problem
         self.head = head
@@ -155,14 +153,6 @@ class EncoderForSequenceClassification(nn.Module):
         if not self.uses_pooler:
             encoder.pooler.requires_grad_(False)
         self.train(encoder.training)  # one mode for the whole model: that of the encoder it was given
-
-    @property
-    def encoder(self) -> Encoder:
-        return getattr(self, self.base_model_prefix)
-
-    @property
-    def config(self) -> EncoderConfig:
-        return self.encoder.config
 
     @property
     def uses_pooler(self) -> bool:
