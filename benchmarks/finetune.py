@@ -164,6 +164,10 @@ def main() -> None:
                 embedder_rows = []
                 run_stsb_embedder(model_dir, embedder_rows)
         results_path.write_text(json.dumps({"rows": rows, "embedder_rows": embedder_rows}))
+        report(rows, embedder_rows)  # after every part, so a cut-off run keeps what it measured
+
+
+def report(rows: list, embedder_rows: list) -> None:
     cols = ["task", "regime", "train", "epochs", "steps", "seconds", "examples/s"]
     metric_cols = sorted({k for r in rows for k in r if k.startswith(("dev ", "test "))})
     md = (f"# Fine-tuning all-MiniLM-L6-v2 (sequence level)\n\nCPU: {cpu_name()}, fp32. Batch 32, max length 128, "
