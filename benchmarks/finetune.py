@@ -40,7 +40,7 @@ ANCHORS = {"sst2": "BERT-Small 89.7 (GLUE test); MiniLM-L6-H384 91.5 (GLUE dev)"
            "stsb": "BERT-Small Spearman 77.0 (test)", "snli": "-"}
 # task -> (train split, report splits, epochs, max train examples, learning rate)
 RECIPES = {
-    "sst2": ("train", ("dev", "test"), 1.0, 20000, 5e-5),
+    "sst2": ("train", ("dev", "test"), 1.0, 10000, 5e-5),
     "mrpc": ("train", ("dev", "test"), 3.0, None, 5e-5),
     "rte": ("train", ("dev",), 3.0, None, 5e-5),
     "snli": ("dev", ("test",), 2.0, None, 5e-5),
@@ -172,7 +172,7 @@ def report(rows: list, embedder_rows: list) -> None:
     metric_cols = sorted({k for r in rows for k in r if k.startswith(("dev ", "test "))})
     md = (f"# Fine-tuning all-MiniLM-L6-v2 (sequence level)\n\nCPU: {cpu_name()}, fp32. Batch 32, max length 128, "
           f"AdamW (wd 0.01), 10% warm-up then linear decay, lr 5e-5 (frozen: 1e-3, head only), the checkpoint's "
-          f"head (BERT pooler + classifier). Budgets: SST-2 1 epoch over the first 20,000 training sentences; MRPC, "
+          f"head (BERT pooler + classifier). Budgets: SST-2 1 epoch over the first 10,000 training sentences; MRPC, "
           f"RTE 3 epochs; SNLI 2 epochs on its dev split (only dev and test are shared), reported on test; STS-B 2 "
           f"epochs, MSE regression. SST-2 'test' = GLUE's dev set (what papers report); its 'dev' is the ALPS "
           f"split of GLUE train used for tuning. Metrics x 100.\n\n"
