@@ -140,8 +140,8 @@ def run_stsb_embedder(model_dir: Path, rows: list) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--parts", nargs="+", default=["sst2", "sst2-transformers", "mrpc", "rte", "rte-frozen",
-                                                       "snli", "stsb"])
+    parser.add_argument("--parts", nargs="*", default=["sst2", "sst2-transformers", "mrpc", "rte", "rte-frozen",
+                                                       "snli", "stsb"], help="none: rewrite the report from saved rows")
     args = parser.parse_args()
     rows, embedder_rows = [], []
     results_path = WORK / "rows.json"
@@ -165,18 +165,21 @@ def main() -> None:
                 run_stsb_embedder(model_dir, embedder_rows)
         results_path.write_text(json.dumps({"rows": rows, "embedder_rows": embedder_rows}))
         report(rows, embedder_rows)  # after every part, so a cut-off run keeps what it measured
+    if not args.parts:
+        report(rows, embedder_rows)
 
 
 def report(rows: list, embedder_rows: list) -> None:
     cols = ["task", "regime", "train", "epochs", "steps", "seconds", "examples/s"]
     metric_cols = sorted({k for r in rows for k in r if k.startswith(("dev ", "test "))})
+    shown = [{k: (f"{v:.1f}" if k in metric_cols or k == "seconds" else v) for k, v in r.items()} for r in rows]
     md = (f"# Fine-tuning all-MiniLM-L6-v2 (sequence level)\n\nCPU: {cpu_name()}, fp32. Batch 32, max length 128, "
           f"AdamW (wd 0.01), 10% warm-up then linear decay, lr 5e-5 (frozen: 1e-3, head only), the checkpoint's "
           f"head (BERT pooler + classifier). Budgets: SST-2 1 epoch over the first 10,000 training sentences; MRPC, "
           f"RTE 3 epochs; SNLI 2 epochs on its dev split (only dev and test are shared), reported on test; STS-B 2 "
           f"epochs, MSE regression. SST-2 'test' = GLUE's dev set (what papers report); its 'dev' is the ALPS "
           f"split of GLUE train used for tuning. Metrics x 100.\n\n"
-          + markdown_table(rows, cols + metric_cols + ["anchor"])
+          + markdown_table(shown, cols + metric_cols + ["anchor"])
           + ("\n\n## The fine-tuned encoder in the Embedder\n\n"
              + markdown_table(embedder_rows, list(embedder_rows[0])) if embedder_rows else ""))
     write_results("finetune", {"cpu": cpu_name(), "rows": rows, "embedder_rows": embedder_rows}, md)
