@@ -135,7 +135,7 @@ def run_stsb_embedder(model_dir: Path, rows: list) -> None:
         res = run_similarity_tasks(emb, ["stsb"], sentence_poolings=["mean"], postprocess="none", layers="default",
                                    show_progress_bar=False)
         dev = [r for r in res if r.split == "dev" and r.metric == "spearman"]
-        rows.append({"encoder": label, "STS-B dev Spearman (cosine, mean pooling, no head)": round(dev[0].value, 2)})
+        rows.append({"encoder": label, "STS-B dev Spearman (cosine, mean pooling, no head)": f"{dev[0].value:.2f}"})
 
 
 def main() -> None:
