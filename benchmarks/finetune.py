@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -73,8 +74,6 @@ def _evaluate(model_dir: Path, task: str, splits) -> dict[str, float]:
 
 def run_task(task: str, rows: list, **kw) -> Path:
     out = WORK / f"{task}_{kw.get('regime', 'full')}"
-    import shutil
-
     shutil.rmtree(out, ignore_errors=True)
     config = _config(task, out, **kw)
     t = time.perf_counter()

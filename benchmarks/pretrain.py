@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import shutil
 import logging
 import platform
 import re
@@ -288,8 +289,6 @@ def run_scratch(args) -> None:
         results["ctxemb"] = json.loads(done.read_text())
     else:
         ours_steps = _calibrated_steps(probe_step, args.minutes)
-        import shutil
-
         shutil.rmtree(out_dir, ignore_errors=True)
         config = PretrainConfig(
             train_corpus=[str(train_txt)], eval_corpus=[str(held_txt)], tokenizer="all-MiniLM-L6-v2",
@@ -392,8 +391,6 @@ def run_span(args) -> None:
     rows = []
     for label, masking, sbo in (("MLM (token masking)", "token", False), ("span masking + SBO", "span", True)):
         out_dir = WORK / f"span_{masking}"
-        import shutil
-
         shutil.rmtree(out_dir, ignore_errors=True)
         config = PretrainConfig(
             train_corpus=[str(train_txt)], tokenizer="all-MiniLM-L6-v2",
@@ -428,8 +425,6 @@ def run_continued(args) -> None:
     _, held = english_shards(tok)
     eval_batches = heldout_batches(tok, held, strategy="token", max_len=args.max_len, n=args.eval_batches)
     out_dir = WORK / "continued"
-    import shutil
-
     shutil.rmtree(out_dir, ignore_errors=True)
     config = PretrainConfig(
         train_corpus=[str(train_txt)], eval_corpus=[str(held_txt)], init_from="all-MiniLM-L6-v2",
