@@ -89,6 +89,24 @@ def test_make_optimizer_lr_scale_groups_and_errors():
         make_optimizer(a, lr=0.1, betas=(0.9, 1.0))
 
 
+def test_make_optimizer_uses_the_fused_kernel_and_matches_the_per_tensor_loop():
+    torch.manual_seed(0)
+    models = [nn.Sequential(nn.Linear(4, 8), nn.LayerNorm(8), nn.Linear(8, 3)) for _ in range(2)]
+    models[1].load_state_dict(models[0].state_dict())
+    fused = make_optimizer(models[0], lr=1e-2, weight_decay=0.1)
+    assert fused.defaults["fused"]
+    groups = param_groups(models[1], 0.1)
+    reference = torch.optim.AdamW(groups, lr=1e-2, weight_decay=0.1, foreach=False)
+    x = torch.randn(16, 4)
+    for _ in range(5):
+        for model, opt in zip(models, (fused, reference)):
+            opt.zero_grad()
+            model(x).square().mean().backward()
+            opt.step()
+    for p, q in zip(models[0].parameters(), models[1].parameters()):
+        torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6)
+
+
 def test_schedule_warmup_peak_and_end():
     p = nn.Parameter(torch.zeros(1))
     opt = torch.optim.AdamW([p], lr=1.0)
