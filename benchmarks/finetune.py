@@ -1,9 +1,14 @@
-"""Sequence-level fine-tuning benchmark: all-MiniLM-L6-v2 on SST-2, MRPC, RTE, SNLI and STS-B on this CPU, each
-within a stated budget, beside transformers' Trainer on SST-2, frozen vs full on RTE, and the STS-B-fine-tuned
-encoder back in the Embedder (cosine similarity, no head). Writes ``benchmarks/results/finetune.{md,json}``.
+"""Fine-tuning benchmark, all-MiniLM-L6-v2 on this CPU, each task within a stated budget.
+
+Sequence level: SST-2, MRPC, RTE, SNLI and STS-B, transformers' Trainer beside us on SST-2, frozen vs full on RTE,
+and the STS-B-fine-tuned encoder back in the Embedder (cosine similarity, no head). Token and span level:
+CoNLL-2003 NER with a softmax per token, with a CRF and span-based (per type), transformers' Trainer +
+AutoModelForTokenClassification beside the softmax run, CoNLL-2003 POS tagging, and XQuAD-en extractive QA on
+held-out articles. Writes ``benchmarks/results/finetune.{md,json}``.
 
     python benchmarks/finetune.py                      # every part
     python benchmarks/finetune.py --parts sst2 mrpc    # some of them
+    python benchmarks/finetune.py --parts              # rewrite the report from the saved rows
 
 Protocol: tune on dev; SST-2's ``test`` split is GLUE's dev set (the split papers report), RTE is reported on dev
 (GLUE withholds its test labels), SNLI is trained on its dev split and reported on test (only those are shared).
@@ -28,6 +33,7 @@ from benchmarks.pretrain import cpu_name  # noqa: E402
 from ctxemb.finetuning.features import Collator, encode_examples  # noqa: E402
 from ctxemb.finetuning.readers import load_task  # noqa: E402
 from ctxemb.finetuning.tasks import FinetuneConfig, predict_outputs, run_finetuning, task_metrics  # noqa: E402
+from ctxemb.finetuning.token_tasks import TokenFinetuneConfig, run_token_finetuning  # noqa: E402
 from ctxemb.loading import load_tokenizer  # noqa: E402
 from ctxemb.modeling.task_heads import EncoderForSequenceClassification  # noqa: E402
 from ctxemb.training.data import EvalBatches  # noqa: E402
@@ -84,6 +90,7 @@ def run_task(task: str, rows: list, **kw) -> Path:
     rows.append({"task": task, "regime": config.regime, "train": f"{config.train_split} ({n:,})",
                  "epochs": config.epochs, "steps": result.train.step, "seconds": seconds,
                  "examples/s": n * config.epochs / seconds,
+                 "train examples/s": n * config.epochs / (seconds - result.eval_seconds),
                  **{k: round(v, 2) for k, v in _evaluate(result.model_dir, task, RECIPES[task][1]).items()},
                  "anchor": ANCHORS[task]})
     return result.model_dir
@@ -112,7 +119,8 @@ def run_transformers_sst2(rows: list) -> None:
     model.eval()
     row = {"task": "sst2", "regime": "full (transformers Trainer)", "train": f"{train_split} ({len(train):,})",
            "epochs": epochs, "steps": trainer.state.global_step, "seconds": seconds,
-           "examples/s": len(train) * epochs / seconds, "anchor": ANCHORS["sst2"]}
+           "examples/s": len(train) * epochs / seconds, "train examples/s": len(train) * epochs / seconds,
+           "anchor": ANCHORS["sst2"]}
     for split in report:
         preds = []
         with torch.inference_mode():
@@ -122,6 +130,91 @@ def run_transformers_sst2(rows: list) -> None:
                 preds.append(model(**enc).logits.argmax(-1))
         labels = np.array([ex.label for ex in data.splits[split]])
         row[f"{split} accuracy"] = round(100 * float((torch.cat(preds).numpy() == labels).mean()), 2)
+    rows.append(row)
+
+
+TOKEN_ANCHORS = {"conll2003-ner": "BERT-base test F1 92.4 (dev ~95)", "conll2003-pos": "-",
+                 "xquad": "BERT-base SQuAD v1.1 EM 81.2 / F1 88.5 (87k training questions)"}
+# part -> (task, head, epochs, learning rate, options)
+TOKEN_RECIPES = {
+    "ner-softmax": ("conll2003-ner", "softmax", 1.0, 5e-5, {}),
+    "ner-crf": ("conll2003-ner", "crf", 1.0, 5e-5, {}),
+    "ner-span": ("conll2003-ner", "span", 1.0, 5e-5, {"max_span_length": 8}),
+    "pos": ("conll2003-pos", "softmax", 1.0, 5e-5, {}),
+    "xquad": ("xquad", "qa", 4.0, 1e-4, {"max_length": 256, "doc_stride": 128, "batch_size": 16}),
+}
+
+
+def run_token_part(part: str, rows: list) -> None:
+    task, head, epochs, lr, options = TOKEN_RECIPES[part]
+    out = WORK / part
+    shutil.rmtree(out, ignore_errors=True)
+    options = {"batch_size": 32, "max_length": 128, **options}
+    config = TokenFinetuneConfig(task=task, model=MODEL, head=head, epochs=epochs, **options,
+                                 train=TrainConfig(learning_rate=lr, max_steps=1, warmup_ratio=0.1, out_dir=str(out),
+                                                   progress_bar=False, seed=0, precision="fp32", log_every=50))
+    t = time.perf_counter()
+    result = run_token_finetuning(config)
+    seconds = time.perf_counter() - t
+    n = result.train.step * config.batch_size  # features seen (QA: windows), the last batch of an epoch may be short
+    row = {"task": task, "head": head, "epochs": epochs, "steps": result.train.step, "seconds": seconds,
+           "train examples/s": n / (seconds - result.eval_seconds), "anchor": TOKEN_ANCHORS[task]}
+    row.update({k: round(v, 2) for k, v in result.final_metrics.items()})
+    rows.append(row)
+
+
+def run_transformers_ner(rows: list) -> None:
+    """transformers' Trainer + AutoModelForTokenClassification, our softmax recipe: every subword takes its word's
+    tag, 1 epoch, batch 32, lr 5e-5, 10% warm-up, weight decay 0.01; words decoded from their first subword and
+    scored with our conlleval."""
+    import transformers
+
+    from ctxemb.finetuning.conll import NER_LABELS, load_conll2003
+    from ctxemb.finetuning.token_tasks import entity_metrics
+    from ctxemb.registry import resolve_model_dir
+
+    data = load_conll2003(splits=["train", "dev"])
+    label2id = {name: i for i, name in enumerate(NER_LABELS)}
+    path = resolve_model_dir(MODEL)
+    tok = transformers.AutoTokenizer.from_pretrained(str(path))
+    model = transformers.AutoModelForTokenClassification.from_pretrained(
+        str(path), num_labels=len(NER_LABELS), id2label=dict(enumerate(NER_LABELS)), label2id=label2id)
+
+    def encode(sent):
+        enc = tok(list(sent.words), is_split_into_words=True, truncation=True, max_length=128)
+        enc["labels"] = [-100 if w is None else label2id[sent.ner[w]] for w in enc.word_ids()]
+        return enc
+
+    train = [encode(s) for s in data["train"]]
+    args = transformers.TrainingArguments(
+        output_dir=str(WORK / "ner_hf"), per_device_train_batch_size=32, learning_rate=5e-5, num_train_epochs=1,
+        warmup_steps=0.1, weight_decay=0.01, save_strategy="no", report_to=[], use_cpu=True, seed=0,
+        dataloader_num_workers=0, disable_tqdm=True, logging_steps=50)
+    trainer = transformers.Trainer(model=model, args=args, train_dataset=train,
+                                   data_collator=transformers.DataCollatorForTokenClassification(tok))
+    t = time.perf_counter()
+    trainer.train()
+    seconds = time.perf_counter() - t
+    model.eval()
+    gold, pred = [], []
+    with torch.inference_mode():
+        for i in range(0, len(data["dev"]), 64):
+            sents = data["dev"][i:i + 64]
+            enc = tok([list(s.words) for s in sents], is_split_into_words=True, truncation=True, max_length=128,
+                      padding=True, return_tensors="pt")
+            best = model(**enc).logits.argmax(-1)
+            for b, s in enumerate(sents):
+                firsts, seen = {}, set()
+                for t_i, w in enumerate(enc.word_ids(b)):
+                    if w is not None and w not in seen:
+                        seen.add(w)
+                        firsts[w] = int(best[b, t_i])
+                gold.append(list(s.ner))
+                pred.append([NER_LABELS[firsts[w]] if w in firsts else "O" for w in range(len(s.words))])
+    row = {"task": "conll2003-ner", "head": "softmax (transformers Trainer)", "epochs": 1.0,
+           "steps": trainer.state.global_step, "seconds": seconds,
+           "train examples/s": trainer.state.global_step * 32 / seconds, "anchor": TOKEN_ANCHORS["conll2003-ner"]}
+    row.update({k: round(v, 2) for k, v in entity_metrics(gold, pred).items()})
     rows.append(row)
 
 
@@ -137,21 +230,31 @@ def run_stsb_embedder(model_dir: Path, rows: list) -> None:
         rows.append({"encoder": label, "STS-B dev Spearman (cosine, mean pooling, no head)": f"{dev[0].value:.2f}"})
 
 
+SEQUENCE_PARTS = ["sst2", "sst2-transformers", "mrpc", "rte", "rte-frozen", "snli", "stsb"]
+TOKEN_PARTS = ["ner-softmax", "ner-transformers", "ner-crf", "ner-span", "pos", "xquad"]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--parts", nargs="*", default=["sst2", "sst2-transformers", "mrpc", "rte", "rte-frozen",
-                                                       "snli", "stsb"], help="none: rewrite the report from saved rows")
+    parser.add_argument("--parts", nargs="*", default=SEQUENCE_PARTS + TOKEN_PARTS,
+                        choices=SEQUENCE_PARTS + TOKEN_PARTS, help="none: rewrite the report from saved rows")
     args = parser.parse_args()
-    rows, embedder_rows = [], []
     results_path = WORK / "rows.json"
     WORK.mkdir(parents=True, exist_ok=True)
-    if results_path.is_file():  # parts run earlier keep their rows
-        saved = json.loads(results_path.read_text())
-        rows, embedder_rows = saved["rows"], saved["embedder_rows"]
+    saved = json.loads(results_path.read_text()) if results_path.is_file() else {}  # parts run earlier
+    rows, embedder_rows = saved.get("rows", []), saved.get("embedder_rows", [])
+    token_rows = saved.get("token_rows", [])
     for part in args.parts:
         if part == "sst2-transformers":
             rows = [r for r in rows if not (r["task"] == "sst2" and "transformers" in r["regime"])]
             run_transformers_sst2(rows)
+        elif part == "ner-transformers":
+            token_rows = [r for r in token_rows if "transformers" not in r["head"]]
+            run_transformers_ner(token_rows)
+        elif part in TOKEN_RECIPES:
+            task, head = TOKEN_RECIPES[part][:2]
+            token_rows = [r for r in token_rows if not (r["task"] == task and r["head"] == head)]
+            run_token_part(part, token_rows)
         elif part.endswith("-frozen"):
             task = part.split("-")[0]
             rows = [r for r in rows if not (r["task"] == task and r["regime"] == "frozen")]
@@ -162,26 +265,49 @@ def main() -> None:
             if part == "stsb":
                 embedder_rows = []
                 run_stsb_embedder(model_dir, embedder_rows)
-        results_path.write_text(json.dumps({"rows": rows, "embedder_rows": embedder_rows}))
-        report(rows, embedder_rows)  # after every part, so a cut-off run keeps what it measured
+        results_path.write_text(json.dumps({"rows": rows, "embedder_rows": embedder_rows, "token_rows": token_rows}))
+        report(rows, embedder_rows, token_rows)  # after every part, so a cut-off run keeps what it measured
     if not args.parts:
-        report(rows, embedder_rows)
+        report(rows, embedder_rows, token_rows)
 
 
-def report(rows: list, embedder_rows: list) -> None:
-    cols = ["task", "regime", "train", "epochs", "steps", "seconds", "examples/s"]
+def report(rows: list, embedder_rows: list, token_rows: list) -> None:
+    cols = ["task", "regime", "train", "epochs", "steps", "seconds", "examples/s", "train examples/s"]
     metric_cols = sorted({k for r in rows for k in r if k.startswith(("dev ", "test "))})
-    shown = [{k: (f"{v:.1f}" if k in metric_cols or k == "seconds" else v) for k, v in r.items()} for r in rows]
-    md = (f"# Fine-tuning all-MiniLM-L6-v2 (sequence level)\n\nCPU: {cpu_name()}, fp32. Batch 32, max length 128, "
+    shown = [{k: (f"{v:.1f}" if k in metric_cols or k in ("seconds", "examples/s", "train examples/s") else v)
+              for k, v in r.items()} for r in rows]
+    md = (f"# Fine-tuning all-MiniLM-L6-v2\n\nCPU: {cpu_name()}, fp32.\n\n## Sequence level\n\n"
+          f"Batch 32, max length 128, "
           f"AdamW (wd 0.01), 10% warm-up then linear decay, lr 5e-5 (frozen: 1e-3, head only), the checkpoint's "
           f"head (BERT pooler + classifier). Budgets: SST-2 1 epoch over the first 10,000 training sentences; MRPC, "
           f"RTE 3 epochs; SNLI 2 epochs on its dev split (only dev and test are shared), reported on test; STS-B 2 "
           f"epochs, MSE regression. SST-2 'test' = GLUE's dev set (what papers report); its 'dev' is the ALPS "
-          f"split of GLUE train used for tuning. Metrics x 100.\n\n"
+          f"split of GLUE train used for tuning. Metrics x 100. 'examples/s' is end to end (tokenizing, training, "
+          f"evaluating each epoch, saving); 'train examples/s' leaves out the evaluations (the Trainer run has "
+          f"none).\n\n"
           + markdown_table(shown, cols + metric_cols + ["anchor"])
-          + ("\n\n## The fine-tuned encoder in the Embedder\n\n"
+          + ("\n\n### The fine-tuned encoder in the Embedder\n\n"
              + markdown_table(embedder_rows, list(embedder_rows[0])) if embedder_rows else ""))
-    write_results("finetune", {"cpu": cpu_name(), "rows": rows, "embedder_rows": embedder_rows}, md)
+    if token_rows:
+        keys = ["f1", "precision", "recall", "f1_LOC", "f1_MISC", "f1_ORG", "f1_PER", "null_threshold",
+                "calibrated_f1", "accuracy", "exact_match"]
+        tcols = ["task", "head", "epochs", "steps", "seconds", "train examples/s"] + \
+            [k for k in keys if any(k in r for r in token_rows)] + ["anchor"]
+        shown = [{k: (f"{v:.1f}" if isinstance(v, float) and k not in ("epochs", "null_threshold") else v)
+                  for k, v in r.items()} for r in token_rows]
+        md += ("\n\n## Token and span level\n\nAdamW (wd 0.01), 10% warm-up then linear decay, batch 32, max "
+               "length 128 (longer sentences split at word boundaries), lr 5e-5. CoNLL-2003: 1 epoch over the 14,041 "
+               "training sentences, scored on dev (eng.testa; the test split is held back) with conlleval's "
+               "entity-level P/R/F1; every subword takes its word's tag, words are decoded from their first "
+               "subword; CRF transitions at 100x the learning rate; span head: spans up to 8 words, [z_i; z_j; mean] "
+               "representation, flat decoding, NULL threshold calibrated on dev for F1 ('f1' is at threshold 0.5, "
+               "'calibrated_f1' at the calibrated one, which is tuned on the split it is scored on). POS: the same "
+               "files' POS column, token accuracy. XQuAD-en: 3/4 of the 48 articles for training (839 questions), "
+               "the held-out 12 articles (351 questions) for EM/F1 (official SQuAD v1.1 definitions), 4 epochs, "
+               "lr 1e-4, batch 16, windows of 256 tokens with stride 128. 'train examples/s' counts model inputs "
+               "(QA windows) and leaves out the evaluations.\n\n" + markdown_table(shown, tcols))
+    write_results("finetune", {"cpu": cpu_name(), "rows": rows, "embedder_rows": embedder_rows,
+                               "token_rows": token_rows}, md)
     print(md)
 
 

@@ -203,17 +203,17 @@ class Tokenizer:
         for text, enc in zip(texts, self.backend.encode_batch(list(texts), add_special_tokens=False)):
             words = []
             spans = []
+            offsets = [tuple(o) for o in enc.offsets]  # each enc.offsets access copies the list out of Rust
             for t, w in enumerate(enc.word_ids):
                 if w is None:
                     continue
                 if w == len(spans):
                     spans.append([t, t + 1])
-                    words.append([enc.offsets[t][0], enc.offsets[t][1]])
+                    words.append([offsets[t][0], offsets[t][1]])
                 else:
                     spans[w][1] = t + 1
-                    words[w][1] = enc.offsets[t][1]
-            out.append(TokenizedText(ids=list(enc.ids), word_spans=[tuple(s) for s in spans],
-                                     offsets=[tuple(o) for o in enc.offsets], text=text,
+                    words[w][1] = offsets[t][1]
+            out.append(TokenizedText(ids=list(enc.ids), word_spans=[tuple(s) for s in spans], offsets=offsets, text=text,
                                      words=[text[b:e] for b, e in words]))
         return out
 

@@ -14,6 +14,7 @@ import dataclasses
 import json
 import logging
 import math
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Mapping, Sequence
@@ -32,7 +33,7 @@ from ctxemb.registry import DEFAULT_MODEL, resolve_model_dir
 from ctxemb.tokenization import copy_tokenizer_files
 from ctxemb.training.data import DatasetBatches, EvalBatches, move_to_device
 from ctxemb.training.distributed import distributed_session
-from ctxemb.training.loop import TrainConfig, TrainResult, epochs_to_steps, train
+from ctxemb.training.loop import TrainConfig, TrainResult, epochs_to_steps, seed_everything, train
 from ctxemb.training.optim import layerwise_lr_groups
 
 logger = logging.getLogger(__name__)
@@ -121,6 +122,7 @@ class FinetuneResult:
     eval_history: list[dict[str, float]]
     final_metrics: dict[str, float]
     model_dir: Path
+    eval_seconds: float = 0.0  # of the run's wall time, spent evaluating (the rest is training and saving)
 
 
 def load_task_data(config: FinetuneConfig) -> TaskData:
@@ -192,6 +194,7 @@ def run_finetuning(config: FinetuneConfig) -> FinetuneResult:
     eval_examples = task.splits[config.eval_split if config.task != "custom" else "dev"]
     if config.max_train_examples:
         train_examples = train_examples[:config.max_train_examples]
+    seed_everything(config.train.seed)  # the new head's initialisation belongs to the run's seed
     tokenizer = load_tokenizer(config.model)
     model = build_model(config, task)
     collate = Collator(tokenizer.pad_token_id, regression=task.label_names is None)
@@ -208,8 +211,12 @@ def run_finetuning(config: FinetuneConfig) -> FinetuneResult:
                                            eval_every=config.train.eval_every or max(1, steps // math.ceil(config.epochs)))
         eval_batches = EvalBatches(eval_features, batch_size=max(config.batch_size, 64), collate=collate)
 
+        eval_seconds = [0.0]
+
         def eval_fn(m) -> dict[str, float]:
+            t = time.perf_counter()
             metrics = task_metrics(task.metrics, eval_labels, predict_outputs(m, eval_batches))
+            eval_seconds[0] += time.perf_counter() - t
             history.append(metrics)
             return metrics
 
@@ -224,4 +231,4 @@ def run_finetuning(config: FinetuneConfig) -> FinetuneResult:
                 json.dump({**config.to_dict(), "train": train_config.to_dict(), "task_name": task.name,
                            "metrics": list(task.metrics)}, f, indent=2)
     return FinetuneResult(train=result, eval_history=history, final_metrics=history[-1] if history else {},
-                          model_dir=model_dir)
+                          model_dir=model_dir, eval_seconds=eval_seconds[0])

@@ -28,8 +28,9 @@ logger = logging.getLogger(__name__)
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
 
 # Head names, kept apart from the encoder's tensors: pretraining heads (BERT's ``cls.*``; RoBERTa/MPNet's
-# ``lm_head.*`` is mapped onto the BERT names) and the task heads of ``*ForSequenceClassification`` (``classifier.*``).
-HEAD_PREFIXES = ("cls.", "classifier.")
+# ``lm_head.*`` is mapped onto the BERT names) and the task heads: transformers' ``classifier.*`` (sequence and token
+# classification) and ``qa_outputs.*`` (question answering), and ctxemb's ``crf.*`` and ``span_classifier.*``.
+HEAD_PREFIXES = ("cls.", "classifier.", "qa_outputs.", "crf.", "span_classifier.")
 _LM_HEAD_TO_BERT = [
     ("lm_head.dense.", "cls.predictions.transform.dense."),
     ("lm_head.layer_norm.", "cls.predictions.transform.LayerNorm."),

@@ -202,45 +202,17 @@ class EncoderForSequenceClassification(EncoderWithHeads):
         accuracy = float((logits.detach().argmax(-1) == labels).float().mean())
         return SequenceClassifierOutput(loss=loss, logits=logits, metrics={"accuracy": accuracy})
 
-    # ---- fine-tuning regimes ------------------------------------------------------------------------------------
+    # ---- fine-tuning regimes (freeze_encoder, freeze_all_but_last: EncoderWithHeads) ---------------------------
     def depth_modules(self) -> list[tuple[int, str, nn.Module]]:
-        """(depth, name, module) from the input up, for freezing and layer-wise learning rates.
-
-        Depth 0: the embeddings (and MPNet's relative position bias, which every layer shares); depth i + 1:
-        layer i (0-based); depth L + 1: the head, i.e. the classifier and, for BERT's ``"checkpoint"`` head, the
-        pooler it reads. A pooler no head reads is left out. Names are those of ``named_modules()``.
-        """
-        enc, pre, L = self.encoder, self.base_model_prefix, self.encoder.num_layers
-        out: list[tuple[int, str, nn.Module]] = [(0, f"{pre}.embeddings", enc.embeddings)]
-        if enc.encoder.relative_attention_bias is not None:
-            out.append((0, f"{pre}.encoder.relative_attention_bias", enc.encoder.relative_attention_bias))
-        out += [(i + 1, f"{pre}.encoder.layer.{i}", layer) for i, layer in enumerate(enc.encoder.layer)]
+        """(depth, name, module) from the input up (see :meth:`EncoderWithHeads.depth_modules`); the head at
+        depth L + 1 is the classifier and, for BERT's ``"checkpoint"`` head, the pooler it reads (a pooler no head
+        reads is left out)."""
+        L = self.encoder.num_layers
+        out = self.encoder_depth_modules()
         if self.uses_pooler:
-            out.append((L + 1, f"{pre}.pooler", enc.pooler))
+            out.append((L + 1, f"{self.base_model_prefix}.pooler", self.encoder.pooler))
         out.append((L + 1, "classifier", self.classifier))
         return out
-
-    def freeze_encoder(self) -> "EncoderForSequenceClassification":
-        """Train the head only (feature extraction): embeddings and every layer get ``requires_grad=False``.
-
-        The head is the classifier plus, for BERT's ``"checkpoint"`` head, the pooler it reads (so this is
-        ``freeze_all_but_last(0)``). Dropout inside the encoder still follows ``train()``/``eval()``.
-        """
-        return self.freeze_all_but_last(0)
-
-    def freeze_all_but_last(self, k: int) -> "EncoderForSequenceClassification":
-        """Train the last ``k`` layers and the head; the embeddings and the first L - k layers are frozen
-        (``requires_grad=False``), everything above them is made trainable.
-
-        Raises:
-            ValueError: ``k`` not in 0..L.
-        """
-        L = self.encoder.num_layers
-        if isinstance(k, bool) or not isinstance(k, int) or not 0 <= k <= L:
-            raise ValueError(f"k must be an integer in 0..{L} (the number of layers), got {k!r}")
-        for depth, _, module in self.depth_modules():
-            module.requires_grad_(depth > L - k)
-        return self
 
     # ---- checkpoints ----------------------------------------------------------------------------------------
     def _config_extra(self) -> dict:

@@ -459,7 +459,9 @@ def write_loss_plot(metrics_path: str | Path, out_path: str | Path) -> Path | No
 
 # --------------------------------------------------------------------------------------------------- the loop
 
-def _seed_everything(seed: int) -> None:
+def seed_everything(seed: int) -> None:
+    """Seed Python's, numpy's and torch's generators (callers seed before building a model, so that a new head's
+    initialisation is the same in every run with that seed)."""
     random.seed(seed)
     np.random.seed(seed % 2**32)
     torch.manual_seed(seed)  # also seeds every CUDA device
@@ -554,7 +556,7 @@ def _train(model: nn.Module, train_data: Any, config: TrainConfig, ctx: Distribu
         raise FileExistsError(f"{out_dir} already holds checkpoints ({list_checkpoints(out_dir)[-1][1].name} ...); "
                               f"set resume=True to continue that run, or choose another out_dir")
 
-    _seed_everything(config.seed + ctx.rank)
+    seed_everything(config.seed + ctx.rank)
     raw = unwrap_model(model).to(device)
     raw.train()
     optimizer = make_optimizer(raw if groups is None else groups, lr=config.learning_rate,

@@ -1,0 +1,417 @@
+"""Token- and span-level fine-tuning on the shared training loop: BIO tagging (softmax or CRF) and span-based NER on
+CoNLL-2003, part-of-speech tagging on its POS column, and extractive QA on XQuAD-en (J&M 11.4.3, 11.5.2; d2l 15.6.3,
+15.6.4); or CoNLL-format files of a user's own.
+
+Like :mod:`ctxemb.finetuning.tasks`, one :class:`TokenFinetuneConfig` names the task, the encoder, the head, the
+regime and the loop's settings; the run evaluates on the eval split once per epoch and leaves ``<out_dir>/model``
+(encoder in HF layout with its head and label map, tokenizer, ``finetune_config.json``), which ``Embedder``, the
+sense store and the search index take like any encoder directory.
+
+Tasks, heads and metrics:
+
+=================  ===================================  ===============================================  ==============
+task               data                                 heads                                            metric
+=================  ===================================  ===============================================  ==============
+conll2003-ner      ``finetune/conll2003`` NER column    softmax, crf, span                               entity F1
+conll2003-pos      the same files, POS column           softmax, crf                                     accuracy
+xquad              ``finetune/xquad/xquad.en.json``     qa                                               EM, F1
+conll-file         ``train_file``/``dev_file``, last    softmax, crf, span                               entity F1
+                   column BIO (or IOB1) tags
+squad-file         ``train_file``/``dev_file``, SQuAD   qa                                               EM, F1
+                   v1.1 JSON
+=================  ===================================  ===============================================  ==============
+
+XQuAD has no training split: its articles are split (seeded) into ``1 - eval_fraction`` for training and the rest
+for evaluation, whole articles on one side, so no passage is seen in training and in evaluation.
+
+Span-based NER: after training, the NULL threshold is calibrated on the eval split (best F1, or the lowest threshold
+reaching ``target_precision``) and saved with the model (``null_threshold`` in ``finetune_config.json``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+import torch
+
+from ctxemb.finetuning.conll import NER_LABELS, TaggedSentence, load_conll2003, pos_labels, read_conll
+from ctxemb.finetuning.qa import QACollator, best_answers, encode_qa
+from ctxemb.finetuning.squad import QAExample, load_xquad, read_squad, split_by_article
+from ctxemb.finetuning.tagging import (LABEL_SUBWORDS, ScoredSpan, TaggedFeature, TaggingCollator,
+                                       bio_to_entities, calibrate_threshold, decode_spans, encode_tagged,
+                                       entities_to_bio, score_spans, stitch_words)
+from ctxemb.finetuning.tasks import CONFIG_FILE, MODEL_DIR, REGIMES, Regime
+from ctxemb.loading import load_tokenizer
+from ctxemb.metrics.conlleval import chunk_scores
+from ctxemb.metrics.squad import squad_scores
+from ctxemb.modeling.heads import EncoderWithHeads
+from ctxemb.modeling.token_heads import (BOUNDARY_KINDS, NULL_LABEL, SUMMARY_KINDS, WORD_DECODINGS,
+                                         EncoderForQuestionAnswering, EncoderForSpanClassification,
+                                         EncoderForTokenClassification)
+from ctxemb.paths import atomic_write
+from ctxemb.registry import DEFAULT_MODEL, resolve_model_dir
+from ctxemb.tokenization import copy_tokenizer_files
+from ctxemb.training.data import DatasetBatches, EvalBatches, move_to_device
+from ctxemb.training.distributed import distributed_session
+from ctxemb.training.loop import TrainConfig, TrainResult, epochs_to_steps, seed_everything, train
+from ctxemb.training.optim import layerwise_lr_groups
+
+logger = logging.getLogger(__name__)
+
+TOKEN_TASKS: tuple[str, ...] = ("conll2003-ner", "conll2003-pos", "xquad", "conll-file", "squad-file")
+TOKEN_HEADS: tuple[str, ...] = ("softmax", "crf", "span", "qa")
+_TASK_HEADS = {"conll2003-ner": ("softmax", "crf", "span"), "conll2003-pos": ("softmax", "crf"), "xquad": ("qa",),
+               "conll-file": ("softmax", "crf", "span"), "squad-file": ("qa",)}
+_DEFAULT_HEAD = {"conll2003-ner": "softmax", "conll2003-pos": "softmax", "xquad": "qa", "conll-file": "softmax",
+                 "squad-file": "qa"}
+
+
+@dataclass
+class TokenFinetuneConfig:
+    """A token- or span-level fine-tuning run.
+
+    Attributes:
+        task: one of :data:`TOKEN_TASKS`.
+        model: the encoder to fine-tune (name or HF-format directory).
+        head: ``"softmax"`` (a softmax per token), ``"crf"`` (a CRF over words), ``"span"`` (span classification)
+            or ``"qa"`` (start/end scores); None: the task's usual head.
+        label_subwords: ``"all"`` (the book's default: every subword takes its word's tag) or ``"first"``.
+        decoding: a word's tag from its ``"first"`` subword or the ``"mean"`` of its subwords' distributions.
+        max_span_length: L, the longest span in words (span head).
+        span_boundary, span_summary: the span representation (see :mod:`ctxemb.modeling.token_heads`).
+        target_precision: calibrate the span head's NULL threshold for this precision (percent) instead of F1.
+        crf_lr_scale: the CRF's learning rate is this multiple of the encoder's (its transition scores start at
+            ~0 and would barely move at an encoder's 5e-5; BiLSTM-CRF taggers train them at ~1e-2).
+        regime, last_k, layerwise_lr_decay: as in :class:`ctxemb.finetuning.tasks.FinetuneConfig`.
+        epochs, batch_size: passes over the training data; examples per micro-batch.
+        max_length: most tokens per model input (sentences longer are split at word boundaries; QA passages are
+            windowed).
+        doc_stride, max_query_length, max_answer_length: QA windows (step between window starts, in tokens),
+            question cut-off and the longest answer in tokens.
+        train_split, eval_split: CoNLL-2003 splits (``dev`` = ``eng.testa``).
+        eval_fraction, split_seed: XQuAD's held-out share of articles and the seed of the split.
+        max_train_examples: use only the first N training sentences/questions.
+        train_file, dev_file: CoNLL-format files (``task="conll-file"``) or SQuAD JSON (``"squad-file"``).
+        train: the loop's settings (``out_dir`` required; ``max_steps`` is set from ``epochs``).
+    """
+
+    task: str
+    model: str = DEFAULT_MODEL
+    head: str | None = None
+    label_subwords: str = "all"
+    decoding: str = "first"
+    max_span_length: int = 8
+    span_boundary: str = "tokens"
+    span_summary: str = "mean"
+    target_precision: float | None = None
+    crf_lr_scale: float = 100.0
+    regime: Regime = "full"
+    last_k: int = 2
+    layerwise_lr_decay: float = 1.0
+    epochs: float = 3.0
+    batch_size: int = 32
+    max_length: int = 128
+    doc_stride: int = 128
+    max_query_length: int = 64
+    max_answer_length: int = 30
+    train_split: str = "train"
+    eval_split: str = "dev"
+    eval_fraction: float = 0.25
+    split_seed: int = 0
+    max_train_examples: int | None = None
+    train_file: str | None = None
+    dev_file: str | None = None
+    train: TrainConfig = field(default_factory=lambda: TrainConfig(learning_rate=5e-5, max_steps=1))
+
+    def __post_init__(self) -> None:
+        if isinstance(self.train, Mapping):
+            self.train = TrainConfig.from_dict({"max_steps": 1, **self.train})
+        if self.task not in TOKEN_TASKS:
+            raise ValueError(f"task must be one of {TOKEN_TASKS}; got {self.task!r}")
+        self.head = self.head or _DEFAULT_HEAD[self.task]
+        if self.head not in _TASK_HEADS[self.task]:
+            raise ValueError(f"task {self.task!r} takes head {_TASK_HEADS[self.task]}; got {self.head!r}")
+        if self.task.endswith("-file") and not (self.train_file and self.dev_file):
+            raise ValueError(f"task {self.task!r} needs train_file and dev_file "
+                             f"({'CoNLL format, tags in the last column' if self.task == 'conll-file' else 'SQuAD JSON'})")
+        for name, choices in (("label_subwords", LABEL_SUBWORDS), ("decoding", WORD_DECODINGS),
+                              ("span_boundary", BOUNDARY_KINDS), ("span_summary", SUMMARY_KINDS),
+                              ("regime", REGIMES)):
+            if getattr(self, name) not in choices:
+                raise ValueError(f"{name} must be one of {choices}; got {getattr(self, name)!r}")
+        if self.head == "crf" and self.decoding != "first":
+            raise ValueError("a CRF decodes words from their first subwords: decoding must be 'first'")
+        for name in ("batch_size", "max_length", "last_k", "max_span_length", "doc_stride", "max_query_length",
+                     "max_answer_length"):
+            if isinstance(getattr(self, name), bool) or not isinstance(getattr(self, name), int) \
+                    or getattr(self, name) < 1:
+                raise ValueError(f"{name} must be a positive int; got {getattr(self, name)!r}")
+        if not (self.epochs > 0 and math.isfinite(self.epochs)):
+            raise ValueError(f"epochs must be a positive number; got {self.epochs}")
+        if not (0 < self.layerwise_lr_decay <= 1):
+            raise ValueError(f"layerwise_lr_decay must be in (0, 1]; got {self.layerwise_lr_decay}")
+        if not (self.crf_lr_scale > 0 and math.isfinite(self.crf_lr_scale)):
+            raise ValueError(f"crf_lr_scale must be a positive number; got {self.crf_lr_scale}")
+        if not 0 < self.eval_fraction < 1:
+            raise ValueError(f"eval_fraction must be in (0, 1); got {self.eval_fraction}")
+        if self.target_precision is not None and not 0 < self.target_precision <= 100:
+            raise ValueError(f"target_precision is a percentage in (0, 100]; got {self.target_precision}")
+        if not self.train.out_dir:
+            raise ValueError("train.out_dir is required: checkpoints, metrics and the model go there")
+
+    def to_dict(self) -> dict[str, Any]:
+        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "train"}
+        d["train"] = self.train.to_dict()
+        return d
+
+
+@dataclass
+class TokenFinetuneResult:
+    """The loop's result, the eval metrics after each epoch, the final ones (for the span head with the NULL
+    threshold calibrated on the eval split and the metrics at it, ``calibrated_f1``, ...), and where the model is."""
+
+    train: TrainResult
+    eval_history: list[dict[str, float]]
+    final_metrics: dict[str, float]
+    model_dir: Path
+    null_threshold: float | None = None
+    eval_seconds: float = 0.0  # of the run's wall time, spent evaluating (the rest is training and saving)
+
+
+# ------------------------------------------------------------------------------------------------------ data
+
+
+def load_tagging_data(config: TokenFinetuneConfig) -> tuple[list[TaggedSentence], list[TaggedSentence]]:
+    """(train, eval) sentences of a CoNLL task."""
+    if config.task == "conll-file":
+        return read_conll(config.train_file), read_conll(config.dev_file)
+    splits = load_conll2003(splits=[config.train_split, config.eval_split])
+    return splits[config.train_split], splits[config.eval_split]
+
+
+def load_qa_data(config: TokenFinetuneConfig) -> tuple[list[QAExample], list[QAExample]]:
+    """(train, eval) questions: XQuAD-en split by article, or a user's SQuAD files."""
+    if config.task == "squad-file":
+        return read_squad(config.train_file), read_squad(config.dev_file)
+    return split_by_article(load_xquad(), eval_fraction=config.eval_fraction, seed=config.split_seed)
+
+
+def tag_column(config: TokenFinetuneConfig, sentence: TaggedSentence) -> tuple[str, ...]:
+    return sentence.pos if config.task == "conll2003-pos" else sentence.ner
+
+
+def label_set(config: TokenFinetuneConfig, train: Sequence[TaggedSentence]) -> list[str]:
+    """The label names, id order: CoNLL-2003's fixed NER set, the POS tags seen in training, or (own files) the
+    BIO tags seen, ``O`` first; for the span head the entity types with NULL first."""
+    if config.task == "conll2003-pos":
+        names = list(pos_labels(train))
+    elif config.task == "conll2003-ner":
+        names = list(NER_LABELS)
+    else:
+        seen = sorted({t for s in train for t in s.ner} - {"O"})
+        names = ["O"] + seen
+    if config.head == "span":
+        return [NULL_LABEL] + sorted({n[2:] for n in names if n != "O"})
+    return names
+
+
+# ----------------------------------------------------------------------------------------------------- model
+
+
+def build_model(config: TokenFinetuneConfig, labels: Sequence[str] | None) -> EncoderWithHeads:
+    path = resolve_model_dir(config.model)
+    id2label = dict(enumerate(labels)) if labels is not None else None
+    if config.head in ("softmax", "crf"):
+        model: EncoderWithHeads = EncoderForTokenClassification.from_pretrained(path, id2label=id2label,
+                                                                               crf=config.head == "crf")
+    elif config.head == "span":
+        model = EncoderForSpanClassification.from_pretrained(
+            path, id2label=id2label, boundary=config.span_boundary, summary=config.span_summary,
+            max_span_length=config.max_span_length)
+    else:
+        model = EncoderForQuestionAnswering.from_pretrained(path)
+    model.train()
+    if config.regime == "frozen":
+        model.freeze_encoder()
+    elif config.regime == "last_k":
+        model.freeze_all_but_last(config.last_k)
+    return model
+
+
+@torch.inference_mode()
+def model_logits(model: EncoderWithHeads, batches) -> list[np.ndarray]:
+    """Per feature, its logits without padding: (T_i, C) tokens, (S_i, C) spans or (T_i, 2) QA scores."""
+    device = next(model.parameters()).device
+    was_training = model.training
+    model.eval()
+    out: list[np.ndarray] = []
+    for batch in batches:
+        batch = move_to_device(batch, device)
+        inputs = {k: v for k, v in batch.items()
+                  if k not in ("labels", "word_labels", "span_labels", "start_positions", "end_positions")}
+        logits = model(**inputs).logits.float().cpu()
+        lengths = (batch["span_mask"] if "span_mask" in batch else batch["attention_mask"]).sum(1).tolist()
+        out.extend(row[:n].numpy() for row, n in zip(logits, lengths))
+    model.train(was_training)
+    return out
+
+
+# ------------------------------------------------------------------------------------------------ evaluation
+
+
+def decode_tags(model: EncoderForTokenClassification, features: Sequence[TaggedFeature],
+                logits: Sequence[np.ndarray], n_sentences: int, decoding: str = "first") -> list[list[str]]:
+    """Per sentence, one predicted tag per word."""
+    per_feature = []
+    for feat, lg in zip(features, logits):
+        t = torch.from_numpy(lg).unsqueeze(0)
+        ids = model.decode_words(t, torch.tensor([feat.word_starts]), torch.tensor([feat.word_ends]),
+                                 torch.ones((1, len(feat.word_starts)), dtype=torch.long), decoding=decoding)[0]
+        per_feature.append([model.id2label[i] for i in ids])
+    return stitch_words(features, per_feature, n_sentences)
+
+
+def scored_spans(model: EncoderForSpanClassification, features: Sequence[TaggedFeature],
+                 logits: Sequence[np.ndarray], n_sentences: int) -> list[list[ScoredSpan]]:
+    """Per sentence, every enumerated span with its best type and entity score."""
+    out: list[list[ScoredSpan]] = [[] for _ in range(n_sentences)]
+    for feat, lg in zip(features, logits):
+        probs = torch.from_numpy(lg).softmax(-1).numpy()
+        out[feat.sentence].extend(score_spans(probs, feat.span_words, model.id2label, first_word=feat.first_word))
+    return out
+
+
+def entity_metrics(gold_tags: Sequence[Sequence[str]], pred_tags: Sequence[Sequence[str]]) -> dict[str, float]:
+    """conlleval's overall precision, recall, F1 and per-type F1 (``f1_PER``, ...), in percent."""
+    s = chunk_scores(gold_tags, pred_tags)
+    out = {"f1": s.f1, "precision": s.precision, "recall": s.recall}
+    out.update({f"f1_{t}": v.f1 for t, v in sorted(s.per_type.items())})
+    return out
+
+
+def tagging_metrics(config: TokenFinetuneConfig, gold: Sequence[Sequence[str]],
+                    pred: Sequence[Sequence[str]]) -> dict[str, float]:
+    if config.task == "conll2003-pos":
+        flat_gold = [t for s in gold for t in s]
+        flat_pred = [t for s in pred for t in s]
+        return {"accuracy": 100.0 * float(np.mean([g == p for g, p in zip(flat_gold, flat_pred)]))}
+    return entity_metrics(gold, pred)
+
+
+# ------------------------------------------------------------------------------------------------------- run
+
+
+def run_token_finetuning(config: TokenFinetuneConfig) -> TokenFinetuneResult:
+    """Fine-tune, evaluating on the eval split each epoch; save the model directory (module docstring)."""
+    seed_everything(config.train.seed)  # the new head's initialisation belongs to the run's seed
+    tokenizer = load_tokenizer(config.model)
+    history: list[dict[str, float]] = []
+    null_threshold = None
+    calibrated: dict[str, float] = {}
+    if config.head == "qa":
+        train_examples, eval_examples = load_qa_data(config)
+        if config.max_train_examples:
+            train_examples = train_examples[:config.max_train_examples]
+        model = build_model(config, None)
+        qa = dict(max_length=config.max_length, doc_stride=config.doc_stride, max_query_length=config.max_query_length)
+        train_features = encode_qa(tokenizer, train_examples, **qa)
+        eval_features = encode_qa(tokenizer, eval_examples, **qa)
+        collate: Callable = QACollator(tokenizer.pad_token_id)
+        gold_answers = {ex.id: [a for a, _ in ex.answers] for ex in eval_examples}
+
+        def evaluate_fn(m) -> dict[str, float]:
+            logits = model_logits(m, EvalBatches(eval_features, batch_size=64, collate=collate))
+            answers = best_answers(eval_examples, eval_features, [lg[:, 0] for lg in logits],
+                                   [lg[:, 1] for lg in logits], max_answer_length=config.max_answer_length)
+            return squad_scores({k: a.text for k, a in answers.items()}, gold_answers)
+        labels = None
+    else:
+        train_sents, eval_sents = load_tagging_data(config)
+        if config.max_train_examples:
+            train_sents = train_sents[:config.max_train_examples]
+        labels = label_set(config, train_sents)
+        model = build_model(config, labels)
+        label2id = {name: i for i, name in enumerate(labels)}
+        span = config.head == "span"
+        collate = TaggingCollator(tokenizer.pad_token_id, spans=span)
+
+        def features_of(sentences: Sequence[TaggedSentence]) -> list[TaggedFeature]:
+            words = [s.words for s in sentences]
+            if span:
+                ents = [bio_to_entities(tag_column(config, s)) for s in sentences]
+                return encode_tagged(tokenizer, words, label2id=label2id, entities=ents,
+                                     max_span_length=config.max_span_length, max_length=config.max_length)
+            return encode_tagged(tokenizer, words, tags=[tag_column(config, s) for s in sentences],
+                                 label2id=label2id, label_subwords=config.label_subwords, max_length=config.max_length)
+
+        train_features = features_of(train_sents)
+        eval_features = features_of(eval_sents)
+        gold_tags = [list(tag_column(config, s)) for s in eval_sents]
+        last_spans: list[list[ScoredSpan]] = []
+
+        def evaluate_fn(m) -> dict[str, float]:
+            logits = model_logits(m, EvalBatches(eval_features, batch_size=64, collate=collate))
+            if not span:
+                pred = decode_tags(m, eval_features, logits, len(eval_sents), config.decoding)
+                return tagging_metrics(config, gold_tags, pred)
+            last_spans[:] = scored_spans(m, eval_features, logits, len(eval_sents))
+            pred = [entities_to_bio(len(s.words), [(x.type, x.start, x.end) for x in decode_spans(sp)])
+                    for s, sp in zip(eval_sents, last_spans)]
+            return entity_metrics(gold_tags, pred)
+
+    eval_seconds = [0.0]
+
+    def eval_fn(m) -> dict[str, float]:
+        t = time.perf_counter()
+        metrics = evaluate_fn(m)
+        eval_seconds[0] += time.perf_counter() - t
+        history.append(metrics)
+        return metrics
+
+    with distributed_session(config.train.device) as ctx:
+        source = DatasetBatches(train_features, batch_size=config.batch_size, collate=collate,
+                                seed=config.train.seed, rank=ctx.rank, world_size=ctx.world_size)
+        steps = epochs_to_steps(config.epochs, source.batches_per_epoch, config.train.grad_accumulation_steps)
+        train_config = dataclasses.replace(
+            config.train, max_steps=steps,
+            eval_every=config.train.eval_every or max(1, steps // math.ceil(config.epochs)))
+        groups = layerwise_lr_groups(model, config.layerwise_lr_decay, config.train.weight_decay)
+        for g in groups:  # the CRF's few transition scores start from ~0 and need a far larger step than the encoder
+            if g["param_names"][0].startswith("crf."):
+                g["lr_scale"] *= config.crf_lr_scale
+        result = train(model, source, train_config, eval_fn=eval_fn, param_groups=groups)
+        if config.head == "span" and last_spans:
+            gold_entities = [bio_to_entities(g) for g in gold_tags]
+            null_threshold, at = calibrate_threshold(last_spans, gold_entities,
+                                                     target_precision=config.target_precision)
+            logger.info("NULL threshold calibrated on %s: %.2f (P %.1f R %.1f F1 %.1f)", config.eval_split,
+                        null_threshold, at["precision"], at["recall"], at["f1"])
+            calibrated = {**{f"calibrated_{k}": v for k, v in at.items()}, "null_threshold": null_threshold}
+        model_dir = Path(config.train.out_dir) / MODEL_DIR
+        if ctx.is_main:
+            model.save_pretrained(model_dir)
+            copy_tokenizer_files(resolve_model_dir(config.model), model_dir, tokenizer)
+            with atomic_write(model_dir / CONFIG_FILE) as f:
+                json.dump({**config.to_dict(), "train": train_config.to_dict(), "kind": "token",
+                           "null_threshold": null_threshold}, f, indent=2)
+    final = {**(history[-1] if history else {}), **calibrated}
+    return TokenFinetuneResult(train=result, eval_history=history, final_metrics=final, model_dir=model_dir,
+                               null_threshold=null_threshold, eval_seconds=eval_seconds[0])
+
+
+def load_finetune_config(model_dir: Path) -> dict[str, Any] | None:
+    """The ``finetune_config.json`` a run saved beside the model, or None (e.g. a transformers checkpoint)."""
+    path = Path(model_dir) / CONFIG_FILE
+    if not path.is_file():
+        return None
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
