@@ -174,7 +174,7 @@ def test_each_head_learns_planted_entities_and_predicts_the_same_after_loading(c
     assert emb.embed_sentences(texts).shape == (2, 32)
 
 
-def test_predict_cli_writes_conll_tags(conll_files, tmp_path):
+def test_predict_cli_writes_conll_tags(conll_files, tmp_path, capsys):
     from ctxemb.cli import main
     _, _, dev_file, d = conll_files
     model_dir = d / "run_softmax" / "model"
@@ -186,6 +186,10 @@ def test_predict_cli_writes_conll_tags(conll_files, tmp_path):
     assert [s.words for s in pred] == [s.words for s in gold]
     agree = np.mean([g == p for gs, ps in zip(gold, pred) for g, p in zip(gs.ner, ps.ner)])
     assert agree >= 0.95
+    capsys.readouterr()
+    assert main(["predict", str(model_dir), str(dev_file)]) == 0  # positional FILE: tags to stdout
+    lines = [line for line in capsys.readouterr().out.splitlines() if line]
+    assert len(lines) == sum(len(s.words) for s in gold) and lines[0].split()[2] == pred[0].ner[0]
 
 
 def _write_squad(path, n, seed):

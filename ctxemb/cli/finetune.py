@@ -22,8 +22,8 @@ from ctxemb.cli._common import UsageError, fraction, non_negative_float, positiv
 from ctxemb.finetuning.readers import TASKS
 from ctxemb.finetuning.tagging import LABEL_SUBWORDS
 from ctxemb.finetuning.tasks import HEADS, REGIMES, FinetuneConfig, run_finetuning
-from ctxemb.finetuning.token_tasks import (TOKEN_HEADS, TOKEN_TASKS, TokenFinetuneConfig, load_finetune_config,
-                                           run_token_finetuning)
+from ctxemb.finetuning.token_tasks import (TASK_HEADS, TOKEN_HEADS, TOKEN_TASKS, TokenFinetuneConfig,
+                                           load_finetune_config, run_token_finetuning)
 from ctxemb.modeling.token_heads import BOUNDARY_KINDS, SUMMARY_KINDS, WORD_DECODINGS
 from ctxemb.registry import DEFAULT_MODEL, resolve_model_dir
 from ctxemb.training.loop import TrainConfig
@@ -83,8 +83,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     q.add_argument("text", nargs="*", help="texts (the first sentence of each pair; QA: the passages)")
     q.add_argument("--pair", nargs="+", default=None, help="second sentences, one per text")
     q.add_argument("--question", nargs="+", default=None, help="QA: one question per passage")
-    q.add_argument("--conll", default=None, help="taggers: a CoNLL file whose words to tag (needs --out)")
-    q.add_argument("--out", default=None, help="with --conll: the CoNLL file to write (word, gold if any, predicted)")
+    q.add_argument("--conll", default=None,
+                   help="taggers: a CoNLL file whose words to tag (`ctxemb predict DIR FILE` does the same)")
+    q.add_argument("--out", default=None,
+                   help="where the tagged CoNLL file goes (word, gold, predicted); default: stdout")
     q.add_argument("--json", action="store_true", help="one JSON object per text")
     q.add_argument("--device", default="cpu")
     q.set_defaults(func=run_predict)
@@ -102,8 +104,8 @@ def run_finetune(args: argparse.Namespace) -> int:
                   max_length=args.max_length, max_train_examples=args.max_train_examples,
                   train_file=args.train_file, dev_file=args.dev_file, train=train)
     if token_task:
-        if args.head is not None and args.head not in TOKEN_HEADS:
-            raise UsageError(f"--head {args.head} is for sentence tasks; {args.task} takes one of {TOKEN_HEADS}")
+        if args.head is not None and args.head not in TASK_HEADS[args.task]:
+            raise UsageError(f"--head {args.head} does not fit {args.task}: it takes one of {TASK_HEADS[args.task]}")
         config = TokenFinetuneConfig(
             head=args.head, label_subwords=args.label_subwords, decoding=args.decoding,
             max_span_length=args.max_span_length, span_boundary=args.span_boundary, span_summary=args.span_summary,
@@ -138,10 +140,12 @@ def _model_kind(model_dir: str) -> str:
 
 def run_predict(args: argparse.Namespace) -> int:
     kind = _model_kind(args.model_dir)
+    if kind == "token" and args.conll is None and len(args.text) == 1 and Path(args.text[0]).is_file():
+        args.conll = args.text[0]  # `ctxemb predict DIR FILE`: a CoNLL file to tag
     if args.conll is not None and kind != "token":
         raise UsageError(f"--conll is for taggers; {args.model_dir} is a {kind} model")
-    if (args.conll is None) != (args.out is None):
-        raise UsageError("--conll and --out go together: the CoNLL file to tag and the file to write")
+    if args.out is not None and args.conll is None:
+        raise UsageError("--out is where a tagged CoNLL file goes: give the file to tag (--conll FILE)")
     if args.conll is None and not args.text:
         raise UsageError("give texts to predict for (or --conll FILE --out FILE for a tagger)")
     if args.question is not None and kind != "qa":
@@ -176,7 +180,12 @@ def _predict_tokens(args: argparse.Namespace) -> int:
     if args.conll is not None:
         sentences = read_conll(args.conll)
         tags = predictor.tag_words([s.words for s in sentences])
-        write_conll(args.out, [s.words for s in sentences], [[s.ner for s in sentences], tags])
+        columns = [[s.ner for s in sentences], tags]
+        if args.out is None:  # to stdout: word, gold, predicted; a blank line after each sentence
+            for s, predicted in zip(sentences, tags):
+                print("\n".join(" ".join(row) for row in zip(s.words, s.ner, predicted)) + "\n")
+            return 0
+        write_conll(args.out, [s.words for s in sentences], columns)
         print(f"tagged {len(sentences)} sentences ({sum(len(s.words) for s in sentences)} words): {args.out}")
         return 0
     for text, entities in zip(args.text, predictor.entities(args.text)):

@@ -68,7 +68,7 @@ logger = logging.getLogger(__name__)
 
 TOKEN_TASKS: tuple[str, ...] = ("conll2003-ner", "conll2003-pos", "xquad", "conll-file", "squad-file")
 TOKEN_HEADS: tuple[str, ...] = ("softmax", "crf", "span", "qa")
-_TASK_HEADS = {"conll2003-ner": ("softmax", "crf", "span"), "conll2003-pos": ("softmax", "crf"), "xquad": ("qa",),
+TASK_HEADS = {"conll2003-ner": ("softmax", "crf", "span"), "conll2003-pos": ("softmax", "crf"), "xquad": ("qa",),
                "conll-file": ("softmax", "crf", "span"), "squad-file": ("qa",)}
 _DEFAULT_HEAD = {"conll2003-ner": "softmax", "conll2003-pos": "softmax", "xquad": "qa", "conll-file": "softmax",
                  "squad-file": "qa"}
@@ -137,8 +137,8 @@ class TokenFinetuneConfig:
         if self.task not in TOKEN_TASKS:
             raise ValueError(f"task must be one of {TOKEN_TASKS}; got {self.task!r}")
         self.head = self.head or _DEFAULT_HEAD[self.task]
-        if self.head not in _TASK_HEADS[self.task]:
-            raise ValueError(f"task {self.task!r} takes head {_TASK_HEADS[self.task]}; got {self.head!r}")
+        if self.head not in TASK_HEADS[self.task]:
+            raise ValueError(f"task {self.task!r} takes head {TASK_HEADS[self.task]}; got {self.head!r}")
         if self.task.endswith("-file") and not (self.train_file and self.dev_file):
             raise ValueError(f"task {self.task!r} needs train_file and dev_file "
                              f"({'CoNLL format, tags in the last column' if self.task == 'conll-file' else 'SQuAD JSON'})")
