@@ -1,7 +1,8 @@
 """ctxemb: contextual embeddings from bidirectional transformer encoders.
 
 The main entry points are imported lazily, so that ``import ctxemb`` stays cheap:
-``Embedder``, ``EmbedderConfig``, ``load_encoder``, ``load_tokenizer``, ``Encoder``, ``EncoderConfig``.
+``Embedder``, ``EmbedderConfig``, ``load_encoder``, ``load_tokenizer``, ``Encoder``, ``EncoderConfig``, and
+``CorruptFileError`` (a ``ValueError``: a file the library reads is damaged; its message and ``path`` name it).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ _EXPORTS = {
     "load_tokenizer": "ctxemb.loading",
     "Encoder": "ctxemb.modeling.encoder",
     "EncoderConfig": "ctxemb.config",
+    "CorruptFileError": "ctxemb._validation",
 }
 
 __all__ = sorted(_EXPORTS)

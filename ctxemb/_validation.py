@@ -15,9 +15,13 @@ Shape legend: N vectors (rows), H dimensions (columns).
 
 from __future__ import annotations
 
+import json
 import logging
 import numbers
-from typing import Literal, Sequence, TypeVar
+import os
+import re
+from pathlib import Path
+from typing import Any, Literal, Sequence, TypeVar
 
 import numpy as np
 
@@ -25,6 +29,19 @@ logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 ZeroRowPolicy = Literal["raise", "keep"]
+
+
+class CorruptFileError(ValueError):
+    """A file the library reads is corrupt, truncated, not in the expected encoding or format, or holds values
+    that cannot be right; the message names the file (and the line, element or field when known) and what is wrong.
+
+    A ``ValueError``, so code that catches ``ValueError`` keeps working. ``path`` is the offending file.
+    (:class:`ctxemb.modeling.checkpoint.CheckpointError`, for model weights, is a subclass.)
+    """
+
+    def __init__(self, message: str, path: str | os.PathLike | None = None):
+        super().__init__(message)
+        self.path = None if path is None else Path(path)
 
 
 def check_vectors(X, name: str = "X", *, min_rows: int = 2) -> np.ndarray:
@@ -43,9 +60,18 @@ def check_vectors(X, name: str = "X", *, min_rows: int = 2) -> np.ndarray:
         ValueError: if ``X`` is complex, is not 2-D, has fewer than ``min_rows`` rows or no columns, or holds NaN
             or infinity.
     """
+    if X is None:
+        raise TypeError("%s is None; expected an array of shape (N vectors, H dimensions)" % name)
     if hasattr(X, "toarray") and hasattr(X, "nnz"):  # scipy.sparse, without importing scipy
         raise TypeError("%s is a sparse matrix; sparse input is not supported: pass a dense array (X.toarray())" % name)
-    arr = X if isinstance(X, np.ndarray) else np.asarray(X)
+    if isinstance(X, (str, bytes, dict, set)):
+        raise TypeError("%s must be a numeric array of shape (N, H); got a %s" % (name, type(X).__name__))
+    try:
+        arr = X if isinstance(X, np.ndarray) else np.asarray(X)
+    except ValueError as e:  # ragged nested lists
+        raise ValueError(
+            "%s could not be read as an (N, H) array (rows of different lengths?): %s" % (name, e)
+        ) from None
     if arr.dtype.kind == "O":  # e.g. a ragged or mixed list: try for numbers, as numpy would
         try:
             arr = arr.astype(np.float64)
@@ -106,6 +132,18 @@ def check_int(value, name: str, *, low: int, high: int | None = None, high_text:
             "%s must be <= %d%s; got %d" % (name, high, " (%s)" % high_text if high_text else "", value)
         )
     return value
+
+
+def check_bool(value, name: str) -> bool:
+    """Return ``value`` as a bool; only ``True``/``False`` (and numpy bools) are accepted, so that a string such as
+    ``"no"`` is not silently taken as true.
+
+    Raises:
+        TypeError: for anything else.
+    """
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    raise TypeError("%s must be True or False; got %r (%s)" % (name, value, type(value).__name__))
 
 
 def check_choice(value: T, name: str, choices: Sequence[T]) -> T:
@@ -169,13 +207,18 @@ def unit_rows(block, name: str, *, zero: ZeroRowPolicy = "raise", row_offset: in
         ValueError: with ``zero="raise"``, if a row has zero length.
     """
     u = np.array(block, dtype=np.float64)  # a copy, always: normalise in float64, then cast
-    norms = np.sqrt(np.einsum("ij,ij->i", u, u))  # (n,)
-    is_zero = norms <= _TINY
+    # Scaled norms (as LAPACK's nrm2): divide each row by its largest magnitude first, so that squaring neither
+    # overflows (|x| ~ 1e200) nor underflows; |x| = scale * |x / scale|, with |x / scale| in [1, sqrt(H)].
+    scale = np.max(np.abs(u), axis=1) if u.shape[1] else np.zeros(len(u))  # (n,)
+    u /= np.where(scale > 0, scale, 1.0)[:, None]
+    scaled_norms = np.sqrt(np.einsum("ij,ij->i", u, u))  # (n,), >= 1 for a non-zero row
+    is_zero = scale <= _TINY / np.maximum(scaled_norms, 1.0)  # the true norm scale * scaled_norms <= _TINY
+    norms = scaled_norms
     if is_zero.any():
         if zero == "raise":
             raise ValueError(
-                "%s has %d zero-length vectors (first at row %d); the cosine of a zero vector is undefined"
-                % (name, int(is_zero.sum()), row_offset + int(np.argmax(is_zero)))
+                "%s has %d zero-length vectors (norm <= %g; first at row %d); the cosine of a zero vector is undefined"
+                % (name, int(is_zero.sum()), _TINY, row_offset + int(np.argmax(is_zero)))
             )
         logger.warning("%s has %d zero-length rows; they stay zero and score 0 against everything",
                        name, int(is_zero.sum()))
@@ -188,9 +231,11 @@ def check_string_batch(texts, name: str, *, allow_empty_batch: bool = False) -> 
     """Return ``texts`` as a list of str; a single str is refused (wrap it in a list), as is a non-str item.
 
     Raises:
-        TypeError: for a single str, a non-iterable, or an item that is not a str.
-        ValueError: for an empty batch unless ``allow_empty_batch``.
+        TypeError: for None, a single str, a non-iterable, or an item that is not a str.
+        ValueError: for an empty batch unless ``allow_empty_batch``, or a str holding a lone surrogate.
     """
+    if texts is None:
+        raise TypeError("%s is None; expected a list of strings" % name)
     if isinstance(texts, (str, bytes)):
         raise TypeError("%s must be a list of strings, got a single %s; wrap it in a list"
                         % (name, type(texts).__name__))
@@ -201,9 +246,85 @@ def check_string_batch(texts, name: str, *, allow_empty_batch: bool = False) -> 
     for i, t in enumerate(items):
         if not isinstance(t, str):
             raise TypeError("%s[%d] must be a str; got %s" % (name, i, type(t).__name__))
+        check_no_surrogates(t, "%s[%d]" % (name, i))
     if not items and not allow_empty_batch:
         raise ValueError("%s is empty; expected at least one string" % name)
     return items
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def check_no_surrogates(text: str, name: str) -> str:
+    """Return ``text`` if it holds no lone surrogate (U+D800..U+DFFF).
+
+    Such code points are not characters: they cannot be written as UTF-8 and tokenizers refuse them. They come from
+    decoding bytes with ``errors="surrogateescape"`` or from JSON ``"\\ud83d"`` escapes cut in half.
+
+    Raises:
+        ValueError: naming ``name`` and the position of the first one.
+    """
+    m = _SURROGATE.search(text)
+    if m is not None:
+        raise ValueError(
+            "%s holds a lone surrogate %r at character %d; it is not a valid Unicode character (decode the "
+            "text with errors='replace', or repair it, before embedding)" % (name, m.group(), m.start())
+        )
+    return text
+
+
+def decode_utf8(data: bytes, path: str | os.PathLike, what: str = "file") -> str:
+    """Decode ``data`` read from ``path`` as UTF-8 (a leading byte-order mark is allowed).
+
+    Raises:
+        CorruptFileError: naming the file, the line and the offending byte.
+    """
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        start = e.start + (3 if data.startswith(b"\xef\xbb\xbf") else 0)
+        line = data.count(b"\n", 0, start) + 1
+        raise CorruptFileError(
+            "%s %s is not valid UTF-8: byte 0x%02x on line %d (position %d) cannot be decoded; is it in another "
+            "encoding (e.g. latin-1)? Save it as UTF-8" % (what, path, data[start], line, start), path
+        ) from None
+
+
+def read_json_file(path: str | os.PathLike, what: str = "JSON file", *, expect: type | None = dict) -> Any:
+    """Read a UTF-8 JSON file; every way it can be unreadable is one :class:`CorruptFileError` naming it.
+
+    Args:
+        path: the file.
+        what: what the file is, for messages (e.g. "config file").
+        expect: the type the top-level value must have (None: any).
+
+    Raises:
+        FileNotFoundError, PermissionError, IsADirectoryError: as ``open`` raises them (they name the path).
+        CorruptFileError: the file is not UTF-8, not JSON (truncated, garbage), or not of the ``expect`` type.
+    """
+    path = Path(path)
+    with open(path, "rb") as f:
+        data = f.read()
+    text = decode_utf8(data, path, what)
+    if not text.strip():
+        raise CorruptFileError("%s %s is empty; expected a JSON %s" % (what, path, _json_kind(expect)), path)
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise CorruptFileError("%s %s is not valid JSON (truncated or corrupt?): %s at line %d, column %d"
+                               % (what, path, e.msg, e.lineno, e.colno), path) from None
+    except RecursionError:
+        raise CorruptFileError("%s %s is nested too deeply to be read" % (what, path), path) from None
+    if expect is not None and not isinstance(value, expect):
+        raise CorruptFileError("%s %s must hold a JSON %s; it holds %s"
+                               % (what, path, _json_kind(expect), _json_kind(type(value), article=True)), path)
+    return value
+
+
+def _json_kind(t: type | None, article: bool = False) -> str:
+    kind = {dict: "object", list: "array", str: "string", int: "number", float: "number", bool: "boolean",
+            type(None): "null"}.get(t, "value")
+    return kind if not article or kind == "null" else ("an " if kind[0] in "aeiou" else "a ") + kind
 
 
 # Rows shorter than this are treated as zero: normalising them would blow rounding noise up to a unit vector.

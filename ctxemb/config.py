@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
+import numbers
 import os
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from ctxemb._validation import CorruptFileError, read_json_file
 from ctxemb.paths import atomic_write
 
 SUPPORTED_MODEL_TYPES = ("bert", "roberta", "xlm-roberta", "mpnet")
@@ -48,6 +51,21 @@ class EncoderConfig:
     relative_attention_num_buckets: int = 32
 
     def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.type == "str" and not isinstance(value, str):
+                raise TypeError(f"{f.name} must be a string, got {value!r} ({type(value).__name__})")
+            if f.type == "int":
+                if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+                    if isinstance(value, float) and value.is_integer():  # 12.0 in a hand-edited config.json
+                        value = int(value)
+                    else:
+                        raise TypeError(f"{f.name} must be an integer, got {value!r} ({type(value).__name__})")
+                object.__setattr__(self, f.name, int(value))
+            if f.type == "float":
+                if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
+                    raise TypeError(f"{f.name} must be a finite number, got {value!r} ({type(value).__name__})")
+                object.__setattr__(self, f.name, float(value))
         if self.model_type not in SUPPORTED_MODEL_TYPES:
             raise ValueError(
                 f"model_type {self.model_type!r} is not supported; supported model types: "
@@ -71,6 +89,22 @@ class EncoderConfig:
             object.__setattr__(self, "type_vocab_size", 0)
         if self.model_type == "bert" and self.type_vocab_size < 1:
             raise ValueError(f"type_vocab_size must be >= 1 for bert, got {self.type_vocab_size}")
+        if self.type_vocab_size < 0 or self.relative_attention_num_buckets < 0:
+            raise ValueError("type_vocab_size and relative_attention_num_buckets must be >= 0, got "
+                             f"{self.type_vocab_size} and {self.relative_attention_num_buckets}")
+        if not 0 <= self.pad_token_id < self.vocab_size:
+            raise ValueError(f"pad_token_id must be a token id in 0..{self.vocab_size - 1} (vocab_size "
+                             f"{self.vocab_size}), got {self.pad_token_id}")
+        if self.model_type != "bert" and self.max_position_embeddings <= self.pad_token_id + 2:
+            raise ValueError(f"max_position_embeddings ({self.max_position_embeddings}) leaves no position for a "
+                             f"token: {self.model_type} positions start after pad_token_id ({self.pad_token_id})")
+        for name in ("hidden_dropout_prob", "attention_probs_dropout_prob"):
+            if not 0.0 <= getattr(self, name) < 1.0:
+                raise ValueError(f"{name} must be in [0, 1), got {getattr(self, name)}")
+        if self.layer_norm_eps <= 0:
+            raise ValueError(f"layer_norm_eps must be > 0, got {self.layer_norm_eps}")
+        if self.initializer_range < 0:
+            raise ValueError(f"initializer_range must be >= 0, got {self.initializer_range}")
 
     @property
     def base_model_prefix(self) -> str:
@@ -94,6 +128,8 @@ class EncoderConfig:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "EncoderConfig":
         """Build from a ``config.json`` dict; keys this encoder does not use are ignored."""
+        if not isinstance(d, Mapping):
+            raise TypeError(f"a config must be a dict (a JSON object), got {type(d).__name__}")
         if "model_type" not in d:
             raise ValueError("config has no 'model_type'; expected one of " + ", ".join(SUPPORTED_MODEL_TYPES))
         known = {f.name for f in fields(cls)}
@@ -116,14 +152,22 @@ class EncoderConfig:
 
     @classmethod
     def from_json_file(cls, path: str | os.PathLike) -> "EncoderConfig":
+        """Read ``config.json``.
+
+        Raises:
+            FileNotFoundError: no such file.
+            CorruptFileError: (a ValueError) the file is not UTF-8 JSON holding an object, or a field has a wrong
+                type or value; the message names the file and the field.
+        """
         path = Path(path)
         try:
-            d = json.loads(path.read_text())
+            d = read_json_file(path, "config file")
         except FileNotFoundError:
             raise FileNotFoundError(f"config file not found: {path}") from None
-        except json.JSONDecodeError as e:
-            raise ValueError(f"config file {path} is not valid JSON: {e}") from None
-        return cls.from_dict(d)
+        try:
+            return cls.from_dict(d)
+        except (TypeError, ValueError) as e:
+            raise CorruptFileError(f"config file {path}: {e}", path) from None
 
     def to_json_file(self, path: str | os.PathLike, *, architectures: Sequence[str] | None = None,
                      extra: Mapping[str, Any] | None = None) -> None:

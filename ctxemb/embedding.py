@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
+import numbers
 import os
+from collections.abc import Mapping, Set
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Sequence
@@ -19,12 +22,12 @@ from typing import Any, Iterator, Sequence
 import numpy as np
 import torch
 
-from ctxemb._validation import check_choice
+from ctxemb._validation import check_bool, check_choice, check_int
 from ctxemb.inference import PRECISIONS, run_encoder
 from ctxemb.loading import load_encoder, load_tokenizer
 from ctxemb.modeling.encoder import Encoder
 from ctxemb.registry import DEFAULT_MODEL
-from ctxemb.tokenization import TokenizedText, Tokenizer
+from ctxemb.tokenization import TokenizedText, Tokenizer, check_texts, check_word_lists
 
 logger = logging.getLogger(__name__)
 
@@ -57,9 +60,14 @@ class EmbedderConfig:
     precision: str = "fp32"
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "layers", tuple(self.layers))
+        if not isinstance(self.model, str):
+            raise TypeError(f"model must be a str (a name or a path), got {type(self.model).__name__}")
+        if isinstance(self.layers, str):
+            raise ValueError(f"layers={self.layers!r} is a per-call option (e.g. embed_words(..., layers='all')); a "
+                             "configuration needs a list of hidden-state indices, e.g. list(range(num_layers + 1))")
+        object.__setattr__(self, "layers", _check_layer_list(self.layers))
         if self.layer_weights is not None:
-            object.__setattr__(self, "layer_weights", tuple(float(w) for w in self.layer_weights))
+            object.__setattr__(self, "layer_weights", _check_weights(self.layer_weights))
         _check_layer_args(self.layers, self.layer_pooling, self.layer_weights)
         if self.layer_pooling == "stack":
             raise ValueError("layer_pooling 'stack' is a per-call option, not a configuration")
@@ -74,6 +82,8 @@ class EmbedderConfig:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "EmbedderConfig":
+        if not isinstance(d, Mapping):
+            raise TypeError(f"an EmbedderConfig dict must be a dict, got {type(d).__name__}")
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(d) - known)
         if unknown:
@@ -111,24 +121,64 @@ class Embedder:
         encoder: a loaded :class:`Encoder`.
         tokenizer: its tokenizer.
         config: pooling choices; ``config.model`` is recorded, not loaded.
-        batch_size: most texts (or windows) per forward pass.
-        max_tokens_per_batch: most padded tokens per forward pass.
+        batch_size: most texts (or windows) per forward pass, >= 1.
+        max_tokens_per_batch: most padded tokens per forward pass, >= 1 (None: no budget).
+
+    Every method checks all its arguments (and every text) before any work: None or a wrong type is a TypeError
+    (``layers=-1`` says to pass a list; a single str says to wrap it), a bad value a ValueError naming the argument
+    and, for a text, its index: ``batch_size`` < 1, a non-finite layer weight, one hidden state named twice
+    (``[-1, 6]`` on a 6-layer model), a span that is not a pair of ints or lies outside its sentence, an empty text or
+    one that gives no token (only control characters), a lone surrogate. An empty batch is not an error: it gives an
+    empty result of the right shape.
     """
 
     def __init__(self, encoder: Encoder, tokenizer: Tokenizer, config: EmbedderConfig | None = None, *,
                  batch_size: int = 64, max_tokens_per_batch: int = 8192):
+        if not isinstance(encoder, Encoder):
+            raise TypeError(f"encoder must be a ctxemb Encoder (see load_encoder), got {type(encoder).__name__}")
+        if not isinstance(tokenizer, Tokenizer):
+            raise TypeError("tokenizer must be a ctxemb Tokenizer (see load_tokenizer), got "
+                            f"{type(tokenizer).__name__}")
+        if config is not None and not isinstance(config, EmbedderConfig):
+            raise TypeError(f"config must be an EmbedderConfig or None, got {type(config).__name__}")
         self.encoder = encoder
         self.tokenizer = tokenizer
         self.config = config or EmbedderConfig()
-        encoder.resolve_layers(list(self.config.layers))
-        self.batch_size = batch_size
-        self.max_tokens_per_batch = max_tokens_per_batch
+        _resolve_layers(encoder, self.config.layers)
+        self.batch_size = check_int(batch_size, "batch_size", low=1)
+        self.max_tokens_per_batch = _check_token_budget(max_tokens_per_batch)
 
     @classmethod
     def from_pretrained(cls, model: str | os.PathLike = DEFAULT_MODEL, *, device: str | torch.device = "cpu",
                         batch_size: int = 64, max_tokens_per_batch: int = 8192, **config: Any) -> "Embedder":
-        """Load a model by name or path; keyword arguments are :class:`EmbedderConfig` fields."""
-        cfg = EmbedderConfig(model=str(model), **config)
+        """Load a model by name or path; keyword arguments are :class:`EmbedderConfig` fields.
+
+        Every argument is checked before the model is loaded.
+
+        Raises:
+            TypeError: ``model`` is not a str or path, an argument has the wrong type, or a keyword is not an
+                :class:`EmbedderConfig` field.
+            ValueError: a bad value (batch sizes < 1, an unknown pooling, a layer index out of range or the same
+                hidden state named twice, a non-finite layer weight, a device torch does not know).
+            FileNotFoundError: the model cannot be found.
+            CorruptFileError: a model file is unreadable (see :func:`ctxemb.loading.load_encoder`).
+        """
+        if model is None or not isinstance(model, (str, os.PathLike)):
+            raise TypeError(f"model must be a name or a path, got {type(model).__name__}")
+        known = {f.name for f in dataclasses.fields(EmbedderConfig)} - {"model"}
+        unknown = sorted(set(config) - known)
+        if unknown:
+            raise TypeError(f"Embedder.from_pretrained got unknown option(s) {unknown}; expected device, batch_size, "
+                            f"max_tokens_per_batch or EmbedderConfig fields {sorted(known)}")
+        cfg = EmbedderConfig(model=os.fspath(model), **config)
+        batch_size = check_int(batch_size, "batch_size", low=1)
+        max_tokens_per_batch = _check_token_budget(max_tokens_per_batch)
+        if not isinstance(device, (str, torch.device)):
+            raise TypeError(f"device must be a str or torch.device, got {type(device).__name__}")
+        try:
+            torch.device(device)
+        except RuntimeError as e:
+            raise ValueError(f"device {device!r} is not a torch device: {e}") from None
         return cls(load_encoder(model, device=device), load_tokenizer(model), cfg, batch_size=batch_size,
                    max_tokens_per_batch=max_tokens_per_batch)
 
@@ -154,24 +204,44 @@ class Embedder:
 
     # ---- core ---------------------------------------------------------------------------------------------
     def _layer_args(self, layers, layer_pooling, layer_weights):
+        """Check and resolve the per-call layer options against the configuration; returns (layers, pooling,
+        weights)."""
         if isinstance(layers, str):
             if layers != "all":
                 raise ValueError(f"layers must be a sequence of hidden-state indices or 'all', got {layers!r}")
             layers = tuple(range(self.num_layers + 1))
-        layers = tuple(self.config.layers if layers is None else layers)
+        layers = self.config.layers if layers is None else _check_layer_list(layers)
+        if layer_pooling is not None and not isinstance(layer_pooling, str):
+            raise TypeError(f"layer_pooling must be a str or None, got {type(layer_pooling).__name__}")
         pooling = layer_pooling or self.config.layer_pooling
+        if layer_weights is not None:
+            layer_weights = _check_weights(layer_weights)
         weights = layer_weights if layer_weights is not None else (
             self.config.layer_weights if pooling == "weighted" else None)
         _check_layer_args(layers, pooling, weights)
-        self.encoder.resolve_layers(list(layers))
+        _resolve_layers(self.encoder, layers)
         return layers, pooling, weights
 
+    def _common_args(self, batch_size, show_progress_bar, output) -> int:
+        """Check the options every method shares; returns the batch size to use."""
+        check_bool(show_progress_bar, "show_progress_bar")
+        check_choice(output, "output", OUTPUTS)
+        return self.batch_size if batch_size is None else check_int(batch_size, "batch_size", low=1)
+
+    def _width(self, layers, pooling) -> tuple[int, ...]:
+        """The shape of one vector for these layer options: (H,), (n * H,) for concat, (n, H) for stack."""
+        if pooling == "concat":
+            return (self.hidden_size * len(layers),)
+        if pooling == "stack":
+            return (len(layers), self.hidden_size)
+        return (self.hidden_size,)
+
     def _stream(self, items: Sequence[TokenizedText], layers, pooling, weights, show_progress_bar: bool,
-                batch_size: int | None) -> Iterator[tuple[int, torch.Tensor]]:
+                batch_size: int) -> Iterator[tuple[int, torch.Tensor]]:
         """Yield (index, (T_i + 2, ...) layer-pooled states) in length-sorted order."""
         reduce = _layer_reducer(pooling, weights)
         yield from run_encoder(self.encoder, self.tokenizer, items, layers=layers, reduce_layers=reduce,
-                               precision=self.config.precision, batch_size=batch_size or self.batch_size,
+                               precision=self.config.precision, batch_size=batch_size,
                                max_tokens_per_batch=self.max_tokens_per_batch, show_progress_bar=show_progress_bar)
 
     def _chunks(self, n: int, show_progress_bar: bool):
@@ -202,14 +272,16 @@ class Embedder:
         Returns:
             N arrays, each (W_i, H) (``concat``: (W_i, n * H); ``stack``: (W_i, n, H)), in the caller's order.
         """
-        check_choice(output, "output", OUTPUTS)
+        batch_size = self._common_args(batch_size, show_progress_bar, output)
+        if subword_pooling is not None and not isinstance(subword_pooling, str):
+            raise TypeError(f"subword_pooling must be a str or None, got {type(subword_pooling).__name__}")
         sub = subword_pooling or self.config.subword_pooling
         check_choice(sub, "subword_pooling", SUBWORD_POOLINGS)
         layers, pooling, weights = self._layer_args(layers, layer_pooling, layer_weights)
-        sentences = _as_list(sentences, "sentences")
+        sentences = _word_batch(sentences)
         results: list = [None] * len(sentences)
         for lo, hi in self._chunks(len(sentences), show_progress_bar):
-            items = self.tokenizer.tokenize_words(sentences[lo:hi])
+            items = self.tokenizer.tokenize_words(sentences[lo:hi], first_index=lo)
             for i, states in self._stream(items, layers, pooling, weights, show_progress_bar, batch_size):
                 words = pool_subwords(states[1:-1], items[i].word_spans, sub)
                 results[lo + i] = _convert(words, output)
@@ -225,22 +297,30 @@ class Embedder:
             mode: "mean" (mean of the span's word vectors, (N, H)) or "endpoints" ([first word; last word; mean],
                 (N, 3H)).
             kwargs: passed to :meth:`embed_words`.
+
+        Returns:
+            (N, H) or (N, 3H) (``concat``: H is n * H; ``stack``: (N, n, H) or (N, n, 3H)); N may be 0.
+
+        Raises:
+            TypeError: a span is not a pair of ints.
+            ValueError: ``spans`` and ``sentences`` differ in length, or a span is empty or outside its sentence.
         """
         check_choice(mode, "mode", SPAN_MODES)
-        sentences = _as_list(sentences, "sentences")
-        spans = list(spans)
-        if len(spans) != len(sentences):
-            raise ValueError(f"spans has {len(spans)} entries but sentences has {len(sentences)}; expected one each")
-        for i, (s, e) in enumerate(spans):
-            if not 0 <= s < e <= len(sentences[i]):
-                raise ValueError(f"spans[{i}] = ({s}, {e}) is empty or outside sentence {i} of {len(sentences[i])} words")
         output = kwargs.pop("output", "numpy")
+        check_choice(output, "output", OUTPUTS)
+        sentences = _word_batch(sentences)
+        spans = _check_spans(spans, sentences)
+        layers, pooling, _ = self._layer_args(kwargs.get("layers"), kwargs.get("layer_pooling"),
+                                              kwargs.get("layer_weights"))
         words = self.embed_words(sentences, output="torch", **kwargs)
         rows = []
         for w, (s, e) in zip(words, spans):
             mean = w[s:e].mean(0)
-            rows.append(mean if mode == "mean" else torch.cat([w[s], w[e - 1], mean]))
-        return _convert(torch.stack(rows) if rows else torch.zeros(0, self.dim), output)
+            rows.append(mean if mode == "mean" else torch.cat([w[s], w[e - 1], mean], dim=-1))
+        if rows:
+            return _convert(torch.stack(rows), output)
+        *lead, last = self._width(layers, pooling)
+        return _convert(torch.zeros(0, *lead, last * (3 if mode == "endpoints" else 1)), output)
 
     # ---- raw text -----------------------------------------------------------------------------------------
     def embed_tokens(self, texts: Sequence[str], *, batch_size: int | None = None, show_progress_bar: bool = True,
@@ -251,12 +331,12 @@ class Embedder:
         Returns:
             N :class:`TokenEmbeddings`, each with (T_i, H) vectors, in the caller's order.
         """
-        check_choice(output, "output", OUTPUTS)
+        batch_size = self._common_args(batch_size, show_progress_bar, output)
         layers, pooling, weights = self._layer_args(layers, layer_pooling, layer_weights)
-        texts = _as_list(texts, "texts")
+        texts = _text_batch(texts)
         results: list = [None] * len(texts)
         for lo, hi in self._chunks(len(texts), show_progress_bar):
-            items = self.tokenizer.tokenize(texts[lo:hi])
+            items = self.tokenizer.tokenize(texts[lo:hi], first_index=lo)
             for i, states in self._stream(items, layers, pooling, weights, show_progress_bar, batch_size):
                 results[lo + i] = TokenEmbeddings(_convert(states[1:-1], output), items[i])
         return results
@@ -286,28 +366,41 @@ class Embedder:
             (N, H) array, (H,) for a single string.
         """
         check_choice(pooling, "pooling", SENTENCE_POOLINGS)
-        check_choice(output, "output", OUTPUTS)
+        batch_size = self._common_args(batch_size, show_progress_bar, output)
+        check_bool(normalize, "normalize")
         single = isinstance(texts, str)
-        texts = [texts] if single else _as_list(texts, "texts")
+        texts = _text_batch([texts] if single else texts)
         layers, lp, weights = self._layer_args(layers, layer_pooling, layer_weights)
         if lp == "stack":
             raise ValueError("layer_pooling 'stack' is not available for sentence embeddings")
-        dim = self.hidden_size * (len(layers) if lp == "concat" else 1)
+        (dim,) = self._width(layers, lp)
         if out_path is not None:
+            if not isinstance(out_path, (str, os.PathLike)):
+                raise TypeError(f"out_path must be a path or None, got {type(out_path).__name__}")
             out_path = Path(out_path)
             if out_path.suffix != ".npy":
                 raise ValueError(f"out_path must end in .npy, got {out_path}")
+            if not out_path.parent.is_dir():
+                raise FileNotFoundError(f"out_path {out_path}: the folder {out_path.parent} does not exist")
+            if out_path.is_dir():
+                raise IsADirectoryError(f"out_path {out_path} is a directory")
             tmp = out_path.with_name("." + out_path.name + ".partial.npy")
             result = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.float32, shape=(len(texts), dim))
         else:
             result = np.zeros((len(texts), dim), dtype=np.float32)
-        for lo, hi in self._chunks(len(texts), show_progress_bar):
-            items = self.tokenizer.tokenize(texts[lo:hi])
-            for i, states in self._stream(items, layers, lp, weights, show_progress_bar, batch_size):
-                v = states.mean(0) if pooling == "mean" else states[0]
-                if normalize:
-                    v = v / v.norm().clamp(min=1e-12)
-                result[lo + i] = v.numpy()
+        try:
+            for lo, hi in self._chunks(len(texts), show_progress_bar):
+                items = self.tokenizer.tokenize(texts[lo:hi], first_index=lo)
+                for i, states in self._stream(items, layers, lp, weights, show_progress_bar, batch_size):
+                    v = states.mean(0) if pooling == "mean" else states[0]
+                    if normalize:
+                        v = v / v.norm().clamp(min=1e-12)
+                    result[lo + i] = v.numpy()
+        except BaseException:
+            if out_path is not None:  # no half-written memory map left behind
+                del result
+                tmp.unlink(missing_ok=True)
+            raise
         if out_path is not None:
             result.flush()
             del result
@@ -367,6 +460,82 @@ def _convert(t: torch.Tensor, output: str):
     return t if output == "torch" else t.numpy().astype(np.float32, copy=False)
 
 
+def _check_layer_list(layers) -> tuple[int, ...]:
+    """``layers`` as a tuple of ints; refuses an int, None, a str and non-integer items (by index)."""
+    if isinstance(layers, bool) or isinstance(layers, numbers.Integral):
+        raise TypeError(f"layers must be a list of hidden-state indices, got the int {layers!r}; pass a list, "
+                        f"e.g. layers=[{int(layers)}]")
+    if layers is None or isinstance(layers, (bytes, Mapping, Set)) or not hasattr(layers, "__iter__"):
+        raise TypeError(f"layers must be a list of hidden-state indices (0 = embedding output, -1 = last layer), "
+                        f"got {type(layers).__name__}")
+    out = []
+    for i, v in enumerate(layers):
+        if isinstance(v, bool) or not isinstance(v, numbers.Integral):
+            raise TypeError(f"layers[{i}] must be an int hidden-state index, got {v!r} ({type(v).__name__})")
+        out.append(int(v))
+    return tuple(out)
+
+
+def _check_weights(weights) -> tuple[float, ...]:
+    """``layer_weights`` as a tuple of floats; each must be a finite real number."""
+    if isinstance(weights, (str, bytes, Mapping, Set)) or not hasattr(weights, "__iter__"):
+        raise TypeError(f"layer_weights must be a list of numbers, got {type(weights).__name__}")
+    out = []
+    for i, w in enumerate(weights):
+        if isinstance(w, bool) or not isinstance(w, numbers.Real):
+            raise TypeError(f"layer_weights[{i}] must be a number, got {w!r} ({type(w).__name__})")
+        if not math.isfinite(w):
+            raise ValueError(f"layer_weights[{i}] is {w!r}; every layer weight must be a finite number (a NaN or "
+                             "infinite weight would make every vector NaN)")
+        out.append(float(w))
+    return tuple(out)
+
+
+def _resolve_layers(encoder: Encoder, layers: Sequence[int]) -> list[int]:
+    """Resolve hidden-state indices against ``encoder``; refuses one hidden state named twice (e.g. -1 and L)."""
+    resolved = encoder.resolve_layers(list(layers))
+    seen: dict[int, int] = {}
+    for given, r in zip(layers, resolved):
+        if r in seen:
+            L = encoder.num_layers
+            raise ValueError(f"layers {list(layers)} name hidden state {r} twice: as {seen[r]} and as {given} (this "
+                             f"encoder has {L + 1} hidden states 0..{L}; -1 is {L}, 0 the embedding output)")
+        seen[r] = given
+    return resolved
+
+
+def _check_token_budget(value) -> int | None:
+    return None if value is None else check_int(value, "max_tokens_per_batch", low=1)
+
+
+def _text_batch(texts) -> list[str]:
+    """Raw texts as a list of str, all checked before any work (an empty batch is allowed: empty result)."""
+    texts = _as_list(texts, "texts")
+    check_texts(texts, "texts")
+    return texts
+
+
+def _word_batch(sentences) -> list[list[str]]:
+    """Pre-tokenized sentences as lists of str, all checked before any work (an empty batch is allowed)."""
+    return check_word_lists(_as_list(sentences, "sentences"), "sentences")
+
+
+def _check_spans(spans, sentences: list[list[str]]) -> list[tuple[int, int]]:
+    spans = _as_list(spans, "spans")
+    if len(spans) != len(sentences):
+        raise ValueError(f"spans has {len(spans)} entries but sentences has {len(sentences)}; expected one each")
+    out = []
+    for i, span in enumerate(spans):
+        pair = None if isinstance(span, (str, bytes)) or not hasattr(span, "__len__") or len(span) != 2 else span
+        if pair is None or any(isinstance(v, bool) or not isinstance(v, numbers.Integral) for v in pair):
+            raise TypeError(f"spans[{i}] must be a pair (start, end) of ints, got {span!r}")
+        s, e = int(pair[0]), int(pair[1])
+        if not 0 <= s < e <= len(sentences[i]):
+            raise ValueError(f"spans[{i}] = ({s}, {e}) is empty or outside sentence {i} of {len(sentences[i])} words")
+        out.append((s, e))
+    return out
+
+
 def _check_layer_args(layers: Sequence[int], pooling: str, weights: Sequence[float] | None) -> None:
     check_choice(pooling, "layer_pooling", LAYER_POOLINGS)
     if len(layers) == 0:
@@ -384,6 +553,13 @@ def _check_layer_args(layers: Sequence[int], pooling: str, weights: Sequence[flo
 
 
 def _as_list(x, name: str) -> list:
-    if isinstance(x, str):
-        raise TypeError(f"{name} must be a list, got a single str; wrap it in a list")
-    return list(x)
+    if x is None:
+        raise TypeError(f"{name} is None; expected a list")
+    if isinstance(x, (str, bytes)):
+        raise TypeError(f"{name} must be a list, got a single {type(x).__name__}; wrap it in a list")
+    if isinstance(x, (Mapping, Set)):
+        raise TypeError(f"{name} must be a list (an ordered sequence), got a {type(x).__name__}")
+    try:
+        return list(x)
+    except TypeError:
+        raise TypeError(f"{name} must be a list, got {type(x).__name__}") from None

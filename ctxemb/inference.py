@@ -14,6 +14,7 @@ from typing import Callable, Iterator, Literal, Sequence
 import torch
 from tqdm.auto import tqdm
 
+from ctxemb._validation import check_int
 from ctxemb.modeling.encoder import Encoder
 from ctxemb.tokenization import TokenizedText, Tokenizer, Window
 
@@ -61,10 +62,9 @@ def _warn_slow_bf16() -> None:
 def make_batches(lengths: Sequence[int], batch_size: int, max_tokens_per_batch: int | None) -> list[list[int]]:
     """Group indices, longest first, so that each batch has at most ``batch_size`` inputs and (padded)
     ``len(batch) * longest`` at most ``max_tokens_per_batch`` tokens (a single longer input still gets a batch)."""
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-    if max_tokens_per_batch is not None and max_tokens_per_batch < 1:
-        raise ValueError(f"max_tokens_per_batch must be >= 1 or None, got {max_tokens_per_batch}")
+    batch_size = check_int(batch_size, "batch_size", low=1)
+    if max_tokens_per_batch is not None:
+        max_tokens_per_batch = check_int(max_tokens_per_batch, "max_tokens_per_batch", low=1)
     order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
     batches: list[list[int]] = []
     current: list[int] = []
@@ -117,6 +117,10 @@ def run_encoder(
         token from the window where it has the most context.
     """
     layer_idx = encoder.resolve_layers(list(layers))
+    if precision not in PRECISIONS:  # before any work, not at the first batch
+        raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
+    if stride is not None:
+        check_int(stride, "stride", low=1)
     device = next(encoder.parameters()).device
     windows = tokenizer.windows(items, stride=stride)
     n_windows = [0] * len(items)

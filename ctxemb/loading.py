@@ -24,12 +24,21 @@ def load_encoder(name_or_path: str | os.PathLike = DEFAULT_MODEL, *, device: str
 
     Raises:
         FileNotFoundError: the model cannot be found (the message says what to install or which paths were tried).
-        ValueError: unsupported ``model_type``, unreadable weights, or weights that disagree with the config.
+        CorruptFileError: (a ValueError) ``config.json`` is not UTF-8 JSON or has a bad field (e.g. an unsupported
+            ``model_type``); :class:`~ctxemb.modeling.checkpoint.CheckpointError` (a subclass): the weights are
+            truncated, corrupt, not tensors, hold NaN/inf, or disagree with the config. Each names the file.
     """
     encoder, _ = load_encoder_dir(resolve_model_dir(name_or_path), strict=strict)
     return encoder.to(device)
 
 
 def load_tokenizer(name_or_path: str | os.PathLike = DEFAULT_MODEL, *, max_length: int | None = None) -> Tokenizer:
-    """Load the tokenizer that belongs to a model (see :func:`load_encoder` for names)."""
+    """Load the tokenizer that belongs to a model (see :func:`load_encoder` for names).
+
+    Raises:
+        FileNotFoundError: the model or its tokenizer files cannot be found.
+        CorruptFileError: (a ValueError) ``tokenizer.json``, ``vocab.txt``, ``tokenizer_config.json``,
+            ``special_tokens_map.json`` or ``config.json`` is not UTF-8, not valid JSON, not a tokenizer, has a field
+            of the wrong type, or lacks a special token; the message names the file.
+    """
     return Tokenizer.from_pretrained(resolve_model_dir(name_or_path), max_length=max_length)

@@ -10,8 +10,8 @@ Shapes: T subword tokens of one text (no special tokens), W words.
 
 from __future__ import annotations
 
-import json
 import logging
+import numbers
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +19,8 @@ from typing import Sequence
 
 from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import models, normalizers, pre_tokenizers
+
+from ctxemb._validation import CorruptFileError, check_no_surrogates, decode_utf8, read_json_file
 
 logger = logging.getLogger(__name__)
 
@@ -59,6 +61,10 @@ class TokenizedText:
         """
         if self.offsets is None or self.text is None:
             raise ValueError("character spans need raw-text input; this text was given as a word list")
+        for name, v in (("begin", begin), ("end", end)):
+            if isinstance(v, bool) or not isinstance(v, numbers.Integral):
+                raise TypeError(f"{name} must be an int character offset, got {v!r} ({type(v).__name__})")
+        begin, end = int(begin), int(end)
         if not 0 <= begin < end <= len(self.text):
             raise ValueError(f"character span ({begin}, {end}) is empty or outside the text of length {len(self.text)}")
         hit = [i for i, (b, e) in enumerate(self.offsets) if b < end and e > begin]
@@ -150,19 +156,28 @@ class Tokenizer:
         and ``special_tokens_map.json`` when present.
         """
         model_dir = Path(model_dir)
-        config = _read_json(model_dir / "config.json") or {}
-        tok_config = _read_json(model_dir / "tokenizer_config.json") or {}
-        specials_map = _read_json(model_dir / "special_tokens_map.json") or {}
+        config = _read_json(model_dir / "config.json", "config file") or {}
+        tok_config = _read_json(model_dir / "tokenizer_config.json", "tokenizer config") or {}
+        specials_map = _read_json(model_dir / "special_tokens_map.json", "special tokens map") or {}
+        _check_fields(config, model_dir / "config.json", model_type=str, max_position_embeddings=int,
+                      pad_token_id=int)
+        _check_fields(tok_config, model_dir / "tokenizer_config.json", do_lower_case=bool)
         model_type = config.get("model_type")
         if model_type is None:  # a bare tokenizer folder (e.g. from train_vocabulary): the specials tell the layout
             cls_tok = _token_str(tok_config.get("cls_token")) or _token_str(specials_map.get("cls_token"))
             model_type = "roberta" if cls_tok == "<s>" else "bert"
+        elif model_type not in _DEFAULT_SPECIALS:
+            raise CorruptFileError(f"{model_dir / 'config.json'}: model_type {model_type!r} is not supported; expected "
+                                   f"one of {', '.join(_DEFAULT_SPECIALS)}", model_dir / "config.json")
         if (model_dir / "tokenizer.json").is_file():
-            backend = HFTokenizer.from_file(str(model_dir / "tokenizer.json"))
+            source = model_dir / "tokenizer.json"
+            backend = _load_backend(source, "tokenizer file", lambda: HFTokenizer.from_file(str(source)),
+                                    json_file=True)
         elif (model_dir / "vocab.txt").is_file():
-            backend = wordpiece_from_vocab(model_dir / "vocab.txt",
-                                           lowercase=tok_config.get("do_lower_case", True),
-                                           unk_token=_token_str(specials_map.get("unk_token")) or "[UNK]")
+            source = model_dir / "vocab.txt"
+            backend = _load_backend(source, "vocabulary file", lambda: wordpiece_from_vocab(
+                source, lowercase=tok_config.get("do_lower_case", True),
+                unk_token=_token_str(specials_map.get("unk_token")) or "[UNK]"))
         else:
             raise FileNotFoundError(f"no tokenizer in {model_dir}: expected tokenizer.json or vocab.txt")
         specials = {k: _token_str(v) for k, v in specials_map.items() if k in _DEFAULT_SPECIALS["bert"]}
@@ -173,8 +188,11 @@ class Tokenizer:
         tok_max = tok_config.get("model_max_length")
         if isinstance(tok_max, int) and 0 < tok_max < model_max:
             model_max = tok_max
-        return cls(backend, model_type=model_type, max_length=max_length or model_max,
-                   special_tokens={k: v for k, v in specials.items() if v})
+        try:
+            return cls(backend, model_type=model_type, max_length=max_length or model_max,
+                       special_tokens={k: v for k, v in specials.items() if v})
+        except ValueError as e:  # a special token missing from the vocabulary
+            raise CorruptFileError(f"tokenizer in {model_dir} (read from {source.name}): {e}", source) from None
 
     @property
     def vocab_size(self) -> int:
@@ -186,21 +204,26 @@ class Tokenizer:
         return 2
 
     # ---- tokenizing ---------------------------------------------------------------------------------------
-    def tokenize(self, texts: Sequence[str]) -> list[TokenizedText]:
+    def tokenize(self, texts: Sequence[str], *, first_index: int = 0) -> list[TokenizedText]:
         """Tokenize raw strings; every token keeps its character offsets, every pre-tokenizer word its token span.
 
+        Args:
+            texts: the strings.
+            first_index: the index of ``texts[0]`` in the caller's batch, so that errors name the right text.
+
         Raises:
-            TypeError: ``texts`` is a single string or holds non-strings.
-            ValueError: ``texts`` is empty or one of them is empty or whitespace only.
+            TypeError: ``texts`` is None, a single string, or holds non-strings.
+            ValueError: ``texts`` is empty, or one of them is empty, whitespace only, gives no token at all (e.g.
+                only control characters), or holds a lone surrogate.
         """
         texts = _check_batch(texts, "texts")
-        for i, t in enumerate(texts):
-            if not isinstance(t, str):
-                raise TypeError(f"texts[{i}] must be a str, got {type(t).__name__}")
-            if not t.strip():
-                raise ValueError(f"texts[{i}] is empty: expected a text with at least one token")
+        check_texts(texts, "texts", first_index)
         out = []
-        for text, enc in zip(texts, self.backend.encode_batch(list(texts), add_special_tokens=False)):
+        for i, (text, enc) in enumerate(zip(texts, self.backend.encode_batch(list(texts), add_special_tokens=False))):
+            if not enc.ids:
+                raise ValueError(f"texts[{first_index + i}] has no token: {_preview(text)} holds only characters "
+                                 "the tokenizer drops (control or format characters, whitespace); expected a text "
+                                 "with at least one token")
             words = []
             spans = []
             offsets = [tuple(o) for o in enc.offsets]  # each enc.offsets access copies the list out of Rust
@@ -217,27 +240,22 @@ class Tokenizer:
                                      words=[text[b:e] for b, e in words]))
         return out
 
-    def tokenize_words(self, sentences: Sequence[Sequence[str]]) -> list[TokenizedText]:
+    def tokenize_words(self, sentences: Sequence[Sequence[str]], *, first_index: int = 0) -> list[TokenizedText]:
         """Tokenize pre-tokenized sentences; word w of a sentence gets the token span ``word_spans[w]``.
 
         A word the tokenizer turns into no token at all (e.g. only control characters) is given the unknown token,
         with a warning, so that every word has a vector.
 
+        Args:
+            sentences: lists of words.
+            first_index: the index of ``sentences[0]`` in the caller's batch, so that errors name the right one.
+
         Raises:
             TypeError: a sentence is a string instead of a list of words, or holds non-strings.
-            ValueError: the batch or a sentence is empty, or a word is an empty string.
+            ValueError: the batch or a sentence is empty, a word is an empty string or holds a lone surrogate.
         """
         sentences = _check_batch(sentences, "sentences")
-        for i, words in enumerate(sentences):
-            if isinstance(words, str):
-                raise TypeError(f"sentences[{i}] must be a list of words, got a str; use tokenize() for raw text")
-            if len(words) == 0:
-                raise ValueError(f"sentences[{i}] is empty: expected at least one word")
-            for j, w in enumerate(words):
-                if not isinstance(w, str):
-                    raise TypeError(f"sentences[{i}][{j}] must be a str, got {type(w).__name__}")
-                if not w:
-                    raise ValueError(f"sentences[{i}][{j}] is an empty string")
+        sentences = check_word_lists(sentences, "sentences", first_index)
         encodings = self.backend.encode_batch([list(s) for s in sentences], is_pretokenized=True,
                                               add_special_tokens=False)
         out = []
@@ -250,7 +268,8 @@ class Tokenizer:
                     by_word[w].append(tok)
             for j, toks in enumerate(by_word):
                 if not toks:
-                    logger.warning("sentences[%d][%d] %r has no subword token; using the unknown token", i, j, words[j])
+                    logger.warning("sentences[%d][%d] %r has no subword token; using the unknown token",
+                                   first_index + i, j, words[j])
                     toks = [self.unk_token_id]
                 spans.append((len(ids), len(ids) + len(toks)))
                 ids.extend(toks)
@@ -295,18 +314,108 @@ def wordpiece_from_vocab(vocab_file: str | os.PathLike, lowercase: bool = True, 
 
 
 def _check_batch(batch, name: str) -> list:
-    if isinstance(batch, str):
-        raise TypeError(f"{name} must be a list, got a single str; wrap it in a list")
-    batch = list(batch)
+    if batch is None:
+        raise TypeError(f"{name} is None; expected a list")
+    if isinstance(batch, (str, bytes)):
+        raise TypeError(f"{name} must be a list, got a single {type(batch).__name__}; wrap it in a list")
+    try:
+        batch = list(batch)
+    except TypeError:
+        raise TypeError(f"{name} must be a list, got {type(batch).__name__}") from None
     if not batch:
         raise ValueError(f"{name} is empty: expected at least one item")
     return batch
 
 
-def _read_json(path: Path) -> dict | None:
+def check_texts(texts: Sequence, name: str = "texts", first_index: int = 0) -> None:
+    """Check raw texts: each a str, not empty or whitespace only, without lone surrogates.
+
+    Args:
+        texts: the list (already a list).
+        name: the argument's name in messages.
+        first_index: the index of ``texts[0]`` in the caller's batch.
+
+    Raises:
+        TypeError: an item is not a str.
+        ValueError: an item is empty or whitespace only, or holds a lone surrogate (the message names its index).
+    """
+    for i, t in enumerate(texts, first_index):
+        if not isinstance(t, str):
+            raise TypeError(f"{name}[{i}] must be a str, got {type(t).__name__}")
+        if not t.strip():
+            raise ValueError(f"{name}[{i}] is empty: expected a text with at least one token")
+        check_no_surrogates(t, f"{name}[{i}]")
+
+
+def check_word_lists(sentences: Sequence, name: str = "sentences", first_index: int = 0) -> list[list[str]]:
+    """Check pre-tokenized sentences: each a non-empty list of non-empty strs without lone surrogates.
+
+    Returns:
+        The sentences as lists.
+
+    Raises:
+        TypeError: a sentence is a str, None or not iterable, or a word is not a str.
+        ValueError: a sentence is empty, or a word is empty or holds a lone surrogate.
+    """
+    out = []
+    for i, words in enumerate(sentences, first_index):
+        if isinstance(words, str):
+            raise TypeError(f"{name}[{i}] must be a list of words, got a str; use tokenize() for raw text")
+        if words is None or isinstance(words, bytes) or not hasattr(words, "__iter__"):
+            raise TypeError(f"{name}[{i}] must be a list of words, got {type(words).__name__}")
+        words = list(words)
+        if len(words) == 0:
+            raise ValueError(f"{name}[{i}] is empty: expected at least one word")
+        for j, w in enumerate(words):
+            if not isinstance(w, str):
+                raise TypeError(f"{name}[{i}][{j}] must be a str, got {type(w).__name__}")
+            if not w:
+                raise ValueError(f"{name}[{i}][{j}] is an empty string")
+            check_no_surrogates(w, f"{name}[{i}][{j}]")
+        out.append(words)
+    return out
+
+
+def _preview(text: str, n: int = 40) -> str:
+    return repr(text if len(text) <= n else text[:n] + "...")
+
+
+def _read_json(path: Path, what: str) -> dict | None:
     if not path.is_file():
         return None
-    return json.loads(path.read_text())
+    return read_json_file(path, what)
+
+
+def _check_fields(d: dict, path: Path, **types: type) -> None:
+    """Refuse a field of the wrong JSON type (a hand-edited file), naming the file and the field."""
+    for key, t in types.items():
+        v = d.get(key)
+        if v is None:
+            continue
+        ok = isinstance(v, t) and not (t is int and isinstance(v, bool))
+        if not ok:
+            kind = {str: "a string", int: "an integer", bool: "true or false"}[t]
+            raise CorruptFileError(f"{path}: {key} must be {kind}, got {v!r}", path)
+
+
+def _load_backend(path: Path, what: str, load, json_file: bool = False) -> HFTokenizer:
+    """Run ``load`` (a ``tokenizers`` reader of ``path``); its bare ``Exception`` becomes one CorruptFileError that
+    names the file and what is wrong (the encoding and the line, or the JSON error and its position, when it is one
+    of those)."""
+    try:
+        return load()
+    except Exception as e:  # noqa: BLE001 - tokenizers raises a bare Exception for every problem
+        if isinstance(e, (OSError, MemoryError)):
+            raise
+        data = path.read_bytes()
+        if not data.strip():
+            raise CorruptFileError(f"{what} {path} is empty", path) from None
+        decode_utf8(data, path, what)  # raises with the line of the first undecodable byte
+        if json_file:
+            read_json_file(path, what)  # raises with the line and column of a JSON syntax error
+        message = " ".join(str(e).split()) or type(e).__name__
+        raise CorruptFileError(f"{what} {path} cannot be read (corrupt, truncated or not a tokenizer): {message}",
+                               path) from None
 
 
 def _token_str(v) -> str | None:

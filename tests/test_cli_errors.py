@@ -114,3 +114,107 @@ def test_training_commands_errors(capsys, tmp_path, tiny):
     _fails(["finetune", "custom", "--out", str(tmp_path / "f")], capsys, code=1, match="needs train_file and dev_file")
     _fails(["predict", str(tmp_path / "no-model"), "text"], capsys, code=1, match="not found")
     _fails(["predict", str(tiny), "a", "b", "--pair", "c"], capsys, code=2, match="one second sentence per text")
+
+
+# ---- every library error class: one line, exit 1; --debug: the traceback (issue 15) ----------------------------
+def _library_errors():
+    import json
+    import pickle
+    import zipfile
+    from xml.etree.ElementTree import ParseError
+
+    from ctxemb._validation import CorruptFileError
+    from ctxemb.modeling.checkpoint import CheckpointError
+
+    return [
+        PermissionError(13, "Permission denied", "/data/store"),
+        FileExistsError(17, "File exists", "/data/out"),
+        IsADirectoryError(21, "Is a directory", "/data/x.npy"),
+        OSError(28, "No space left on device"),
+        CorruptFileError("config file /m/config.json is not valid JSON"),
+        CheckpointError("cannot read weights file /m/model.safetensors: it is empty (0 bytes)"),
+        json.JSONDecodeError("Expecting value", "{", 1),
+        UnicodeDecodeError("utf-8", b"\xe9", 0, 1, "invalid continuation byte"),
+        ParseError("mismatched tag: line 7, column 2"),
+        pickle.UnpicklingError("invalid load key, 'g'."),
+        zipfile.BadZipFile("File is not a zip file"),
+        EOFError(),
+        RuntimeError("Error in faiss::FileIOReader::FileIOReader(const char*) at\n/project/faiss/impl/io.cpp:67: "
+                     "Error: 'f' failed: could not open x for reading"),
+        KeyError("no sense key 'bank%9'"),
+        TypeError("texts[1] must be a str, got NoneType"),
+        ImportError("faiss is needed: pip install faiss-cpu"),
+        FloatingPointError("loss is nan at step 12"),
+        MemoryError(),
+    ]
+
+
+@pytest.mark.parametrize("error", _library_errors(), ids=lambda e: type(e).__name__)
+def test_every_library_error_class_is_one_line(capsys, monkeypatch, error):
+    from ctxemb.cli import demo
+
+    def boom(args):
+        raise error
+
+    monkeypatch.setattr(demo, "run_demo", boom)
+    line = _fails(["demo"], capsys, code=1, match=f"ctxemb demo: error: {type(error).__name__}: ")
+    assert line.split(": ", 3)[-1].strip(), line  # never an empty message
+    with pytest.raises(type(error)):
+        main(["--debug", "demo"])
+
+
+def test_an_error_without_a_message_shows_its_cause(capsys, monkeypatch):
+    from ctxemb.cli import demo
+
+    def boom(args):
+        try:
+            raise ValueError("the real reason")
+        except ValueError as e:
+            raise EOFError() from e
+
+    monkeypatch.setattr(demo, "run_demo", boom)
+    _fails(["demo"], capsys, code=1, match="EOFError: ValueError: the real reason")
+
+
+def test_a_bug_keeps_its_traceback(monkeypatch):
+    from ctxemb.cli import demo
+
+    def boom(args):
+        raise AttributeError("'NoneType' object has no attribute 'x'")
+
+    monkeypatch.setattr(demo, "run_demo", boom)
+    with pytest.raises(AttributeError):
+        main(["demo"])
+
+
+def test_corrupt_model_and_data_files(capsys, tmp_path, tiny):
+    import shutil
+
+    bad = shutil.copytree(tiny, tmp_path / "bad-config")
+    (bad / "config.json").write_bytes(b'{"model_type": "b\xe9rt"}')
+    _fails(["demo", "--model", str(bad)], capsys, code=1, match="config.json is not valid UTF-8")
+    bad = shutil.copytree(tiny, tmp_path / "bad-weights")
+    (bad / "model.safetensors").write_bytes((bad / "model.safetensors").read_bytes()[:100])
+    _fails(["demo", "--model", str(bad)], capsys, code=1, match="CheckpointError: cannot read weights file")
+    bad = shutil.copytree(tiny, tmp_path / "bad-tokenizer")
+    (bad / "tokenizer.json").write_bytes(b"garbage")
+    _fails(["demo", "--model", str(bad)], capsys, code=1, match="tokenizer.json is not valid JSON")
+    data = tmp_path / "wsd-data"
+    data.mkdir()
+    (data / "x.data.xml").write_text('<corpus><text id="d0"><sentence id="d0.s0"><wf>a</wf></sentence>')
+    _fails(["wsd", "build", str(data), str(tmp_path / "store"), "--model", str(tiny)], capsys, code=1,
+           match="x.data.xml is not well-formed XML: no element found")
+    (data / "x.data.xml").write_text('<corpus><text id="d0"><sentence id="d0.s0"><instance lemma="a" pos="NOUN">a'
+                                     '</instance></sentence></text></corpus>')
+    _fails(["wsd", "build", str(data), str(tmp_path / "store"), "--model", str(tiny)], capsys, code=1,
+           match="sentence d0.s0: the <instance> at word 0 ('a') has no id")
+
+
+def test_duplicate_layers_on_the_command_line(capsys, tmp_path, tiny):
+    data = tmp_path / "wsd-data"
+    data.mkdir()
+    (data / "x.data.xml").write_text('<corpus><text id="d0"><sentence id="d0.s0"><instance id="d0.s0.t0" lemma="bank" '
+                                     'pos="NOUN">bank</instance></sentence></text></corpus>')
+    (data / "x.gold.key.txt").write_text("d0.s0.t0 bank%1:14:00::\n")
+    _fails(["wsd", "build", str(data), str(tmp_path / "store"), "--model", str(tiny), "--layers", "-1", "2"], capsys,
+           code=1, match="name hidden state 2 twice: as -1 and as 2")

@@ -37,12 +37,15 @@ def _read_corpus(path: Path) -> tuple[list[str], list[int]]:
     if not path.is_file():
         raise FileNotFoundError("corpus %s not found" % path)
     texts, lines = [], []
-    with open(path, encoding="utf-8") as f:
-        for number, line in enumerate(f, start=1):
-            line = line.strip()
-            if line:
-                texts.append(line)
-                lines.append(number)
+    try:
+        with open(path, encoding="utf-8") as f:
+            for number, line in enumerate(f, start=1):
+                line = line.strip()
+                if line:
+                    texts.append(line)
+                    lines.append(number)
+    except UnicodeDecodeError as e:
+        raise ValueError("corpus %s is not UTF-8 text (%s)" % (path, e.reason)) from None
     if not texts:
         raise ValueError("corpus %s has no non-blank lines" % path)
     return texts, lines

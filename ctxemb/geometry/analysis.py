@@ -33,8 +33,8 @@ import numpy as np
 from sklearn.base import clone
 from tqdm.auto import tqdm
 
-from ctxemb._validation import check_int
-from ctxemb.geometry.isotropy import anisotropy
+from ctxemb._validation import check_bool, check_int
+from ctxemb.geometry.isotropy import _check_seed, anisotropy
 from ctxemb.geometry.plots import require_matplotlib, write_plots
 from ctxemb.geometry.postprocessing import POSTPROCESSORS, make_postprocessor
 from ctxemb.geometry.results import AnalysisResult, LayerGeometry, WordInstance
@@ -243,12 +243,24 @@ def analyze(
     estimators = _resolve_postprocessors(postprocessors)
     if isinstance(words, str):
         words = [words]
+    if words is None or not hasattr(words, "__iter__"):
+        raise TypeError("words must be a list of strings; got %s" % type(words).__name__)
+    words = list(words)
     if not all(isinstance(w, str) and w.strip() for w in words):
         raise TypeError("words must be non-empty strings; got %r" % (words,))
     words = [w.strip().lower() for w in words]
     check_int(n_pairs, "n_pairs", low=2)  # before the expensive embedding
+    check_int(batch_size, "batch_size", low=1)
+    _check_seed(seed)
+    check_bool(plot, "plot")
+    check_bool(show_progress_bar, "show_progress_bar")
+    if out_dir is not None and not isinstance(out_dir, (str, os.PathLike)):
+        raise TypeError("out_dir must be a path or None; got %s" % type(out_dir).__name__)
     num_layers = int(embedder.num_layers)
     n_states = num_layers + 1
+    if projection_layer is not None and (isinstance(projection_layer, bool)
+                                         or not isinstance(projection_layer, (int, np.integer))):
+        raise TypeError("projection_layer must be an int or None; got %r" % (projection_layer,))
     if projection_layer is not None and not -n_states <= projection_layer < n_states:
         raise ValueError(
             "projection_layer must index one of the %d hidden states (0..%d, or -1 for the last); got %r"

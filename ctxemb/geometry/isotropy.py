@@ -1,5 +1,8 @@
 """Anisotropy: the expected cosine between two random distinct vectors (J&M 11.3.2; Ethayarajh 2019).
 
+Every norm is a scaled norm (a row is divided by its largest magnitude before squaring), so vectors with huge or
+tiny entries give the same cosines as moderate ones instead of overflowing.
+
 For unit vectors u_1..u_n the sum over ordered pairs i != j of u_i . u_j equals |sum_i u_i|^2 - n, so the mean
 cosine over all n(n-1) pairs is exact in O(N H) time and O(H) memory:
 
@@ -108,21 +111,39 @@ def sample_distinct_pairs(n: int, n_pairs: int, rng: np.random.Generator) -> tup
 
 
 def row_norms(X: np.ndarray) -> np.ndarray:
-    """L2 norms of the rows of a checked (N, H) array, computed in float64 blocks. Returns (N,)."""
+    """L2 norms of the rows of a checked (N, H) array, in float64 blocks. Returns (N,).
+
+    Scaled (each row divided by its largest magnitude before squaring), so that no square overflows or underflows;
+    a norm above the float64 range (about 1.8e308) is inf.
+    """
     out = np.empty(X.shape[0], dtype=np.float64)
     for start in range(0, X.shape[0], _BLOCK_ROWS):
-        out[start : start + _BLOCK_ROWS] = np.linalg.norm(
-            np.asarray(X[start : start + _BLOCK_ROWS], dtype=np.float64), axis=1
-        )
+        a = np.asarray(X[start : start + _BLOCK_ROWS], dtype=np.float64)
+        scale = np.abs(a).max(axis=1)  # (n_block,)
+        safe = np.where(scale > 0, scale, 1.0)
+        with np.errstate(over="ignore"):
+            out[start : start + _BLOCK_ROWS] = scale * np.sqrt(np.einsum("nh,nh->n", a / safe[:, None],
+                                                                         a / safe[:, None]))
     return out
 
 
-def pair_cosines(X: np.ndarray, norms: np.ndarray, i: np.ndarray, j: np.ndarray) -> np.ndarray:
+def _unit(a: np.ndarray) -> np.ndarray:
+    """Rows of ``a`` (float64) divided by their scaled norm; zero rows stay zero."""
+    scale = np.abs(a).max(axis=1)
+    a = a / np.where(scale > 0, scale, 1.0)[:, None]
+    n = np.sqrt(np.einsum("ph,ph->p", a, a))
+    return a / np.where(n > 0, n, 1.0)[:, None]
+
+
+def pair_cosines(X: np.ndarray, norms: np.ndarray | None, i: np.ndarray, j: np.ndarray) -> np.ndarray:
     """cos(X[i_p], X[j_p]) for each pair p, in blocks so memory stays O(block * H).
 
+    Each row is normalised (with a scaled norm) before the products, so values near the float64 limits neither
+    overflow nor underflow.
+
     Args:
-        X: (N, H) checked array.
-        norms: (N,) row norms of X, all non-zero.
+        X: (N, H) checked array, rows non-zero.
+        norms: unused (kept for compatibility; the norms are recomputed per block, scaled).
         i, j: (P,) row indices.
 
     Returns:
@@ -131,9 +152,9 @@ def pair_cosines(X: np.ndarray, norms: np.ndarray, i: np.ndarray, j: np.ndarray)
     out = np.empty(len(i), dtype=np.float64)
     for start in range(0, len(i), _BLOCK_ROWS):
         ib, jb = i[start : start + _BLOCK_ROWS], j[start : start + _BLOCK_ROWS]
-        a = np.asarray(X[ib], dtype=np.float64)  # (P_block, H)
-        b = np.asarray(X[jb], dtype=np.float64)
-        out[start : start + _BLOCK_ROWS] = np.einsum("ph,ph->p", a, b) / (norms[ib] * norms[jb])
+        a = _unit(np.asarray(X[ib], dtype=np.float64))  # (P_block, H)
+        b = _unit(np.asarray(X[jb], dtype=np.float64))
+        out[start : start + _BLOCK_ROWS] = np.einsum("ph,ph->p", a, b)
     return out
 
 
@@ -163,5 +184,17 @@ def anisotropy_sampled(X, n_pairs: int = 100_000, *, seed: int | None = 0) -> fl
             "X has %d zero-length vectors (first at row %d); the cosine of a zero vector is undefined"
             % (int((norms == 0).sum()), int(np.argmax(norms == 0)))
         )
+    seed = _check_seed(seed)
     i, j = sample_distinct_pairs(X.shape[0], n_pairs, np.random.default_rng(seed))
     return float(pair_cosines(X, norms, i, j).mean())
+
+
+def _check_seed(seed):
+    """A seed for ``numpy.random.default_rng``: None or a non-negative int."""
+    if seed is None:
+        return None
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
+        raise TypeError("seed must be an int or None; got %r (%s)" % (seed, type(seed).__name__))
+    if seed < 0:
+        raise ValueError("seed must be >= 0; got %d" % seed)
+    return int(seed)

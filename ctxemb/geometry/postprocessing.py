@@ -24,6 +24,7 @@ import json
 import logging
 import os
 import warnings
+import zipfile
 from pathlib import Path
 from typing import ClassVar
 
@@ -31,7 +32,7 @@ import numpy as np
 from sklearn.base import BaseEstimator, TransformerMixin
 from sklearn.utils.validation import check_is_fitted
 
-from ctxemb._validation import check_int, check_vectors
+from ctxemb._validation import CorruptFileError, check_int, check_vectors
 from ctxemb.paths import atomic_write
 
 logger = logging.getLogger(__name__)
@@ -54,15 +55,30 @@ def _mean_and_covariance(X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """
     n, h = X.shape
     mean = np.zeros(h, dtype=np.float64)
-    for start in range(0, n, _BLOCK_ROWS):
-        mean += np.asarray(X[start : start + _BLOCK_ROWS], dtype=np.float64).sum(axis=0)
-    mean /= n
     cov = np.zeros((h, h), dtype=np.float64)
-    for start in range(0, n, _BLOCK_ROWS):
-        xc = np.asarray(X[start : start + _BLOCK_ROWS], dtype=np.float64) - mean  # (n_block, H)
-        cov += xc.T @ xc
-    cov /= n - 1
+    with np.errstate(over="ignore", invalid="ignore"):
+        for start in range(0, n, _BLOCK_ROWS):
+            mean += np.asarray(X[start : start + _BLOCK_ROWS], dtype=np.float64).sum(axis=0)
+        mean /= n
+        for start in range(0, n, _BLOCK_ROWS):
+            xc = np.asarray(X[start : start + _BLOCK_ROWS], dtype=np.float64) - mean  # (n_block, H)
+            cov += xc.T @ xc
+        cov /= n - 1
+    _check_finite_statistics(X, "covariance", cov)
     return mean, cov
+
+
+def _check_finite_statistics(X: np.ndarray, what: str, *values: np.ndarray) -> None:
+    """Refuse statistics that overflowed float64 (entries beyond about 1e154 square past its range): they would
+    turn into inf or NaN and, silently, into wrong vectors."""
+    if all(np.isfinite(v).all() for v in values):
+        return
+    biggest = float(np.max(np.abs(np.asarray(X, dtype=np.float64))))
+    raise ValueError(
+        "X's values are too large for a float64 %s (largest |x| = %.3g; squares overflow above about 1e154): "
+        "rescale X first, e.g. X / np.abs(X).max() (the post-processed directions do not depend on the scale)"
+        % (what, biggest)
+    )
 
 
 def _principal_axes(cov: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -133,29 +149,54 @@ class _Postprocessor(TransformerMixin, BaseEstimator):
 
         Raises:
             FileNotFoundError: if ``path`` does not exist.
-            ValueError: if the file is not a ctxemb post-processor, or holds a different class.
+            CorruptFileError: (a ValueError) if the file is truncated, corrupt or not a ctxemb post-processor.
+            ValueError: if it holds a different class.
         """
         path = Path(path)
         if not path.is_file():
             raise FileNotFoundError("no post-processor file at %s" % path)
-        with np.load(path, allow_pickle=False) as data:
-            if "__class__" not in data.files or "__params__" not in data.files:
-                raise ValueError("%s is not a ctxemb post-processor file (no __class__/__params__ entries)" % path)
-            name = str(data["__class__"])
-            params = json.loads(str(data["__params__"]))
-            scalars = json.loads(str(data["__scalars__"])) if "__scalars__" in data.files else {}
-            arrays = {k[len("attr:") :]: data[k] for k in data.files if k.startswith("attr:")}
+        try:
+            loaded = np.load(path, allow_pickle=False)
+            if not hasattr(loaded, "files"):
+                raise CorruptFileError("%s is a single .npy array, not a ctxemb post-processor (.npz) file" % path,
+                                       path)
+            with loaded as data:
+                if "__class__" not in data.files or "__params__" not in data.files:
+                    raise CorruptFileError(
+                        "%s is not a ctxemb post-processor file (no __class__/__params__ entries)" % path, path)
+                name = str(data["__class__"])
+                params = json.loads(str(data["__params__"]))
+                scalars = json.loads(str(data["__scalars__"])) if "__scalars__" in data.files else {}
+                arrays = {k[len("attr:") :]: data[k] for k in data.files if k.startswith("attr:")}
+        except CorruptFileError:
+            raise
+        except (zipfile.BadZipFile, EOFError, ValueError, KeyError, OSError) as e:
+            if isinstance(e, (PermissionError, IsADirectoryError)):
+                raise
+            raise CorruptFileError("post-processor file %s cannot be read (truncated, corrupt or not a .npz "
+                                   "written by save()): %s" % (path, " ".join(str(e).split()) or type(e).__name__),
+                                   path) from None
+        if not isinstance(params, dict) or not isinstance(scalars, dict):
+            raise CorruptFileError("post-processor file %s: its __params__/__scalars__ entries are not JSON objects"
+                                   % path, path)
         target = _CLASSES.get(name)
         if target is None:
-            raise ValueError("%s holds an unknown post-processor class %r; known: %s" % (path, name, sorted(_CLASSES)))
+            raise CorruptFileError("%s holds an unknown post-processor class %r; known: %s"
+                                   % (path, name, sorted(_CLASSES)), path)
         if cls is not _Postprocessor and target is not cls:
             raise ValueError(
                 "%s holds a %s, not a %s; use load_postprocessor() to load any kind" % (path, name, cls.__name__)
             )
-        obj = target(**params)
-        for k, v in scalars.items():
-            setattr(obj, k, int(v))
+        try:
+            obj = target(**params)
+            for k, v in scalars.items():
+                setattr(obj, k, int(v))
+        except (TypeError, ValueError) as e:
+            raise CorruptFileError("post-processor file %s holds bad parameters for %s: %s" % (path, name, e),
+                                   path) from None
         for k, v in arrays.items():
+            if v.dtype.kind == "f" and not np.isfinite(v).all():
+                raise CorruptFileError("post-processor file %s: %s holds NaN or infinite values" % (path, k), path)
             setattr(obj, k, v)
         return obj
 
@@ -259,8 +300,10 @@ class Standardizer(_Postprocessor):
         X = self._check_fit_input(X, min_rows=1)
         xb = np.asarray(X, dtype=np.float64)
         n_b = xb.shape[0]
-        mean_b = xb.mean(axis=0)
-        m2_b = ((xb - mean_b) ** 2).sum(axis=0)  # sum of squared deviations, (H,)
+        with np.errstate(over="ignore", invalid="ignore"):
+            mean_b = xb.mean(axis=0)
+            m2_b = ((xb - mean_b) ** 2).sum(axis=0)  # sum of squared deviations, (H,)
+        _check_finite_statistics(xb, "variance", mean_b, m2_b)
         if not hasattr(self, "mean_"):
             mean, m2, n = mean_b, m2_b, n_b
             self.n_features_in_ = X.shape[1]
@@ -274,7 +317,9 @@ class Standardizer(_Postprocessor):
             n = n_a + n_b
             delta = mean_b - self.mean_
             mean = self.mean_ + delta * (n_b / n)
-            m2 = self.var_ * n_a + m2_b + delta**2 * (n_a * n_b / n)
+            with np.errstate(over="ignore", invalid="ignore"):
+                m2 = self.var_ * n_a + m2_b + delta**2 * (n_a * n_b / n)
+            _check_finite_statistics(xb, "variance", mean, m2)
         self.mean_ = mean
         self.var_ = m2 / n
         self.n_samples_seen_ = n

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ctxemb._validation import check_int, check_vectors
-from ctxemb.geometry.isotropy import cosine_contributions, pair_cosines, row_norms, sample_distinct_pairs
+from ctxemb.geometry.isotropy import _check_seed, cosine_contributions, pair_cosines, row_norms, sample_distinct_pairs
 
 logger = logging.getLogger(__name__)
 
@@ -86,12 +86,17 @@ def rogue_dimensions(X, k: int = 3) -> RogueDimensions:
     with np.errstate(divide="ignore", invalid="ignore"):
         shares = cc[order] / total if total != 0 else np.full(k, np.nan)
     cols = np.asarray(X[:, order], dtype=np.float64)  # (N, K)
+    # Scaled, so that huge values do not overflow the squares: var(x) = s^2 var(x / s).
+    scale = np.abs(cols).max(axis=0)
+    scale = np.where(scale > 0, scale, 1.0)
+    with np.errstate(over="ignore"):
+        variances = (cols / scale).var(axis=0) * scale * scale  # inf only if the variance itself exceeds float64
     return RogueDimensions(
         indices=order.astype(np.int64),
         shares=shares,
         contributions=cc[order],
         means=cols.mean(axis=0),
-        variances=cols.var(axis=0),
+        variances=variances,
         anisotropy=total,
     )
 
@@ -124,6 +129,7 @@ def informativity(X, k: int = 1, *, n_pairs: int = 100_000, seed: int | None = 0
     n, h = X.shape
     k = check_int(k, "k", low=1, high=h - 1, high_text="H - 1: at least one dimension must remain; H = %d" % h)
     n_pairs = check_int(n_pairs, "n_pairs", low=2)
+    seed = _check_seed(seed)
 
     removed = rogue_dimensions(X, k).indices
     keep = np.setdiff1d(np.arange(h), removed)

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import logging
 import os
+import pickle
 import re
+import zipfile
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -19,6 +21,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file as load_safetensors
 from safetensors.torch import save_file as save_safetensors
 
+from ctxemb._validation import CorruptFileError
 from ctxemb.config import BASE_MODEL_PREFIXES, EncoderConfig
 from ctxemb.modeling.encoder import Encoder
 from ctxemb.paths import atomic_path
@@ -48,8 +51,10 @@ _MPNET_TO_BERT = [
 _IGNORED = re.compile(r"(^|\.)position_ids$")
 
 
-class CheckpointError(ValueError):
-    """A checkpoint that does not fit the configuration (missing, unexpected or mis-shaped tensors)."""
+class CheckpointError(CorruptFileError):
+    """A weights file that cannot be read (corrupt, truncated, not a checkpoint) or that does not fit the
+    configuration (missing, unexpected or mis-shaped tensors). A :class:`~ctxemb._validation.CorruptFileError`,
+    hence a ``ValueError``."""
 
 
 def find_weights_file(model_dir: Path) -> Path:
@@ -62,14 +67,67 @@ def find_weights_file(model_dir: Path) -> Path:
 
 
 def read_state_dict(path: str | os.PathLike) -> dict[str, torch.Tensor]:
-    """Read tensors from a ``.safetensors`` or ``.bin`` file, with a clear error for unreadable files."""
+    """Read tensors from a ``.safetensors`` or ``.bin`` file.
+
+    ``.bin`` files are read with ``torch.load(weights_only=True)``: a pickle that holds anything but tensors and
+    plain containers is refused, never executed.
+
+    Returns:
+        Tensor name -> tensor (on the CPU).
+
+    Raises:
+        FileNotFoundError, PermissionError, IsADirectoryError: the file cannot be opened.
+        CheckpointError: the file is truncated, corrupt, not a checkpoint, or not a mapping of names to tensors; the
+            message names the file and says what is wrong, in one line.
+    """
     path = Path(path)
+    with open(path, "rb"):  # opening errors (missing, permissions, a directory) keep their own type and message
+        pass
+    if path.stat().st_size == 0:
+        raise CheckpointError(f"cannot read weights file {path}: it is empty (0 bytes); download or save it again",
+                              path)
     try:
         if path.suffix == ".safetensors":
-            return load_safetensors(str(path))
-        return torch.load(path, map_location="cpu", weights_only=True)
-    except (SafetensorError, RuntimeError, OSError, EOFError, ValueError) as e:
-        raise CheckpointError(f"cannot read weights file {path} (corrupt or not a checkpoint): {e}") from e
+            state = load_safetensors(str(path))
+        else:
+            state = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as e:
+        detail = str(e).split("WeightsUnpickler error:", 1)[-1].split("Check the documentation")[0]
+        detail = " ".join(detail.split()).split(". ")[0]
+        if "Unsupported global" in detail:
+            what = (f"it holds Python objects other than tensors ({detail}), which are never loaded from a pickle "
+                    "(they could run code)")
+        else:
+            what = f"corrupt, truncated, or not a PyTorch checkpoint ({detail or 'unreadable pickle'})"
+        raise CheckpointError(f"cannot read weights file {path}: {what}", path) from e
+    except (SafetensorError, RuntimeError, OSError, EOFError, ValueError, zipfile.BadZipFile, KeyError,
+            AttributeError, IndexError, TypeError, MemoryError, OverflowError) as e:
+        raise CheckpointError(
+            f"cannot read weights file {path} (truncated, corrupt or not a checkpoint): {_one_line(e)}", path) from e
+    if not isinstance(state, dict):
+        raise CheckpointError(f"weights file {path} holds a {type(state).__name__}, not a mapping of tensor names to "
+                              "tensors", path)
+    bad = [k for k, v in state.items() if not isinstance(k, str) or not isinstance(v, torch.Tensor)]
+    if bad:
+        raise CheckpointError(f"weights file {path} holds {len(bad)} entries that are not named tensors "
+                              f"(first: {bad[0]!r}); expected a state dict of tensors", path)
+    return state
+
+
+def _check_finite(state: Mapping[str, torch.Tensor], path: Path) -> None:
+    """Refuse NaN or infinite weights: they would make every embedding NaN without a word."""
+    for name, t in state.items():
+        # A sum is finite when every value is (for weights of ordinary size): one cheap pass, the exact check only
+        # when it is not.
+        if t.is_floating_point() and not bool(torch.isfinite(t.sum())) and not bool(torch.isfinite(t).all()):
+            n_bad = int((~torch.isfinite(t)).sum())
+            raise CheckpointError(f"weights file {path}: tensor {name} holds {n_bad} NaN or infinite values "
+                                  "(a diverged training run or a corrupt file)", path)
+
+
+def _one_line(error: BaseException) -> str:
+    text = " ".join(str(error).split())
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__
 
 
 def _replace_prefix(key: str, table: list[tuple[str, str]], *, anywhere: bool) -> str:
@@ -157,8 +215,9 @@ def load_encoder_dir(model_dir: str | os.PathLike, *, strict: bool = True) -> tu
 
     Raises:
         FileNotFoundError: the directory, its ``config.json`` or its weights are missing.
-        CheckpointError: the weights are unreadable or do not match the configuration.
-        ValueError: the ``model_type`` is not supported.
+        CorruptFileError: ``config.json`` is unreadable (not UTF-8, not JSON) or has a bad field, e.g. an
+            unsupported ``model_type`` (a ValueError).
+        CheckpointError: the weights are unreadable, hold NaN/inf, or do not match the configuration.
     """
     model_dir = Path(model_dir)
     if not model_dir.is_dir():
@@ -166,6 +225,7 @@ def load_encoder_dir(model_dir: str | os.PathLike, *, strict: bool = True) -> tu
     config = EncoderConfig.from_json_file(model_dir / "config.json")
     weights = find_weights_file(model_dir)
     state = canonical_state_dict(read_state_dict(weights), config.model_type)
+    _check_finite(state, weights)
     trunk, heads = split_heads(state)
     encoder = Encoder(config)
     if "pooler.dense.weight" not in trunk:

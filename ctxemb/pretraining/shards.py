@@ -37,7 +37,7 @@ from typing import Iterator, Literal, Sequence
 import numpy as np
 
 from ctxemb._validation import check_choice, check_int
-from ctxemb.paths import atomic_directory, atomic_write
+from ctxemb.paths import atomic_directory, atomic_write, resolve_saved_directory
 from ctxemb.tokenization import Tokenizer
 
 logger = logging.getLogger(__name__)
@@ -344,7 +344,7 @@ class TokenShards:
             ValueError: another format or version, files that do not match the manifest, or a tokenizer with
                 another vocabulary.
         """
-        directory = Path(directory)
+        directory = resolve_saved_directory(directory)  # restores a save a crash interrupted
         path = directory / "manifest.json"
         if not path.is_file():
             raise FileNotFoundError(f"no token shards in {directory}: expected manifest.json (build_token_shards "

@@ -9,11 +9,14 @@ Array level (no model needed)::
 
 With an embedder: ``build_sentence_index``, ``build_word_index``, ``query_sentences``, ``query_words``.
 
+A corrupt, truncated or inconsistent saved file raises ``CorruptFileError`` (a ``ValueError``) naming the file.
+``embedder_config_differences`` is the configuration comparison that indexes and the WSD sense store share.
+
 Modules: ``params`` (index kinds and their parameter objects), ``index`` (``SemanticIndex``), ``storage`` (the saved
 directory), ``_backends`` (the FAISS structures), ``text`` (the embedder helpers).
 """
 
-from ctxemb.search.index import Hit, SemanticIndex
+from ctxemb.search.index import Hit, SemanticIndex, embedder_config_differences
 from ctxemb.search.params import (
     INDEX_KINDS,
     METRICS,
@@ -25,9 +28,11 @@ from ctxemb.search.params import (
     Metric,
     make_params,
 )
+from ctxemb.search.storage import CorruptFileError
 from ctxemb.search.text import build_sentence_index, build_word_index, query_sentences, query_words
 
 __all__ = [
+    "CorruptFileError",
     "INDEX_KINDS",
     "METRICS",
     "FlatParams",
@@ -40,6 +45,7 @@ __all__ = [
     "SemanticIndex",
     "build_sentence_index",
     "build_word_index",
+    "embedder_config_differences",
     "make_params",
     "query_sentences",
     "query_words",

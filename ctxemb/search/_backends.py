@@ -27,7 +27,7 @@ import faiss
 import numpy as np
 
 from ctxemb.search.params import HNSWParams, IndexParams, IVFPQParams
-from ctxemb.search.storage import LISTS_FILE, VECTORS_FILE
+from ctxemb.search.storage import LISTS_FILE, VECTORS_FILE, CorruptFileError, read_faiss_file
 
 logger = logging.getLogger(__name__)
 
@@ -84,15 +84,34 @@ class Backend:
         faiss.write_index(self.index, str(path))
 
     def load(self, path: Path, directory: Path) -> None:
-        self.index = faiss.read_index(str(path))
+        """Read the FAISS file of a saved index (``directory`` holds it and any live files).
+
+        Raises:
+            FileNotFoundError: the file (or a live file) is missing.
+            CorruptFileError: FAISS cannot read it, or it holds another structure, metric or dimension.
+        """
+        index = read_faiss_file(path, "FAISS index file")
+        _check_loaded(index, self._loaded_type, self.kind, path, self.dim)
+        self._check_parts(index, path)
+        self.index = index
+
+    _loaded_type: type = faiss.Index
+
+    def _check_parts(self, index, path: Path) -> None:
+        """Further checks of a loaded structure (none by default)."""
 
 
-def _check_loaded(index, expected: type, kind: str, path: Path) -> None:
+def _check_loaded(index, expected: type, kind: str, path: Path, dim: int) -> None:
     if not isinstance(index, expected):
-        raise ValueError(
+        raise CorruptFileError(
             "%s holds a %s, but the manifest says kind=%r (expected a %s); the directory is corrupt or was "
             "written by something else" % (path, type(index).__name__, kind, expected.__name__)
         )
+    if index.d != dim:
+        raise CorruptFileError("%s holds %d-dimensional vectors but the manifest says dim=%d" % (path, index.d, dim))
+    if index.metric_type != faiss.METRIC_INNER_PRODUCT:
+        raise CorruptFileError("%s uses FAISS metric %d, not the inner product this index searches with"
+                               % (path, index.metric_type))
 
 
 class FlatBackend(Backend):
@@ -130,10 +149,7 @@ class FlatBackend(Backend):
     def reset(self):
         self.index.reset()
 
-    def load(self, path, directory):
-        index = faiss.read_index(str(path))
-        _check_loaded(index, faiss.IndexIDMap2, self.kind, path)
-        self.index = index
+    _loaded_type = faiss.IndexIDMap2
 
 
 class HNSWBackend(Backend):
@@ -167,10 +183,7 @@ class HNSWBackend(Backend):
         # The graph cannot drop nodes, so a compacted HNSW index is rebuilt from scratch.
         self.__init__(self.dim, self.params)
 
-    def load(self, path, directory):
-        index = faiss.read_index(str(path))
-        _check_loaded(index, faiss.IndexHNSWFlat, self.kind, path)
-        self.index = index
+    _loaded_type = faiss.IndexHNSWFlat
 
 
 def _check_sequential(labels: np.ndarray, ntotal: int) -> None:
@@ -258,10 +271,13 @@ class IVFPQBackend(Backend):
         if self.index is not None:
             self.index.reset()  # keeps the trained quantiser and codebooks
 
-    def load(self, path, directory):
-        index = faiss.read_index(str(path))
-        _check_loaded(index, faiss.IndexRefineFlat, self.kind, path)
-        self.index = index
+    _loaded_type = faiss.IndexRefineFlat
+
+    def _check_parts(self, index, path):
+        base = faiss.downcast_index(index.base_index)
+        if not isinstance(base, faiss.IndexIVFPQ):
+            raise CorruptFileError("%s re-ranks a %s, not the IndexIVFPQ the manifest's kind='ivfpq' needs"
+                                   % (path, type(base).__name__))
 
 
 class OnDiskIVFPQBackend(IVFPQBackend):
@@ -362,15 +378,30 @@ class OnDiskIVFPQBackend(IVFPQBackend):
 
     def load(self, path, directory):
         # ONDISK_SAME_DIR makes FAISS look for lists.ivfdata beside the index file, so a moved directory still works.
-        index = faiss.read_index(str(path), faiss.IO_FLAG_ONDISK_SAME_DIR)
-        _check_loaded(index, faiss.IndexIVFPQ, self.kind, path)
+        lists_path = Path(path).parent / LISTS_FILE
+        if not lists_path.is_file():
+            raise FileNotFoundError("the inverted lists of the on-disk index are missing: %s not found" % lists_path)
+        index = read_faiss_file(path, "FAISS index file", faiss.IO_FLAG_ONDISK_SAME_DIR)
+        _check_loaded(index, faiss.IndexIVFPQ, self.kind, path, self.dim)
+        lists = faiss.downcast_InvertedLists(index.invlists)
+        if not isinstance(lists, faiss.OnDiskInvertedLists):
+            raise CorruptFileError("%s holds in-memory inverted lists, but the manifest says on_disk=True" % path)
+        # Reading lists beyond the end of a truncated file would crash the process (SIGBUS), not raise.
+        size = lists_path.stat().st_size
+        if size < lists.totsize:
+            raise CorruptFileError(
+                "%s has %d bytes but %s needs %d: the inverted lists are truncated" % (lists_path, size, path, lists.totsize)
+            )
         self.index = index
         self.directory = Path(directory)
-        size = (self.directory / VECTORS_FILE).stat().st_size if (self.directory / VECTORS_FILE).exists() else 0
+        vectors_path = self.directory / VECTORS_FILE
+        if self.n_rows and not vectors_path.is_file():
+            raise FileNotFoundError("the raw vectors of the on-disk index are missing: %s not found" % vectors_path)
+        size = vectors_path.stat().st_size if vectors_path.exists() else 0
         if size < self.n_rows * self.dim * 4:
-            raise ValueError(
-                "%s has %d bytes but the manifest needs %d rows of %d float32 (%d bytes)"
-                % (self.directory / VECTORS_FILE, size, self.n_rows, self.dim, self.n_rows * self.dim * 4)
+            raise CorruptFileError(
+                "%s has %d bytes but the manifest needs %d rows of %d float32 (%d bytes): it is truncated"
+                % (vectors_path, size, self.n_rows, self.dim, self.n_rows * self.dim * 4)
             )
         self._memmap = None
 

@@ -27,7 +27,10 @@ an ``IDSelectorBitmap`` until ``compact()`` rebuilds them.
 
 A saved index is a directory (``ctxemb.search.storage``): ``manifest.json``, ``index.<gen>.faiss`` and
 ``items.<gen>.json``, written as a new generation and committed by replacing the manifest atomically, so a crash
-leaves the previous save loadable.
+leaves the previous save loadable. An on-disk index changes its live files in place: once changed and not saved
+again (a crash), its directory no longer matches its manifest and loading it raises ``CorruptFileError`` (rebuild
+it) instead of returning wrong results. Every corrupt, truncated or inconsistent file read by ``load`` raises
+``CorruptFileError`` (a ``ValueError``) naming the file.
 
 Shape legend:
     N  vectors (items) added
@@ -50,9 +53,17 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from ctxemb._validation import check_choice, check_int, unit_rows
+from ctxemb.paths import resolve_saved_directory
 from ctxemb.search._backends import Backend, make_backend
 from ctxemb.search.params import METRICS, IndexKind, IndexParams, IVFPQParams, Metric, resolve_params
-from ctxemb.search.storage import SavedIndex, prepare_on_disk_directory, read_index_directory, write_index_directory
+from ctxemb.search.storage import (
+    CorruptFileError,
+    SavedIndex,
+    mark_unsaved_changes,
+    prepare_on_disk_directory,
+    read_index_directory,
+    write_index_directory,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -97,6 +108,48 @@ def _json_dict(value, name: str) -> dict | None:
         return json.loads(json.dumps(dict(value), allow_nan=False))
     except (TypeError, ValueError) as e:
         raise TypeError("%s must be JSON-serialisable: %s" % (name, e)) from None
+
+
+def apply_layer_overrides(config: Mapping | None, recipe: Mapping | None) -> dict | None:
+    """The embedder configuration that a recipe's per-call layer choice gives: ``layers``/``layer_pooling`` replaced.
+
+    ``layer_weights`` only count for ``"weighted"`` pooling, so another pooling makes them None (as the embedder
+    ignores them then). A copy; None stays None.
+    """
+    if config is None:
+        return None
+    out = dict(config)
+    recipe = recipe or {}
+    if recipe.get("layers") is not None:
+        out["layers"] = list(recipe["layers"])
+    if recipe.get("layer_pooling") is not None:
+        out["layer_pooling"] = recipe["layer_pooling"]
+        if out["layer_pooling"] != "weighted" and out.get("layer_weights") is not None:
+            out["layer_weights"] = None
+    return out
+
+
+def embedder_config_differences(stored: Mapping | Any, given: Mapping | Any, *, stored_name: str = "index"
+                                ) -> list[str]:
+    """One line per field where two embedder configurations differ, ``"  field: index has X, given Y"``.
+
+    The comparison every store of embeddings uses (``SemanticIndex.check_config``, the WSD ``Disambiguator``): all
+    fields, after a JSON round trip (tuples and lists compare equal); a field present on one side only differs.
+
+    Args:
+        stored: the configuration recorded with the vectors (dict, or an object with ``to_dict()``).
+        given: the configuration of the embedder about to make queries.
+        stored_name: what recorded ``stored``, for the lines ("index", "store").
+    """
+    a_all, b_all = _json_dict(stored, "stored config"), _json_dict(given, "config")
+    missing = object()
+    diffs = []
+    for key in sorted(set(a_all) | set(b_all)):
+        a, b = a_all.get(key, missing), b_all.get(key, missing)
+        if a != b:
+            shown = ["(absent)" if v is missing else json.dumps(v) for v in (a, b)]
+            diffs.append("  %s: %s has %s, given %s" % (key, stored_name, shown[0], shown[1]))
+    return diffs
 
 
 def check_id_list(ids, name: str = "ids") -> list[str]:
@@ -197,6 +250,7 @@ class SemanticIndex:
         # tombstoned labels of kinds whose FAISS index cannot delete (hnsw, in-memory ivfpq)
         self._dead: set[int] = set()
         self._selector_cache = None  # (bitmap array kept alive, faiss.IDSelectorBitmap)
+        self._live_marked = False  # on-disk: unsaved_changes.json written since the last save
 
     @property
     def on_disk(self) -> bool:
@@ -245,8 +299,17 @@ class SemanticIndex:
 
     def get_metadata(self, item_id: str) -> dict | None:
         """The metadata stored for ``item_id`` (a fresh copy), or None. Raises KeyError for an unknown id."""
-        m = self._meta[self._label(item_id)]
-        return None if m is None else json.loads(m)
+        return self._decode_meta(self._label(item_id))
+
+    def _decode_meta(self, label: int) -> dict | None:
+        m = self._meta[label]
+        if m is None:
+            return None
+        try:
+            return json.loads(m)
+        except ValueError:
+            raise CorruptFileError("the metadata of item %r is not valid JSON; the items file of %s is corrupt"
+                                   % (self._ids[label], self.directory)) from None
 
     def get_vector(self, item_id: str) -> np.ndarray:
         """The stored (H,) float32 vector of ``item_id`` (L2-normalised for ``metric="cosine"``).
@@ -278,19 +341,24 @@ class SemanticIndex:
                 % (name, arr.shape[1], self.dim, arr.shape)
             )
         if arr.dtype.kind == "f":
+            # Everything that could make a row unusable is checked here, before an add or upsert changes anything.
             for start in range(0, len(arr), _ADD_CHUNK):
                 block = arr[start : start + _ADD_CHUNK]
                 finite = np.isfinite(block)
                 if not finite.all():
                     r, c = np.argwhere(~finite)[0]
                     raise ValueError("%s contains NaN or infinity (first at row %d, column %d)" % (name, start + r, c))
+                if arr.dtype.itemsize > 4 and block.size and (
+                    block.max() >= _FLOAT32_OVERFLOW or block.min() <= -_FLOAT32_OVERFLOW  # two passes, no copy
+                ):
+                    r, c = np.argwhere(np.abs(block) >= _FLOAT32_OVERFLOW)[0]
+                    raise ValueError("%s overflows float32 (values beyond +-3.4e38; first at row %d, column %d)"
+                                     % (name, start + r, c))
         return arr, single
 
     def _prepare(self, arr: np.ndarray, name: str) -> np.ndarray:
-        """A float32 C-contiguous copy of checked rows, L2-normalised for the cosine metric (zero rows stay zero)."""
-        if arr.dtype.kind == "f" and arr.dtype.itemsize > 4 and arr.size:
-            if arr.max() >= _FLOAT32_OVERFLOW or arr.min() <= -_FLOAT32_OVERFLOW:  # two passes, no copy
-                raise ValueError("%s overflows float32 (values beyond +-3.4e38)" % name)
+        """A float32 C-contiguous copy of rows checked by ``_check_matrix``, L2-normalised for the cosine metric
+        (zero rows stay zero)."""
         if self.metric == "cosine":
             return unit_rows(arr, name, zero="keep", dtype=np.float32)  # (N, H)
         return np.array(arr, dtype=np.float32, order="C", copy=True)  # (N, H)
@@ -387,7 +455,8 @@ class SemanticIndex:
 
         Raises:
             TypeError: non-string ids, non-numeric vectors, metadata that is not JSON.
-            ValueError: wrong shape or dimension, NaN/inf, repeated ids, or ids already present (use ``upsert``).
+            ValueError: wrong shape or dimension, NaN/inf, values beyond float32's range, repeated ids, or ids
+                already present (use ``upsert``). Everything is checked before anything is added.
         """
         ids, arr, meta = self._check_batch(ids, vectors, metadata)
         present = [i for i in ids if i in self._label_of]
@@ -399,6 +468,8 @@ class SemanticIndex:
     def upsert(self, ids: Sequence[str], vectors, metadata: Sequence[Mapping | None] | None = None, *,
                show_progress_bar: bool = True) -> "SemanticIndex":
         """Add items, replacing the vector and metadata of ids already present (metadata None clears it).
+
+        Every argument is checked before anything changes: a bad vector or metadata leaves the old items in place.
 
         Args / Raises: as for ``add``, except that present ids are allowed.
 
@@ -416,6 +487,7 @@ class SemanticIndex:
             return
         if not self._backend.is_trained:
             self._backend.train(self._train_sample(arr), n)
+        self._before_live_change()
         with tqdm(total=n, desc="indexing", unit="vec", disable=not show_progress_bar or n <= _ADD_CHUNK) as bar:
             for start in range(0, n, _ADD_CHUNK):
                 stop = min(start + _ADD_CHUNK, n)
@@ -456,6 +528,7 @@ class SemanticIndex:
         if not labels:
             return
         if self._backend.physical_remove:
+            self._before_live_change()
             self._backend.remove(np.array(sorted(labels), dtype=np.int64))
         else:
             self._dead.update(labels)
@@ -464,6 +537,14 @@ class SemanticIndex:
             del self._label_of[self._ids[label]]
             self._ids[label] = None
             self._meta[label] = None
+
+    def _before_live_change(self) -> None:
+        """Before an on-disk index first changes its live files after a save, record that they will differ from it
+        (``unsaved_changes.json``; see ``ctxemb.search.storage``), so that loading the directory after a crash
+        raises instead of returning wrong results."""
+        if self.on_disk and not self._live_marked:
+            mark_unsaved_changes(self._backend.directory)
+            self._live_marked = True
 
     def compact(self, *, show_progress_bar: bool = True) -> "SemanticIndex":
         """Rebuild the FAISS index without tombstoned vectors (hnsw, in-memory ivfpq) and renumber labels.
@@ -570,8 +651,7 @@ class SemanticIndex:
                 item_id = self._ids[label] if 0 <= label < len(self._ids) else None
                 if item_id is None:
                     continue
-                m = self._meta[label]
-                row.append(Hit(item_id, s, None if m is None else json.loads(m)))
+                row.append(Hit(item_id, s, self._decode_meta(label)))
             results.append(row)
         return results[0] if single else results
 
@@ -598,6 +678,11 @@ class SemanticIndex:
     def check_config(self, config: Mapping | Any) -> None:
         """Raise unless ``config`` equals the embedder configuration stored with the index.
 
+        Every field is compared (``embedder_config_differences``), after applying the layer choice of the index's
+        recipe to both sides (``apply_layer_overrides``): an index built with ``layers=[-1]`` by
+        ``build_sentence_index`` accepts the configuration of the embedder it was built with, whose queries
+        ``query_sentences`` embeds with ``layers=[-1]`` too.
+
         Args:
             config: the query embedder's configuration: a dict (``emb.config.to_dict()``) or an object with
                 ``to_dict()``.
@@ -612,13 +697,10 @@ class SemanticIndex:
                 "this index stores no embedder configuration, so queries cannot be checked against it; pass "
                 "embedder_config= when building it (build_sentence_index/build_word_index do this)"
             )
-        missing = object()
-        diffs = []
-        for key in sorted(set(self.embedder_config) | set(given)):
-            a, b = self.embedder_config.get(key, missing), given.get(key, missing)
-            if a != b:
-                shown = ["(absent)" if v is missing else json.dumps(v) for v in (a, b)]
-                diffs.append("  %s: index has %s, given %s" % (key, shown[0], shown[1]))
+        # The query helpers embed with the recipe's layer choice, so that is what the given embedder will produce.
+        diffs = embedder_config_differences(
+            apply_layer_overrides(self.embedder_config, self.recipe), apply_layer_overrides(given, self.recipe)
+        )
         if diffs:
             raise ValueError(
                 "the embedder configuration differs from the one this index was built with in %d field(s):\n%s\n"
@@ -657,6 +739,8 @@ class SemanticIndex:
             write_faiss=self._backend.write if self._backend.is_trained else None,
             live_dir=self._backend.directory if self.on_disk else None,
         )
+        if self.on_disk and directory.resolve() == self._backend.directory.resolve():
+            self._live_marked = False  # the save cleared the marker
         logger.info("saved %r to %s (generation %d)", self, directory, gen)
         return directory
 
@@ -673,12 +757,18 @@ class SemanticIndex:
             The index; its ``directory`` is ``directory``.
 
         Raises:
-            FileNotFoundError: no manifest in ``directory``.
-            ValueError: an unknown format, inconsistent files, or a configuration mismatch.
+            FileNotFoundError: no manifest in ``directory``, or a file it names is missing.
+            CorruptFileError: a file that is corrupt, truncated, not UTF-8 (JSON) or not a FAISS index, files that
+                disagree with each other, or an on-disk index changed after its last save and never saved again;
+                the message names the file. A ``ValueError``.
+            ValueError: another format version, or a configuration mismatch.
         """
-        directory = Path(directory)
+        directory = resolve_saved_directory(directory)  # restores a directory save a crash interrupted
         saved = read_index_directory(directory)
-        dim, kind, params = _check_spec(saved.dim, saved.kind, saved.metric, saved.params)
+        try:
+            dim, kind, params = _check_spec(saved.dim, saved.kind, saved.metric, saved.params)
+        except (TypeError, ValueError) as e:
+            raise CorruptFileError("index manifest %s: %s" % (directory / "manifest.json", e)) from None
         self = cls.__new__(cls)
         self._init_state(dim, kind, saved.metric, params, saved.embedder_config, saved.recipe, directory)
         if saved.faiss_file is not None:
@@ -689,7 +779,7 @@ class SemanticIndex:
         self._label_of = {i: label for label, i in enumerate(saved.ids) if i is not None}
         expected_ntotal = len(self._label_of) if self._backend.physical_remove else saved.n_labels
         if self._backend.ntotal != expected_ntotal:
-            raise ValueError(
+            raise CorruptFileError(
                 "the FAISS index in %s holds %d vectors but the items file implies %d; the directory is inconsistent"
                 % (directory, self._backend.ntotal, expected_ntotal)
             )

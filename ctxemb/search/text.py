@@ -5,6 +5,8 @@ These helpers take any :class:`ctxemb.protocols.EmbedderLike` (``config.to_dict(
 stays below the embedding layer. Each index records the embedder configuration and a *recipe* (sentence pooling,
 or target word and layer choice), and the query helpers embed queries by the same recipe after checking the
 configuration, so a query from a different model or layer mix raises instead of returning meaningless neighbours.
+A per-call layer choice (``layers=``, ``layer_pooling=``) is part of the recorded configuration, and the index is
+sized from it (``concat`` of n layers gives n * hidden dimensions) before anything is embedded.
 
 Shape legend:
     N  items (sentences, or occurrences of a word)
@@ -22,7 +24,7 @@ import numpy as np
 
 from ctxemb._validation import check_string_batch
 from ctxemb.protocols import EmbedderLike, embedder_config_dict
-from ctxemb.search.index import Hit, SemanticIndex, check_id_list
+from ctxemb.search.index import Hit, SemanticIndex, apply_layer_overrides, check_id_list
 from ctxemb.search.params import IndexKind, IndexParams, Metric
 
 logger = logging.getLogger(__name__)
@@ -94,12 +96,30 @@ def build_sentence_index(
     recipe = {
         "mode": "sentences",
         "pooling": pooling,
-        "layers": None if layers is None else [int(x) for x in layers],
+        "layers": _check_layers(layers),
         "layer_pooling": layer_pooling,
     }
     make_index = _index_factory(embedder, recipe, kind=kind, metric=metric, params=params, directory=directory)
     vectors = _embed_texts(embedder, texts, recipe, batch_size=batch_size, show_progress_bar=show_progress_bar)
     return make_index(vectors.shape[1]).add(ids, vectors, metadata, show_progress_bar=show_progress_bar)
+
+
+def _check_layers(layers) -> list[int] | None:
+    """``layers`` as a list of distinct ints, or None. Raises TypeError/ValueError naming the argument."""
+    if layers is None:
+        return None
+    if isinstance(layers, (str, bytes)) or not hasattr(layers, "__iter__"):
+        raise TypeError("layers must be a sequence of hidden-state indices (e.g. [-1] or [-2, -1]); got %r" % (layers,))
+    out = list(layers)
+    for x in out:
+        if isinstance(x, bool) or not isinstance(x, (int, np.integer)):
+            raise TypeError("layers must hold ints (hidden-state indices); got %r in %r" % (x, out))
+    out = [int(x) for x in out]
+    if not out:
+        raise ValueError("layers is empty: give at least one hidden-state index (0 = embeddings, -1 = last layer)")
+    if len(set(out)) != len(out):
+        raise ValueError("layers repeats an index: %r" % out)
+    return out
 
 
 def _check_unique_ids(ids, n: int, what: str) -> list[str]:
@@ -114,25 +134,61 @@ def _check_unique_ids(ids, n: int, what: str) -> list[str]:
 def _index_factory(embedder, recipe: dict, **index_args):
     """Validate the index arguments before the (slow) embedding; returns ``dim -> SemanticIndex``.
 
-    With the contract's ``embedder.dim`` the index is created up front, so a bad argument fails before any model
-    runs; otherwise it is created once the vectors show the dimension.
+    The index records the embedder's configuration with the recipe's layer choice applied (what its vectors
+    really are). When the dimension the embedder will produce is known (``embedder.dim`` and the layer choice,
+    see ``_output_dim``), the index is created up front, so a bad argument fails before any model runs;
+    otherwise it is created once the vectors show the dimension.
     """
-    config = embedder_config_dict(embedder)
+    config = apply_layer_overrides(embedder_config_dict(embedder), recipe)
 
     def make(dim: int) -> SemanticIndex:
         return SemanticIndex(dim, embedder_config=config, recipe=recipe, **index_args)
 
-    dim = getattr(embedder, "dim", None)
-    if not isinstance(dim, int):
+    dim = _output_dim(embedder, recipe)
+    if dim is None:
         return make
     early = make(dim)
 
     def reuse(actual: int) -> SemanticIndex:
         if actual != dim:
-            raise ValueError("the embedder returned %d-dimensional vectors but its dim is %d" % (actual, dim))
+            raise ValueError(
+                "the embedder returned %d-dimensional vectors but %d were expected from its dim (%d) and the layer "
+                "choice (layers=%s, layer_pooling=%s)"
+                % (actual, dim, embedder.dim, config.get("layers"), config.get("layer_pooling"))
+            )
         return early
 
     return reuse
+
+
+def _output_dim(embedder, recipe: dict) -> int | None:
+    """The dimension the embedder's vectors will have under the recipe's layer choice, or None if unknown.
+
+    ``embedder.dim`` is that of its own configuration; ``concat`` pooling of n layers multiplies the hidden size
+    by n, every other pooling keeps it.
+    """
+    dim = getattr(embedder, "dim", None)
+    if not isinstance(dim, int) or isinstance(dim, bool):
+        return None
+    if recipe.get("layers") is None and recipe.get("layer_pooling") is None:
+        return dim
+    config = embedder_config_dict(embedder)
+    base_layers, base_pooling = config.get("layers"), config.get("layer_pooling")
+    hidden = getattr(embedder, "hidden_size", None)
+    if not isinstance(hidden, int) or isinstance(hidden, bool):
+        if base_pooling is None or (base_pooling == "concat" and not isinstance(base_layers, (list, tuple))):
+            return None
+        n = len(base_layers) if base_pooling == "concat" else 1
+        if n == 0 or dim % n:
+            return None
+        hidden = dim // n
+    layers = recipe.get("layers") if recipe.get("layers") is not None else base_layers
+    pooling = recipe.get("layer_pooling") or base_pooling
+    if pooling is None:
+        return None
+    if pooling == "concat":
+        return hidden * len(layers) if isinstance(layers, (list, tuple)) else None
+    return hidden
 
 
 def _layer_kwargs(recipe: dict) -> dict:
@@ -266,7 +322,7 @@ def build_word_index(
     recipe = {
         "mode": "words",
         "target_word": target_word,
-        "layers": None if layers is None else [int(x) for x in layers],
+        "layers": _check_layers(layers),
         "layer_pooling": layer_pooling,
     }
     make_index = _index_factory(embedder, recipe, kind=kind, metric=metric, params=params, directory=directory)

@@ -42,7 +42,7 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from ctxemb.inference import cpu_has_native_bf16
-from ctxemb.paths import atomic_path, atomic_write
+from ctxemb.paths import atomic_path, atomic_write, resolve_saved_directory
 from ctxemb.training.data import Batch, batch_size_of, count_tokens, move_to_device
 from ctxemb.training.distributed import (DistributedContext, all_reduce_mean, all_reduce_sum, any_process,
                                          init_distributed, shutdown, unwrap_model, wrap_model)
@@ -475,7 +475,7 @@ def _resume_path(config: TrainConfig) -> Path | None:
         if path is None:
             logger.warning("resume=True but %s has no checkpoint; starting from step 0", config.out_dir)
         return path
-    path = Path(config.resume)
+    path = resolve_saved_directory(config.resume)  # a save cut off between its renames is restored first
     if not path.is_dir():
         raise FileNotFoundError(f"resume: checkpoint directory {path} does not exist")
     return path

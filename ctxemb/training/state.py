@@ -31,7 +31,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from ctxemb.paths import atomic_directory
+from ctxemb.paths import atomic_directory, recover_folder, resolve_saved_directory
 from ctxemb.training.distributed import DistributedContext, barrier, gather_to_main, unwrap_model
 
 logger = logging.getLogger(__name__)
@@ -112,6 +112,7 @@ def list_checkpoints(out_dir: str | Path) -> list[tuple[int, Path]]:
     out_dir = Path(out_dir)
     if not out_dir.is_dir():
         return []
+    recover_folder(out_dir)  # restores a checkpoint a crash interrupted; deletes leftovers of crashed saves
     found = []
     for p in out_dir.iterdir():
         m = _CHECKPOINT_RE.match(p.name)
@@ -194,7 +195,7 @@ def read_trainer_state(path: str | Path) -> dict:
         FileNotFoundError: the directory or the file is missing.
         CheckpointError: the file is not valid JSON or lacks the step.
     """
-    path = Path(path)
+    path = resolve_saved_directory(path)  # restores a checkpoint a crash interrupted
     if not path.is_dir():
         raise FileNotFoundError(f"checkpoint directory {path} does not exist")
     f = path / TRAINER_STATE

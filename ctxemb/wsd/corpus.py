@@ -28,6 +28,7 @@ from xml.sax.saxutils import escape
 
 import numpy as np
 
+from ctxemb._validation import CorruptFileError, decode_utf8
 from ctxemb.paths import atomic_write
 
 logger = logging.getLogger(__name__)
@@ -183,20 +184,28 @@ def read_gold_keys(path: str | os.PathLike) -> dict[str, tuple[str, ...]]:
 
     Raises:
         FileNotFoundError: no such file.
-        ValueError: a line has an id and no key.
+        CorruptFileError: (a ValueError) the file is not UTF-8 text, or a line has an id and no key; the message
+            names the file and the line.
     """
     keys: dict[str, tuple[str, ...]] = {}
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            parts = line.split()
-            if not parts:
-                continue
-            if len(parts) < 2:
-                raise ValueError("%s line %d: expected 'instance_id key [key ...]', got %r" % (path, lineno, line))
-            iid, answers = parts[0], parts[1:]
-            if iid in keys or len(answers) > 1:
-                answers = list(dict.fromkeys(list(keys.get(iid, ())) + answers))
-            keys[iid] = tuple(answers)
+    with open(path, "rb") as f:
+        data = f.read()
+    if b"\x00" in data:
+        line = data.count(b"\n", 0, data.index(b"\x00")) + 1
+        raise CorruptFileError("key file %s line %d: holds a NUL byte; it is binary or corrupt, not a key file"
+                               % (path, line), path)
+    text = decode_utf8(data, path, "key file")
+    for lineno, line in enumerate(text.split("\n"), 1):  # "\n" only: line numbers as an editor shows them
+        parts = line.split()
+        if not parts:
+            continue
+        if len(parts) < 2:
+            raise CorruptFileError("key file %s line %d: expected 'instance_id key [key ...]', got %r"
+                                   % (path, lineno, line), path)
+        iid, answers = parts[0], parts[1:]
+        if iid in keys or len(answers) > 1:
+            answers = list(dict.fromkeys(list(keys.get(iid, ())) + answers))
+        keys[iid] = tuple(answers)
     return keys
 
 
@@ -219,7 +228,10 @@ def read_raganato(
 
     Raises:
         FileNotFoundError: ``xml_path`` (or an explicitly given ``key_path``) does not exist.
-        ValueError: the XML is not in the expected layout (e.g. a token outside a sentence).
+        CorruptFileError: (a ValueError) the XML is malformed or truncated, not UTF-8, or not in the expected layout
+            (a token outside a sentence, a sentence without an id, an ``<instance>`` without an id, an empty word, an
+            instance id used twice), or the key file is bad; the message names the file and the sentence id (the
+            key file: the line).
     """
     xml_path = Path(xml_path)
     if not xml_path.is_file():
@@ -241,38 +253,95 @@ def read_raganato(
     tags: list[str | None] = []
     instances: list[Instance] = []
     used_gold = 0
-    # "end" events only: attributes are complete there, and skipping "start" halves the parser's callbacks.
-    for _, elem in ET.iterparse(str(xml_path), events=("end",)):
-        tag = elem.tag
-        if tag == "wf" or tag == "instance":
-            if tag == "instance":
-                iid = elem.get("id")
-                keys = gold.get(iid, ())
-                used_gold += bool(keys)
-                instances.append(Instance(iid, len(words), elem.get("lemma"), elem.get("pos"), keys))
-            words.append(elem.text or "")
-            lemmas.append(elem.get("lemma"))
-            tags.append(elem.get("pos"))
-        elif tag == "sentence":
-            doc_sentences.append(
-                Sentence(elem.get("id"), tuple(words), tuple(lemmas), tuple(tags), tuple(instances))
-            )
-            words, lemmas, tags, instances = [], [], [], []
-            elem.clear()
-        elif tag == "text":
-            attrs = {k: v for k, v in elem.attrib.items() if k != "id"}
-            documents.append(Document(elem.get("id"), tuple(doc_sentences), attrs))
-            doc_sentences = []
-            elem.clear()
-        elif tag == "corpus":
-            corpus_attrs = dict(elem.attrib)
+    problem: str | None = None  # the first bad token of the current sentence, raised when its id is known
+    seen_instances: dict[str, str] = {}  # instance id -> its sentence id
+    last_sentence: str | None = None
+    root = None
+    try:
+        # "end" events only: attributes are complete there, and skipping "start" halves the parser's callbacks.
+        for _, elem in ET.iterparse(str(xml_path), events=("end",)):
+            tag = elem.tag
+            root = tag
+            if tag == "wf" or tag == "instance":
+                word = elem.text or ""
+                if problem is None and not word.strip():
+                    problem = "word %d (<%s>%s) is empty" % (
+                        len(words), tag, ' id="%s"' % elem.get("id") if elem.get("id") else "")
+                if tag == "instance":
+                    iid = elem.get("id")
+                    if problem is None and not iid:
+                        problem = "the <instance> at word %d (%r) has no id" % (len(words), word)
+                    keys = gold.get(iid, ())
+                    used_gold += bool(keys)
+                    instances.append(Instance(iid, len(words), elem.get("lemma"), elem.get("pos"), keys))
+                words.append(word)
+                lemmas.append(elem.get("lemma"))
+                tags.append(elem.get("pos"))
+            elif tag == "sentence":
+                sid = elem.get("id")
+                where = "sentence %s" % sid if sid else (
+                    "the <sentence> without an id after sentence %s" % last_sentence if last_sentence
+                    else "the first <sentence>, which has no id")
+                if problem is not None:
+                    raise CorruptFileError("%s: %s: %s" % (xml_path, where, problem), xml_path)
+                if not sid:
+                    raise CorruptFileError("%s: %s: every <sentence> needs an id" % (xml_path, where), xml_path)
+                for inst in instances:
+                    if inst.id in seen_instances:
+                        raise CorruptFileError("%s: sentence %s: instance id %s is already used in sentence %s; "
+                                               "instance ids must be unique" % (xml_path, sid, inst.id,
+                                                                                seen_instances[inst.id]), xml_path)
+                    seen_instances[inst.id] = sid
+                doc_sentences.append(Sentence(sid, tuple(words), tuple(lemmas), tuple(tags), tuple(instances)))
+                last_sentence = sid
+                words, lemmas, tags, instances = [], [], [], []
+                elem.clear()
+            elif tag == "text":
+                attrs = {k: v for k, v in elem.attrib.items() if k != "id"}
+                documents.append(Document(elem.get("id"), tuple(doc_sentences), attrs))
+                doc_sentences = []
+                elem.clear()
+            elif tag == "corpus":
+                corpus_attrs = dict(elem.attrib)
+    except ET.ParseError as e:
+        raise _xml_error(xml_path, e) from None
     if words or doc_sentences:
-        raise ValueError("%s: tokens or sentences outside a <sentence>/<text> element" % xml_path)
+        raise CorruptFileError("%s: tokens or sentences outside a <sentence>/<text> element (after sentence %s)"
+                               % (xml_path, last_sentence), xml_path)
+    if root != "corpus":
+        raise CorruptFileError("%s: the root element is <%s>, expected <corpus>: not a Raganato-format data file"
+                               % (xml_path, root), xml_path)
     if gold and used_gold < len(gold):
         logger.warning("%s: %d gold keys name instances that are not in the XML", key_path, len(gold) - used_gold)
     corpus = Corpus(name or stem, tuple(documents), corpus_attrs)
     logger.info("read %r", corpus)
     return corpus
+
+
+def _xml_error(xml_path: Path, error: ET.ParseError) -> CorruptFileError:
+    """One error for a malformed XML file: the parser's reason, line and column, and the sentence being read."""
+    line, column = error.position
+    data = xml_path.read_bytes()
+    before = b"\n".join(data.split(b"\n")[:line]).decode("utf-8", errors="replace")
+    opened = list(re.finditer(r"<sentence\b[^>]*\bid=[\"']([^\"']*)", before))
+    where = ""
+    if opened:
+        closed = "</sentence>" in before[opened[-1].end():]
+        where = ", %s sentence %s" % ("after" if closed else "in", opened[-1].group(1))
+    head = data[:200]
+    declared = None
+    if head.startswith(b"<?xml"):
+        declared = re.search(rb'encoding=["\']([A-Za-z0-9._-]+)', head.split(b"?>", 1)[0])
+    if declared is None or declared.group(1).lower().replace(b"_", b"-") in (b"utf-8", b"utf8"):
+        try:
+            decode_utf8(data, xml_path, "XML file")
+        except CorruptFileError as bad:
+            return CorruptFileError(str(bad) + (" (the byte is %s)" % where[2:] if where else ""), xml_path)
+    reason = str(error).split(":")[0] or "not well-formed"
+    if reason == "no element found":
+        reason = "no element found (empty or truncated file)"
+    return CorruptFileError("%s is not well-formed XML: %s at line %d, column %d%s"
+                            % (xml_path, reason, line, column, where), xml_path)
 
 
 def read_dataset(path: str | os.PathLike) -> Corpus:

@@ -29,7 +29,7 @@ import numpy as np
 
 from ctxemb._validation import check_choice
 from ctxemb.geometry.postprocessing import Standardizer
-from ctxemb.paths import atomic_directory
+from ctxemb.paths import atomic_directory, resolve_saved_directory
 from ctxemb.protocols import EmbedderLike, embedder_config_dict
 from ctxemb.wsd.corpus import Corpus, Sentence
 from ctxemb.wsd.sense_store import SenseStore
@@ -127,7 +127,7 @@ class CorpusEmbeddings:
             FileNotFoundError: ``directory`` or its ``corpus.json`` is missing.
             ValueError: an unsupported format version.
         """
-        directory = Path(directory)
+        directory = resolve_saved_directory(directory)  # restores a save a crash interrupted
         if not (directory / "corpus.json").is_file():
             raise FileNotFoundError("%s is not a saved CorpusEmbeddings directory: corpus.json is missing" % directory)
         info = json.loads((directory / "corpus.json").read_text(encoding="utf-8"))

@@ -31,7 +31,8 @@ from typing import Literal, Sequence
 import numpy as np
 
 from ctxemb._validation import check_choice
-from ctxemb.protocols import EmbedderLike
+from ctxemb.protocols import EmbedderLike, embedder_config_dict
+from ctxemb.search.index import embedder_config_differences
 from ctxemb.wsd import wordnet as wnu
 from ctxemb.wsd.corpus import Corpus, Sentence, regex_tokenize
 from ctxemb.wsd.corpus_pass import MULTIWORD_MODES, MultiwordMode, check_word_vectors, embedder_words
@@ -176,6 +177,9 @@ class Disambiguator:
         store: sense vectors; its ``query_transform`` is applied to every query embedding.
         embedder: the embedder the store was built with (same model, layers and pooling): an
             :class:`~ctxemb.protocols.EmbedderLike` (``embed_words(sentences, batch_size=..., show_progress_bar=...)``).
+            Its whole configuration (``config.to_dict()``) must equal the one the store records in
+            ``metadata["embedder"]`` (compared as search indexes do, field by field); this is checked here and
+            whenever ``embedder`` or ``store`` is replaced. A store that records none is used with a warning.
         back_off: one of :data:`BACK_OFFS`; default what the store was built with (else ``"first_sense"``).
         multiword: one of :data:`~ctxemb.wsd.corpus_pass.MULTIWORD_MODES`, how ``_``-joined tokens reach the
             embedder; default the store's setting (else ``"space"``).
@@ -184,7 +188,9 @@ class Disambiguator:
         batch_size: the embedder's batch size.
 
     Raises:
-        ValueError: unknown ``back_off`` or ``multiword``, negative or non-finite ``prior_weight``.
+        ValueError: unknown ``back_off`` or ``multiword``, negative or non-finite ``prior_weight``; an embedder whose
+            dimension or configuration differs from the store's (listing each differing field).
+        TypeError: an embedder without a ``config``.
     """
 
     def __init__(
@@ -197,8 +203,9 @@ class Disambiguator:
         prior_weight: float | None = None,
         batch_size: int = 32,
     ):
-        self.store = store
-        self.embedder = embedder
+        self._store = store
+        self._embedder = None
+        self.embedder = embedder  # checked against the store
         self.back_off = check_choice(back_off or store.metadata.get("back_off") or "first_sense", "back_off", BACK_OFFS)
         self.multiword = check_choice(multiword or store.metadata.get("multiword") or "space", "multiword",
                                       MULTIWORD_MODES)
@@ -206,7 +213,26 @@ class Disambiguator:
             store.metadata.get("prior_weight", 0.0) if prior_weight is None else prior_weight
         )
         self.batch_size = batch_size
-        _check_dims(store, embedder)
+
+    @property
+    def store(self) -> SenseStore:
+        """The sense store; assigning another one checks it against ``embedder``."""
+        return self._store
+
+    @store.setter
+    def store(self, store: SenseStore) -> None:
+        _check_embedder(store, self._embedder)
+        self._store = store
+
+    @property
+    def embedder(self) -> EmbedderLike:
+        """The query embedder; assigning another one checks it against the store."""
+        return self._embedder
+
+    @embedder.setter
+    def embedder(self, embedder: EmbedderLike) -> None:
+        _check_embedder(self._store, embedder)
+        self._embedder = embedder
 
     # ---- core ---------------------------------------------------------------------------------------------
     def _embed(self, sentences: Sequence[Sequence[str]], show_progress_bar: bool) -> list[np.ndarray]:
@@ -432,6 +458,27 @@ def _join_multiwords(tokens: list[str], max_len: int = 4) -> list[str]:
             out.append(tokens[i])
             i += 1
     return out
+
+
+def _check_embedder(store: SenseStore, embedder: EmbedderLike) -> None:
+    """Raise unless ``embedder`` makes queries in the space of ``store``: same dimension, same configuration."""
+    _check_dims(store, embedder)
+    recorded = store.metadata.get("embedder")
+    given = embedder_config_dict(embedder)
+    if not recorded:
+        logger.warning(
+            "the sense store records no embedder configuration (metadata['embedder']), so the query embedder "
+            "(%s) cannot be checked against it", given.get("model", type(embedder).__name__)
+        )
+        return
+    diffs = embedder_config_differences(recorded, given, stored_name="store")
+    if diffs:
+        raise ValueError(
+            "the embedder's configuration differs from the one the sense store was built with in %d field(s):\n%s\n"
+            "Its query vectors would be compared with sense vectors of another space and the answers would be "
+            "meaningless: use an embedder made with the configuration in store.metadata['embedder'], or rebuild the "
+            "store with this embedder." % (len(diffs), "\n".join(diffs))
+        )
 
 
 def _check_dims(store: SenseStore, embedder: EmbedderLike) -> None:

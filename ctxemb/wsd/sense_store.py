@@ -29,7 +29,9 @@ On disk a store is a directory::
     senses.npz     norms (S,) float64, counts (S,) int64, origins (S,) uint8, query-transform arrays
 
 written atomically (a temporary directory renamed into place). A 33k x 384 store is about 52 MB and loads in a
-fraction of a second (the unit vectors are used in place from the loaded FAISS index).
+fraction of a second (the unit vectors are used in place from the loaded FAISS index). A file that is corrupt,
+truncated, not UTF-8, of another format or inconsistent with the others makes ``load`` raise
+:class:`~ctxemb.search.CorruptFileError` (a ``ValueError``) naming the file and what is wrong with it.
 """
 
 from __future__ import annotations
@@ -44,11 +46,12 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from ctxemb._validation import check_choice, check_finite_matrix, check_int, check_string_batch, unit_rows
-from ctxemb.paths import atomic_directory
+from ctxemb.paths import atomic_directory, resolve_saved_directory
+from ctxemb.search.storage import CorruptFileError, read_faiss_file, read_json
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["SenseStore", "QueryTransform", "FORMAT_VERSION", "ORIGINS"]
+__all__ = ["SenseStore", "QueryTransform", "CorruptFileError", "FORMAT_VERSION", "ORIGINS"]
 
 FORMAT_VERSION = 1
 # How a sense got its vector; index = code stored in senses.npz.
@@ -325,17 +328,22 @@ class SenseStore:
         Raises:
             ValueError: lengths differ, nothing given, wrong dimension, non-finite values, malformed keys.
         """
+        n_before = len(self)
         keys, ids, a = self._checked_ids(keys, vectors, "vectors")
-        uniq, inverse = np.unique(ids, return_inverse=True)
-        order = np.argsort(inverse, kind="stable")
-        starts = np.searchsorted(inverse[order], np.arange(len(uniq)))
-        sums = np.add.reduceat(np.asarray(a, dtype=np.float64)[order], starts, axis=0)  # (U, H)
-        n_new = np.bincount(inverse, minlength=len(uniq)).astype(np.int64)
-        old_counts = self._counts[uniq]
-        old_means = self._unit[uniq].astype(np.float64) * self._norms[uniq, None]
-        total = old_counts + n_new
-        means = (old_means * old_counts[:, None] + sums) / total[:, None]
-        self._write(uniq, means, total, _ORIGIN_CODE["corpus"])
+        try:
+            uniq, inverse = np.unique(ids, return_inverse=True)
+            order = np.argsort(inverse, kind="stable")
+            starts = np.searchsorted(inverse[order], np.arange(len(uniq)))
+            sums = np.add.reduceat(np.asarray(a, dtype=np.float64)[order], starts, axis=0)  # (U, H)
+            n_new = np.bincount(inverse, minlength=len(uniq)).astype(np.int64)
+            old_counts = self._counts[uniq]
+            old_means = self._unit[uniq].astype(np.float64) * self._norms[uniq, None]
+            total = old_counts + n_new
+            means = (old_means * old_counts[:, None] + sums) / total[:, None]
+            self._write(uniq, means, total, _ORIGIN_CODE["corpus"])
+        except BaseException:
+            self._forget_new_keys(n_before)
+            raise
 
     def set_vectors(self, keys: Sequence[str], vectors, *, origin: str = "given", counts=None) -> None:
         """Give senses their vectors directly (replacing any mean), e.g. propagated or gloss vectors.
@@ -357,11 +365,26 @@ class SenseStore:
         c = np.zeros(len(keys), dtype=np.int64) if counts is None else np.asarray(counts, dtype=np.int64)
         if c.shape != (len(keys),) or (c < 0).any():
             raise ValueError("counts must be %d non-negative ints, got shape %s" % (len(keys), c.shape))
+        n_before = len(self)
         keys, ids, a = self._checked_ids(keys, vectors, "vectors")
-        self._write(ids, a, c, _ORIGIN_CODE[origin])
+        try:
+            self._write(ids, a, c, _ORIGIN_CODE[origin])
+        except BaseException:
+            self._forget_new_keys(n_before)
+            raise
+
+    def _forget_new_keys(self, n_before: int) -> None:
+        """Undo the keys an update created before it failed (the store is left as it was)."""
+        for k in self._keys[n_before:]:
+            del self._ids[k]
+        del self._keys[n_before:]
 
     def _write(self, ids: np.ndarray, means: np.ndarray, counts: np.ndarray, origin: int) -> None:
+        """Store means (checked: everything is computed before anything is assigned)."""
         unit, norms = _unit_and_norms(means, "vectors")
+        if not np.isfinite(norms).all():
+            raise ValueError("vectors are too large: the length of a (mean) vector overflows float64 (first at row %d)"
+                             % int(np.argmin(np.isfinite(norms))))
         self._unit[ids] = unit
         self._norms[ids] = norms
         self._counts[ids] = counts
@@ -485,49 +508,133 @@ class SenseStore:
 
         Raises:
             FileNotFoundError: the directory or one of its files is missing.
-            ValueError: unsupported format version or inconsistent files.
+            CorruptFileError: a file is corrupt, truncated, not UTF-8, not of its format, or disagrees with the
+                others (a ``ValueError``; the message names the file and what is wrong).
+            ValueError: an unsupported format version.
         """
         faiss = _import_faiss()
-        directory = Path(directory)
+        directory = resolve_saved_directory(directory)  # restores a save a crash interrupted
         for name in ("meta.json", "keys.txt", "senses.npz", "index.faiss"):
             if not (directory / name).is_file():
                 raise FileNotFoundError("%s is not a SenseStore directory: %s is missing" % (directory, name))
-        meta = json.loads((directory / "meta.json").read_text(encoding="utf-8"))
+        meta_path = directory / "meta.json"
+        meta = read_json(meta_path, "SenseStore metadata")
         version = meta.get("format_version")
         if version != FORMAT_VERSION:
             raise ValueError(
                 "%s has SenseStore format version %r; this ctxemb reads version %d" % (directory, version, FORMAT_VERSION)
             )
-        keys = (directory / "keys.txt").read_text(encoding="utf-8").splitlines()
-        with np.load(directory / "senses.npz") as z:
-            arrays = {k: z[k] for k in z.files}
-        index = faiss.read_index(str(directory / "index.faiss"))
-        dim, n = int(meta["dim"]), len(keys)
-        if index.d != dim or index.ntotal != n or arrays["norms"].shape != (n,):
-            raise ValueError(
-                "%s is inconsistent: %d keys, index of %d vectors of dimension %d, meta dimension %d, %d norms"
-                % (directory, n, index.ntotal, index.d, dim, arrays["norms"].shape[0])
+        dim = meta.get("dim")
+        if isinstance(dim, bool) or not isinstance(dim, int) or dim < 1:
+            raise CorruptFileError("%s: dim must be an integer >= 1; got %r" % (meta_path, dim))
+        if meta.get("embedder") is not None and not isinstance(meta["embedder"], dict):
+            raise CorruptFileError("%s: 'embedder' must be an object (the embedder's configuration); got %r"
+                                   % (meta_path, meta["embedder"]))
+        keys = _read_keys(directory / "keys.txt")
+        n = len(keys)
+        if meta.get("n_senses", n) != n:
+            raise CorruptFileError("%s lists %d sense keys but %s says n_senses=%r (truncated?)"
+                                   % (directory / "keys.txt", n, meta_path, meta.get("n_senses")))
+        arrays = _read_arrays(directory / "senses.npz", n)
+        index_path = directory / "index.faiss"
+        index = read_faiss_file(index_path, "SenseStore FAISS index")
+        if not isinstance(index, faiss.IndexIDMap2) or not isinstance(faiss.downcast_index(index.index),
+                                                                       faiss.IndexFlat):
+            raise CorruptFileError("%s holds a %s, not the IndexIDMap2(IndexFlatIP) a SenseStore saves"
+                                   % (index_path, type(index).__name__))
+        if index.metric_type != faiss.METRIC_INNER_PRODUCT:
+            raise CorruptFileError("%s uses FAISS metric %d, not the inner product" % (index_path, index.metric_type))
+        if index.d != dim or index.ntotal != n:
+            raise CorruptFileError(
+                "%s is inconsistent: %d keys in keys.txt, index.faiss holds %d vectors of dimension %d, meta.json "
+                "says dimension %d" % (directory, n, index.ntotal, index.d, dim)
             )
         for name in ("format_version", "dim", "n_senses", "origins", "query_transform"):
             meta.pop(name, None)
-        store = cls(dim, metadata=meta, query_transform=QueryTransform.from_arrays(arrays))
+        try:
+            qt = QueryTransform.from_arrays(arrays)
+        except (KeyError, TypeError, ValueError) as e:
+            raise CorruptFileError("%s: the query transform's arrays are invalid: %s"
+                                   % (directory / "senses.npz", e)) from None
+        if qt is not None and qt.output_dim != dim:
+            raise CorruptFileError("%s: the query transform outputs dimension %d, but meta.json says %d"
+                                   % (directory / "senses.npz", qt.output_dim, dim))
+        store = cls(dim, metadata=meta, query_transform=qt)
         flat = faiss.downcast_index(index.index)
         id_map = faiss.vector_to_array(index.id_map)
         if not np.array_equal(id_map, np.arange(n)):
-            raise ValueError("%s: the FAISS ids are not 0..%d in order" % (directory, n - 1))
+            raise CorruptFileError("%s: the FAISS ids are not 0..%d in order" % (index_path, n - 1))
         # Use the loaded index's vectors in place (no copy); the first update copies them (see _make_writable).
-        store._unit = faiss.rev_swig_ptr(flat.get_xb(), n * dim).reshape(n, dim)
+        store._unit = faiss.rev_swig_ptr(flat.get_xb(), n * dim).reshape(n, dim) if n else np.zeros((0, dim), np.float32)
+        if not np.isfinite(store._unit).all():
+            raise CorruptFileError("%s holds NaN or infinite vectors" % index_path)
         store._owns_unit = False
         store._index = index
         store._keys = keys
         store._ids = {k: i for i, k in enumerate(keys)}
-        if len(store._ids) != n:
-            raise ValueError("%s: keys.txt repeats keys" % directory)
         store._norms = arrays["norms"].astype(np.float64)
         store._counts = arrays["counts"].astype(np.int64)
         store._origins = arrays["origins"].astype(np.uint8)
         logger.info("loaded %r from %s", store, directory)
         return store
+
+
+def _read_keys(path: Path) -> list[str]:
+    """The sense keys of ``keys.txt``, checked: UTF-8, one non-empty key without whitespace per line, no repeats."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise CorruptFileError("SenseStore keys file %s is not UTF-8 text (%s at byte %d)" % (path, e.reason, e.start)) from None
+    if text and not text.endswith("\n"):
+        raise CorruptFileError("SenseStore keys file %s does not end with a newline: it is truncated" % path)
+    keys = text.split("\n")[:-1] if text else []
+    for i, k in enumerate(keys):
+        if not k or any(c.isspace() for c in k):
+            raise CorruptFileError("SenseStore keys file %s, line %d: %r is not a sense key (empty or with spaces)"
+                                   % (path, i + 1, k))
+    if len(set(keys)) != len(keys):
+        seen, dup = set(), None
+        for k in keys:
+            if k in seen:
+                dup = k
+                break
+            seen.add(k)
+        raise CorruptFileError("SenseStore keys file %s repeats the key %r" % (path, dup))
+    return keys
+
+
+# The arrays of senses.npz: name -> (dtype kinds accepted, whether it has one entry per sense).
+_NPZ_ARRAYS = {"norms": ("fiu", True), "counts": ("iu", True), "origins": ("iu", True)}
+
+
+def _read_arrays(path: Path, n: int) -> dict[str, np.ndarray]:
+    """The arrays of ``senses.npz``, checked against ``n`` senses; every read error names the file."""
+    try:
+        z = np.load(path, allow_pickle=False)
+        if not isinstance(z, np.lib.npyio.NpzFile):
+            raise ValueError("it holds a single array, not the .npz archive of a SenseStore")
+        with z:
+            arrays = {k: z[k] for k in z.files}
+    except (FileNotFoundError, PermissionError):
+        raise
+    except Exception as e:  # BadZipFile, zlib.error, EOFError, OSError, ValueError (pickled data, bad headers), ...
+        raise CorruptFileError("SenseStore arrays %s cannot be read (corrupt or truncated?): %s: %s"
+                               % (path, type(e).__name__, e)) from None
+    for name, (kinds, per_sense) in _NPZ_ARRAYS.items():
+        a = arrays.get(name)
+        if a is None:
+            raise CorruptFileError("SenseStore arrays %s lack %r" % (path, name))
+        if a.dtype.kind not in kinds or (per_sense and a.shape != (n,)):
+            raise CorruptFileError("SenseStore arrays %s: %r must be %d numbers (dtype kind %s); got dtype %s, shape %s"
+                                   % (path, name, n, "/".join(kinds), a.dtype, a.shape))
+    norms, counts, origins = arrays["norms"], arrays["counts"], arrays["origins"]
+    if not np.isfinite(norms).all() or (norms < 0).any():
+        raise CorruptFileError("SenseStore arrays %s: norms must be finite and >= 0" % path)
+    if (counts < 0).any():
+        raise CorruptFileError("SenseStore arrays %s: counts must be >= 0" % path)
+    if ((origins < 0) | (origins >= len(ORIGINS))).any():
+        raise CorruptFileError("SenseStore arrays %s: origins must be codes 0..%d" % (path, len(ORIGINS) - 1))
+    return arrays
 
 
 def directory_size(directory: str | os.PathLike) -> int:
