@@ -12,6 +12,7 @@ The classes caught are :data:`USER_ERRORS`; anything else (a bug) keeps its trac
 from __future__ import annotations
 
 import argparse
+import importlib
 import logging
 import pickle
 import sys
@@ -19,10 +20,7 @@ import zipfile
 from typing import Sequence
 from xml.etree.ElementTree import ParseError
 
-from ctxemb.cli import analyze, demo, fill_mask, finetune, index, pretrain, similarity, vocab, wsd
-from ctxemb.cli._common import UsageError
-
-COMMAND_MODULES = (demo, analyze, wsd, similarity, index, vocab, pretrain, fill_mask, finetune)
+from ctxemb.cli._common import COMMANDS, UsageError
 
 # What a user's mistake raises in the library: files (OSError: missing, unreadable, PermissionError,
 # FileExistsError, IsADirectoryError, a full disk), values (ValueError, incl. CorruptFileError and CheckpointError for
@@ -35,14 +33,29 @@ USER_ERRORS = (OSError, ValueError, KeyError, TypeError, RuntimeError, ImportErr
                pickle.UnpicklingError, zipfile.BadZipFile, EOFError, FloatingPointError, MemoryError)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The argument parser, with the full parser of ``command`` (every command's when None) and, for the others,
+    only their name and help: only the modules whose parsers are built are imported."""
     parser = argparse.ArgumentParser(prog="ctxemb", description=__doc__.split("\n\n")[0])
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress at INFO level")
     parser.add_argument("--debug", action="store_true", help="show the full traceback of an error")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for module in COMMAND_MODULES:
-        module.add_parser(sub)
+    wanted = COMMANDS if command is None else {command: COMMANDS[command]} if command in COMMANDS else {}
+    for module in dict.fromkeys(m for m, _ in wanted.values()):
+        importlib.import_module(f"ctxemb.cli.{module}").add_parser(sub)
+    for name, (_, help_text) in COMMANDS.items():
+        if name not in sub.choices:  # listed in --help; never run (its own parser is built when it is the command)
+            sub.add_parser(name, help=help_text, add_help=False)
     return parser
+
+
+def _command_of(argv: Sequence[str]) -> str | None:
+    """The command word of ``argv``: the first argument after the global flags (None for ``--help`` and the like)."""
+    for arg in argv:
+        if arg in ("-v", "--verbose", "--debug"):
+            continue
+        return None if arg.startswith("-") else arg
+    return None
 
 
 def _message(error: BaseException) -> str:
@@ -60,7 +73,8 @@ def _message(error: BaseException) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit code (``python -m ctxemb`` and the ``ctxemb`` script exit with it)."""
-    args = build_parser().parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser(_command_of(argv) or "").parse_args(argv)  # "": no command given, build none
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
     try:

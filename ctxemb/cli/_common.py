@@ -12,6 +12,28 @@ from ctxemb.paths import atomic_write
 from ctxemb.registry import DEFAULT_MODEL
 
 
+
+# Every top-level command: the module (``ctxemb.cli.<module>``) that defines it and its one-line help. The command
+# line imports only the module of the command it runs, so ``ctxemb --help`` and a mistyped command answer at once
+# instead of after importing torch, scikit-learn and FAISS.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "demo": ("demo", "contextual embeddings of 'bank' in river and money contexts"),
+    "analyze": ("analyze", "anisotropy, rogue dimensions and word-sense projections of an encoder, layer by layer"),
+    "wsd": ("wsd", "word sense disambiguation: build sense stores, evaluate, tag text"),
+    "similarity": ("similarity", "similarity benchmarks (WiC, CoSimLex, usim, STS-B, SICK, word similarity)"),
+    "index": ("index", "build and query semantic search indexes"),
+    "vocab": ("vocab", "train a WordPiece / BPE / Unigram vocabulary that ctxemb and transformers load"),
+    "pretrain": ("pretrain", "pretrain or continue pretraining an encoder (MLM, NSP, span masking + SBO)"),
+    "fill-mask": ("fill_mask", "the top-k fills of each [MASK] under a model's masked-LM head"),
+    "finetune": ("finetune", "fine-tune an encoder: classification/regression, tagging, NER, QA"),
+    "predict": ("finetune", "predictions of a fine-tuned model: labels, scores, entities, answers"),
+}
+
+
+def command_help(name: str) -> str:
+    """The one-line help of a top-level command (what ``ctxemb --help`` lists)."""
+    return COMMANDS[name][1]
+
 class UsageError(ValueError):
     """A mistake in how a command was called that argparse cannot see (e.g. two flags that exclude each other)."""
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ctxemb.cli._common import UsageError, load_embedder, positive_int
+from ctxemb.cli._common import UsageError, command_help, load_embedder, positive_int
 from ctxemb.geometry.analysis import DEFAULT_POSTPROCESSORS, DEFAULT_WORDS, analyze, format_analysis_table, read_corpus
 from ctxemb.geometry.postprocessing import POSTPROCESSORS
 from ctxemb.inference import PRECISIONS
@@ -19,7 +19,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     """Add the ``analyze`` command to an ``argparse`` subparsers object; its ``func`` default is :func:`run_analyze`."""
     p = subparsers.add_parser(
         "analyze",
-        help="anisotropy, rogue dimensions and word-sense projections of an encoder, layer by layer",
+        help=command_help("analyze"),
         description="Embed a corpus with every hidden state of an encoder and report, per layer, the anisotropy of "
         "the word vectors (raw and post-processed), their rogue dimensions and informativity; write "
         "analysis.json and PNG plots.",

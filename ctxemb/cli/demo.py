@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ctxemb.cli._common import load_embedder
+from ctxemb.cli._common import command_help, load_embedder
 from ctxemb.geometry import Standardizer, analyze, format_analysis_table
 from ctxemb.geometry.analysis import read_corpus
 from ctxemb.paths import shared_data_dir
@@ -31,7 +31,7 @@ WSD_SENTENCES = [
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
-    demo = subparsers.add_parser("demo", help="contextual embeddings of 'bank' in river and money contexts")
+    demo = subparsers.add_parser("demo", help=command_help("demo"))
     demo.add_argument("--model", default=DEFAULT_MODEL, help="model name or HF-format directory")
     demo.add_argument("--out-dir", default="ctxemb-demo", help="where plots and JSON go (default: ctxemb-demo)")
     demo.add_argument("--store", default=None, help="a sense store made by `ctxemb wsd build` (optional)")

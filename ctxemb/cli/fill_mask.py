@@ -5,13 +5,13 @@ from __future__ import annotations
 import argparse
 import json
 
-from ctxemb.cli._common import positive_int
+from ctxemb.cli._common import command_help, positive_int
 from ctxemb.fill_mask import MaskFiller
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser(
-        "fill-mask", help="the top-k fills of each [MASK] under a model's masked-LM head",
+        "fill-mask", help=command_help("fill-mask"),
         description="The cloze query of J&M 11.2 ('Please turn [MASK] homework in'): for every mask token in each "
                     "text, the most probable vocabulary tokens. Needs a checkpoint with an MLM head (ours from "
                     "`ctxemb pretrain`, or transformers' *ForMaskedLM / BertForPreTraining).")

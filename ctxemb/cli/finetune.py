@@ -18,7 +18,7 @@ import json
 
 from pathlib import Path
 
-from ctxemb.cli._common import UsageError, fraction, non_negative_float, positive_int
+from ctxemb.cli._common import UsageError, command_help, fraction, non_negative_float, positive_int
 from ctxemb.finetuning.readers import TASKS
 from ctxemb.finetuning.tagging import LABEL_SUBWORDS
 from ctxemb.finetuning.tasks import HEADS, REGIMES, FinetuneConfig, run_finetuning
@@ -30,7 +30,7 @@ from ctxemb.training.loop import TrainConfig
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
-    p = subparsers.add_parser("finetune", help="fine-tune an encoder: classification/regression, tagging, NER, QA",
+    p = subparsers.add_parser("finetune", help=command_help("finetune"),
                               description=__doc__.split("\n\n")[0])
     p.add_argument("task", choices=TASKS + ("custom",) + TOKEN_TASKS,
                    help="a shared task, 'custom' (TSV/JSONL), 'conll-file' or 'squad-file' with --train-file/--dev-file")
@@ -78,7 +78,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     t.add_argument("--max-answer-length", type=positive_int, default=30)
     p.set_defaults(func=run_finetune)
 
-    q = subparsers.add_parser("predict", help="predictions of a fine-tuned model: labels, scores, entities, answers")
+    q = subparsers.add_parser("predict", help=command_help("predict"))
     q.add_argument("model_dir", help="a model directory written by `ctxemb finetune` (<out>/model)")
     q.add_argument("text", nargs="*", help="texts (the first sentence of each pair; QA: the passages)")
     q.add_argument("--pair", nargs="+", default=None, help="second sentences, one per text")

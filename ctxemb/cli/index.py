@@ -17,7 +17,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from ctxemb.cli._common import load_embedder, non_negative_float, positive_int
+from ctxemb.cli._common import command_help, load_embedder, non_negative_float, positive_int
 from ctxemb.registry import DEFAULT_MODEL
 from ctxemb.search import (
     INDEX_KINDS,
@@ -134,7 +134,7 @@ def run_query(args: argparse.Namespace) -> int:
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
     """Add ``index build`` and ``index query`` to a ``parser.add_subparsers()`` object; returns the ``index`` parser."""
-    index = subparsers.add_parser("index", help="build and query semantic search indexes",
+    index = subparsers.add_parser("index", help=command_help("index"),
                                   description=__doc__.split("\n\n")[0])
     sub = index.add_subparsers(dest="index_command", required=True)
 

@@ -11,7 +11,7 @@ import argparse
 import json
 from typing import Any
 
-from ctxemb.cli._common import fraction, non_negative_float, positive_int
+from ctxemb.cli._common import command_help, fraction, non_negative_float, positive_int
 from ctxemb.pretraining.recipe import (
     CORPUS_MODES,
     MASKING_STRATEGIES,
@@ -37,7 +37,7 @@ _OVERRIDES = {
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser(
-        "pretrain", help="pretrain or continue pretraining an encoder (MLM, NSP, span masking + SBO)",
+        "pretrain", help=command_help("pretrain"),
         description=__doc__.split("\n\n")[0] + " Run it under torchrun to train on several processes or machines.")
     p.add_argument("--config", default=None, help="TOML file of PretrainConfig settings ([train] for the loop)")
     g = p.add_argument_group("data and model (override the TOML file)")

@@ -15,7 +15,7 @@ import logging
 import sys
 from pathlib import Path
 
-from ctxemb.cli._common import UsageError, comma_list, load_embedder, positive_int, write_text
+from ctxemb.cli._common import UsageError, comma_list, command_help, load_embedder, positive_int, write_text
 from ctxemb.evaluation.similarity import (
     DEFAULT_TASKS,
     FIT_ON,
@@ -42,7 +42,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         The ``similarity`` parser.
     """
     parser = subparsers.add_parser("similarity",
-                                   help="similarity benchmarks (WiC, CoSimLex, usim, STS-B, SICK, word similarity)",
+                                   help=command_help("similarity"),
                                    description="Similarity benchmarks for contextual embeddings.")
     sub = parser.add_subparsers(dest="similarity_command", metavar="COMMAND")
     sub.required = True

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import argparse
 
-from ctxemb.cli._common import UsageError, non_negative_float, positive_int
+from ctxemb.cli._common import UsageError, command_help, non_negative_float, positive_int
 from ctxemb.pretraining.vocab import VOCAB_KINDS, train_vocabulary
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser(
-        "vocab", help="train a WordPiece / BPE / Unigram vocabulary that ctxemb and transformers load",
+        "vocab", help=command_help("vocab"),
         description=__doc__.split("\n\n")[0] + " With several --language files, text is sampled per language with "
                     "q_i ~ p_i^alpha (J&M eq. 11.7), so small languages get more of the vocabulary.")
     p.add_argument("files", nargs="*", help="plain-text training files (one corpus)")

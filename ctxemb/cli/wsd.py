@@ -23,6 +23,7 @@ from typing import Any, Mapping
 
 from ctxemb.cli._common import (
     add_embedder_args,
+    command_help,
     embedder_overrides,
     fraction,
     load_embedder,
@@ -99,7 +100,7 @@ def build_config_from_args(args: argparse.Namespace):
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
     """Add ``wsd`` with its ``build``, ``eval`` and ``tag`` commands to an argparse subparsers object."""
-    wsd = subparsers.add_parser("wsd", help="word sense disambiguation: build sense stores, evaluate, tag text",
+    wsd = subparsers.add_parser("wsd", help=command_help("wsd"),
                                 description="Nearest-sense WSD with contextual embeddings (J&M 11.3.1).")
     sub = wsd.add_subparsers(dest="wsd_command", required=True)
 
