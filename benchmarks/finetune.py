@@ -30,12 +30,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks._common import markdown_table, write_results  # noqa: E402
 from benchmarks.pretrain import cpu_name  # noqa: E402
-from ctxemb.finetuning.features import Collator, encode_examples  # noqa: E402
 from ctxemb.finetuning.readers import load_task  # noqa: E402
-from ctxemb.finetuning.tasks import FinetuneConfig, predict_outputs, run_finetuning, task_metrics  # noqa: E402
+from ctxemb.finetuning.tasks import (FinetuneConfig, model_inputs, predict_outputs, run_finetuning,  # noqa: E402
+                                    task_metrics)
 from ctxemb.finetuning.token_tasks import TokenFinetuneConfig, run_token_finetuning  # noqa: E402
 from ctxemb.loading import load_tokenizer  # noqa: E402
-from ctxemb.modeling.task_heads import EncoderForSequenceClassification  # noqa: E402
+from ctxemb.modeling.task_heads import EncoderForPairSimilarity, EncoderForSequenceClassification  # noqa: E402
 from ctxemb.training.data import EvalBatches  # noqa: E402
 from ctxemb.training.loop import TrainConfig  # noqa: E402
 
@@ -64,14 +64,16 @@ def _config(task: str, out: Path, *, regime="full", head="checkpoint", precision
                                             precision=precision, log_every=50))
 
 
-def _evaluate(model_dir: Path, task: str, splits) -> dict[str, float]:
+def _evaluate(model_dir: Path, task: str, splits, head: str) -> dict[str, float]:
     data = load_task(task, splits=list(splits))
     tok = load_tokenizer(model_dir)
-    model = EncoderForSequenceClassification.from_pretrained(model_dir)
+    model = (EncoderForPairSimilarity if head == "cosine" else EncoderForSequenceClassification).from_pretrained(
+        model_dir)
     out = {}
     for split in splits:
-        feats = encode_examples(tok, data.splits[split], max_length=128)
-        batches = EvalBatches(feats, batch_size=128, collate=Collator(tok.pad_token_id, regression=data.label_names is None))
+        feats, collate = model_inputs(tok, data.splits[split], head=head, regression=data.label_names is None,
+                                      max_length=128)
+        batches = EvalBatches(feats, batch_size=128, collate=collate)
         labels = np.array([ex.label for ex in data.splits[split]])
         for name, value in task_metrics(data.metrics, labels, predict_outputs(model, batches)).items():
             out[f"{split} {name}"] = value
@@ -79,7 +81,7 @@ def _evaluate(model_dir: Path, task: str, splits) -> dict[str, float]:
 
 
 def run_task(task: str, rows: list, **kw) -> Path:
-    out = WORK / f"{task}_{kw.get('regime', 'full')}"
+    out = WORK / f"{task}_{kw.get('regime', 'full')}{'_cosine' if kw.get('head') == 'cosine' else ''}"
     shutil.rmtree(out, ignore_errors=True)
     config = _config(task, out, **kw)
     t = time.perf_counter()
@@ -87,11 +89,13 @@ def run_task(task: str, rows: list, **kw) -> Path:
     seconds = time.perf_counter() - t
     n = min(len(load_task(task, splits=[config.train_split]).splits[config.train_split]),
             config.max_train_examples or 10**9)
-    rows.append({"task": task, "regime": config.regime, "train": f"{config.train_split} ({n:,})",
+    regime = config.regime if config.head != "cosine" else f"{config.regime} (bi-encoder, cosine)"
+    rows.append({"task": task, "regime": regime, "train": f"{config.train_split} ({n:,})",
                  "epochs": config.epochs, "steps": result.train.step, "seconds": seconds,
                  "examples/s": n * config.epochs / seconds,
                  "train examples/s": n * config.epochs / (seconds - result.eval_seconds),
-                 **{k: round(v, 2) for k, v in _evaluate(result.model_dir, task, RECIPES[task][1]).items()},
+                 **{k: round(v, 2) for k, v in _evaluate(result.model_dir, task, RECIPES[task][1],
+                                                         config.head).items()},
                  "anchor": ANCHORS[task]})
     return result.model_dir
 
@@ -218,19 +222,23 @@ def run_transformers_ner(rows: list) -> None:
     rows.append(row)
 
 
-def run_stsb_embedder(model_dir: Path, rows: list) -> None:
+def run_stsb_embedder(model_dir: Path, label: str, rows: list) -> None:
+    """STS-B dev Spearman of the Embedder (cosine of mean-pooled vectors, no head) with the encoder of
+    ``model_dir``; the original model's row first."""
     from ctxemb.embedding import Embedder
     from ctxemb.evaluation.similarity import run_similarity_tasks
 
-    for label, name in (("original all-MiniLM-L6-v2", MODEL), ("fine-tuned on STS-B train", str(model_dir))):
-        emb = Embedder.from_pretrained(name, layers=[-1])
+    todo = [] if any(r["encoder"].startswith("original") for r in rows) else [("original all-MiniLM-L6-v2", MODEL)]
+    for name, path in todo + [(label, str(model_dir))]:
+        emb = Embedder.from_pretrained(path, layers=[-1])
         res = run_similarity_tasks(emb, ["stsb"], sentence_poolings=["mean"], postprocess="none", layers="default",
                                    show_progress_bar=False)
         dev = [r for r in res if r.split == "dev" and r.metric == "spearman"]
-        rows.append({"encoder": label, "STS-B dev Spearman (cosine, mean pooling, no head)": f"{dev[0].value:.2f}"})
+        rows[:] = [r for r in rows if r["encoder"] != name]
+        rows.append({"encoder": name, "STS-B dev Spearman (cosine, mean pooling, no head)": f"{dev[0].value:.2f}"})
 
 
-SEQUENCE_PARTS = ["sst2", "sst2-transformers", "mrpc", "rte", "rte-frozen", "snli", "stsb"]
+SEQUENCE_PARTS = ["sst2", "sst2-transformers", "mrpc", "rte", "rte-frozen", "snli", "stsb", "stsb-cosine"]
 TOKEN_PARTS = ["ner-softmax", "ner-transformers", "ner-crf", "ner-span", "pos", "xquad"]
 
 
@@ -255,6 +263,10 @@ def main() -> None:
             task, head = TOKEN_RECIPES[part][:2]
             token_rows = [r for r in token_rows if not (r["task"] == task and r["head"] == head)]
             run_token_part(part, token_rows)
+        elif part == "stsb-cosine":
+            rows = [r for r in rows if not (r["task"] == "stsb" and "cosine" in r["regime"])]
+            model_dir = run_task("stsb", rows, head="cosine")
+            run_stsb_embedder(model_dir, "fine-tuned on STS-B train (bi-encoder, cosine)", embedder_rows)
         elif part.endswith("-frozen"):
             task = part.split("-")[0]
             rows = [r for r in rows if not (r["task"] == task and r["regime"] == "frozen")]
@@ -263,8 +275,8 @@ def main() -> None:
             rows = [r for r in rows if not (r["task"] == part and r["regime"] == "full")]
             model_dir = run_task(part, rows)
             if part == "stsb":
-                embedder_rows = []
-                run_stsb_embedder(model_dir, embedder_rows)
+                run_stsb_embedder(model_dir, "fine-tuned on STS-B train (cross-encoder, regression head)",
+                                  embedder_rows)
         results_path.write_text(json.dumps({"rows": rows, "embedder_rows": embedder_rows, "token_rows": token_rows}))
         report(rows, embedder_rows, token_rows)  # after every part, so a cut-off run keeps what it measured
     if not args.parts:

@@ -3,6 +3,7 @@ directory (predictions, Embedder, CLI)."""
 
 from __future__ import annotations
 
+import json
 import random
 
 import numpy as np
@@ -107,3 +108,48 @@ def test_bad_configs_are_named(tmp_path):
         FinetuneConfig(task="custom", train=train)
     with pytest.raises(ValueError, match="head must be one of"):
         FinetuneConfig(task="sst2", head="max", train=train)
+
+
+def _write_scored_pairs(path, n, seed):
+    """Pairs scored 5 when both sentences mention 'bank', 0 when one does: a bi-encoder must put the 'bank'
+    sentences together."""
+    rng = random.Random(seed)
+    lines = ["sentence1\tsentence2\tscore"]
+    others = [w for w in WORDS if w != "bank"]
+    for _ in range(n):
+        a = rng.choices(others, k=rng.randint(3, 6))
+        b = rng.choices(others, k=rng.randint(3, 6))
+        a.insert(rng.randrange(len(a) + 1), "bank")
+        same = rng.random() < 0.5
+        if same:
+            b.insert(rng.randrange(len(b) + 1), "bank")
+        lines.append(f"{' '.join(a)}\t{' '.join(b)}\t{5.0 if same else 0.0}")
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_a_cosine_bi_encoder_learns_scored_pairs_and_saves_a_plain_encoder(tmp_path):
+    from ctxemb.embedding import Embedder
+    from ctxemb.finetuning.predict import SequencePredictor
+
+    model = write_tiny_model(tmp_path / "tiny")
+    config = FinetuneConfig(
+        task="custom", model=str(model), head="cosine", epochs=4, batch_size=16, max_length=32,
+        train_file=str(_write_scored_pairs(tmp_path / "train.tsv", 320, 0)),
+        dev_file=str(_write_scored_pairs(tmp_path / "dev.tsv", 100, 1)), text_a="sentence1", text_b="sentence2",
+        label="score", regression=True,
+        train=TrainConfig(learning_rate=3e-3, max_steps=1, warmup_ratio=0.1, out_dir=str(tmp_path / "run"),
+                          progress_bar=False, precision="fp32", seed=0))
+    result = run_finetuning(config)
+    assert result.final_metrics["spearman"] >= 80.0, result.eval_history
+    raw = json.loads((result.model_dir / "config.json").read_text())
+    assert raw["architectures"] == ["BertModel"] and raw["ctxemb_pair_similarity"]["score_scale"] == 5.0
+    a, b = "he sat on the bank", "she sat on a bank"
+    (p,) = SequencePredictor.from_pretrained(result.model_dir).predict([a], pairs=[b])
+    emb = Embedder.from_pretrained(result.model_dir, layers=[-1], layer_pooling="mean")
+    u, v = emb.embed_sentences([a, b], pooling="mean", show_progress_bar=False)
+    cos = float(u @ v / np.linalg.norm(u) / np.linalg.norm(v))
+    assert p.score == pytest.approx(5.0 * cos, abs=1e-4)  # the Embedder sees the geometry that was trained
+    with pytest.raises(ValueError, match="scored pairs"):
+        FinetuneConfig(task="sst2", head="cosine", train=TrainConfig(learning_rate=1e-4, max_steps=1,
+                                                                     out_dir=str(tmp_path / "x")))

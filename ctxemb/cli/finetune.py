@@ -38,8 +38,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="run directory: checkpoints, metrics.jsonl, and model/")
     p.add_argument("--head", choices=HEADS + TOKEN_HEADS, default=None,
                    help="sentence tasks: checkpoint (pooler / dense+tanh, what transformers computes; the default), "
-                        "cls (W_C on the raw [CLS]), mean (mean pooling); CoNLL: softmax (default), crf, span; "
-                        "QA: qa")
+                        "cls (W_C on the raw [CLS]), mean (mean pooling), cosine (a bi-encoder for scored pairs, "
+                        "whose encoder then serves the Embedder); CoNLL: softmax (default), crf, span; QA: qa")
     p.add_argument("--regime", choices=REGIMES, default="full", help="default %(default)s")
     p.add_argument("--last-k", type=positive_int, default=2, help="layers trained with --regime last_k")
     p.add_argument("--layerwise-lr-decay", type=fraction, default=None, help="e.g. 0.8 (default: off)")

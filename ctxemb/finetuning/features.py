@@ -75,6 +75,72 @@ def _truncate(a: list[int], b: list[int] | None, room: int) -> tuple[list[int], 
     return a[:la], (b[:lb] if b is not None else None), cut
 
 
+@dataclass(frozen=True)
+class EncodedPair:
+    """A pair for a bi-encoder: each text encoded alone (``[CLS] A [SEP]`` and ``[CLS] B [SEP]``)."""
+
+    input_ids: list[int]
+    input_ids_b: list[int]
+    label: int | float | None
+    truncated: int = 0
+
+
+def encode_pairs_separately(tokenizer: Tokenizer, examples: Sequence[TextExample], *, max_length: int | None = None,
+                            with_labels: bool = True) -> list[EncodedPair]:
+    """Tokenize each text of each pair on its own (for a bi-encoder), each into at most ``max_length`` tokens (a
+    longer text is cut at its end; the count is logged).
+
+    Raises:
+        ValueError: an example without a second text, or a ``max_length`` too small for any text.
+    """
+    missing = [i for i, ex in enumerate(examples) if ex.text_b is None]
+    if missing:
+        raise ValueError(f"a bi-encoder needs pairs; examples {missing[:5]} have no second text")
+    max_length = min(max_length or tokenizer.max_length, tokenizer.max_length)
+    room = max_length - len(tokenizer.with_specials([])[0])
+    if room < 1:
+        raise ValueError(f"max_length {max_length} leaves no room for text after the special tokens")
+    a_ids = [t.ids for t in tokenizer.tokenize([ex.text_a for ex in examples])]
+    b_ids = [t.ids for t in tokenizer.tokenize([ex.text_b for ex in examples])]
+    out, n_cut = [], 0
+    for ex, a, b in zip(examples, a_ids, b_ids):
+        cut = max(0, len(a) - room) + max(0, len(b) - room)
+        n_cut += cut > 0
+        out.append(EncodedPair(tokenizer.with_specials(a[:room])[0], tokenizer.with_specials(b[:room])[0],
+                               ex.label if with_labels else None, cut))
+    if n_cut:
+        logger.warning("%d of %d pairs had a text longer than %d tokens, cut at its end", n_cut, len(examples),
+                       max_length)
+    return out
+
+
+def _pad(rows: Sequence[Sequence[int]], pad_token_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(ids, attention mask), both (B, T), right-padded."""
+    T = max(len(r) for r in rows)
+    ids = torch.full((len(rows), T), pad_token_id, dtype=torch.long)
+    mask = torch.zeros((len(rows), T), dtype=torch.long)
+    for i, r in enumerate(rows):
+        ids[i, :len(r)] = torch.tensor(r)
+        mask[i, :len(r)] = 1
+    return ids, mask
+
+
+class PairCollator:
+    """Pads :class:`EncodedPair` items: ``input_ids``/``attention_mask`` (B, T_a) for the first texts,
+    ``input_ids_b``/``attention_mask_b`` (B, T_b) for the second, and float ``labels`` (B,) when labelled."""
+
+    def __init__(self, pad_token_id: int):
+        self.pad_token_id = pad_token_id
+
+    def __call__(self, items: Sequence[EncodedPair]) -> dict[str, torch.Tensor]:
+        ids, mask = _pad([it.input_ids for it in items], self.pad_token_id)
+        ids_b, mask_b = _pad([it.input_ids_b for it in items], self.pad_token_id)
+        batch = {"input_ids": ids, "attention_mask": mask, "input_ids_b": ids_b, "attention_mask_b": mask_b}
+        if items[0].label is not None:
+            batch["labels"] = torch.tensor([float(it.label) for it in items], dtype=torch.float32)
+        return batch
+
+
 class Collator:
     """Pads a list of :class:`EncodedExample` into a batch: input_ids, attention_mask, token_type_ids (B, T) and
     labels (B,) (long for classes, float for regression scores)."""

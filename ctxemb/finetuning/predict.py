@@ -5,17 +5,18 @@ Shapes: N texts, C classes.
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Sequence
 
 import torch
 
 from ctxemb._validation import check_int, check_string_batch
-from ctxemb.finetuning.features import Collator, encode_examples
 from ctxemb.finetuning.readers import TextExample
-from ctxemb.finetuning.tasks import predict_outputs
-from ctxemb.modeling.task_heads import EncoderForSequenceClassification
+from ctxemb.finetuning.tasks import model_inputs, predict_outputs
+from ctxemb.modeling.task_heads import PAIR_HEAD_CONFIG_KEY, EncoderForPairSimilarity, EncoderForSequenceClassification
 from ctxemb.registry import resolve_model_dir
 from ctxemb.tokenization import Tokenizer
 from ctxemb.training.data import EvalBatches
@@ -40,7 +41,8 @@ class SequencePredictor:
         'positive'
     """
 
-    def __init__(self, model: EncoderForSequenceClassification, tokenizer: Tokenizer, *, max_length: int = 512):
+    def __init__(self, model: EncoderForSequenceClassification | EncoderForPairSimilarity, tokenizer: Tokenizer, *,
+                 max_length: int = 512):
         self.model = model.eval()
         self.tokenizer = tokenizer
         self.max_length = max_length
@@ -48,9 +50,15 @@ class SequencePredictor:
     @classmethod
     def from_pretrained(cls, model_dir: str | os.PathLike, *, device: str | torch.device = "cpu",
                         max_length: int = 512) -> "SequencePredictor":
-        """Load a directory written by ``ctxemb finetune`` (or a transformers ``*ForSequenceClassification``)."""
+        """Load a directory written by ``ctxemb finetune`` (or a transformers ``*ForSequenceClassification``); a
+        bi-encoder saved with ``head="cosine"`` predicts ``score_scale * cos(u, v)`` for pairs."""
         path = resolve_model_dir(model_dir)
-        model = EncoderForSequenceClassification.from_pretrained(path)
+        raw = json.loads((Path(path) / "config.json").read_text(encoding="utf-8"))
+        if PAIR_HEAD_CONFIG_KEY in raw:
+            model: EncoderForSequenceClassification | EncoderForPairSimilarity = \
+                EncoderForPairSimilarity.from_pretrained(path)
+        else:
+            model = EncoderForSequenceClassification.from_pretrained(path)
         return cls(model.to(device), Tokenizer.from_pretrained(path), max_length=max_length)
 
     def predict(self, texts: Sequence[str], pairs: Sequence[str] | None = None, *,
@@ -67,9 +75,13 @@ class SequencePredictor:
                 raise ValueError(f"texts and pairs must have the same length; got {len(texts)} and {len(pairs)}")
         batch_size = check_int(batch_size, "batch_size", low=1)
         examples = [TextExample(a, pairs[i] if pairs is not None else None, 0, str(i)) for i, a in enumerate(texts)]
-        features = encode_examples(self.tokenizer, examples, max_length=self.max_length, with_labels=False)
-        batches = EvalBatches(features, batch_size=batch_size,
-                              collate=Collator(self.tokenizer.pad_token_id, regression=self.model.problem == "regression"))
+        bi_encoder = isinstance(self.model, EncoderForPairSimilarity)
+        if bi_encoder and pairs is None:
+            raise ValueError("a bi-encoder scores pairs: pass pairs (one second text per text)")
+        features, collate = model_inputs(self.tokenizer, examples, head="cosine" if bi_encoder else "checkpoint",
+                                         regression=self.model.problem == "regression", max_length=self.max_length,
+                                         with_labels=False)
+        batches = EvalBatches(features, batch_size=batch_size, collate=collate)
         outputs = torch.from_numpy(predict_outputs(self.model, batches))
         if self.model.problem == "regression":
             return [Prediction(None, float(s), {}) for s in outputs]

@@ -22,12 +22,12 @@ from typing import Any, Literal, Mapping, Sequence
 import numpy as np
 import torch
 
-from ctxemb.finetuning.features import Collator, encode_examples
+from ctxemb.finetuning.features import Collator, PairCollator, encode_examples, encode_pairs_separately
 from ctxemb.finetuning.readers import TASKS, TaskData, TextExample, load_task, read_table
 from ctxemb.loading import load_tokenizer
 from ctxemb.metrics.classification import accuracy, binary_f1
 from ctxemb.metrics.correlation import pearson, spearman
-from ctxemb.modeling.task_heads import EncoderForSequenceClassification
+from ctxemb.modeling.task_heads import EncoderForPairSimilarity, EncoderForSequenceClassification
 from ctxemb.paths import atomic_write
 from ctxemb.registry import DEFAULT_MODEL, resolve_model_dir
 from ctxemb.tokenization import copy_tokenizer_files
@@ -40,7 +40,7 @@ logger = logging.getLogger(__name__)
 
 Regime = Literal["full", "frozen", "last_k"]
 REGIMES: tuple[str, ...] = ("full", "frozen", "last_k")
-HEADS: tuple[str, ...] = ("checkpoint", "cls", "mean")
+HEADS: tuple[str, ...] = ("checkpoint", "cls", "mean", "cosine")
 MODEL_DIR = "model"
 CONFIG_FILE = "finetune_config.json"
 
@@ -53,7 +53,9 @@ class FinetuneConfig:
         task: one of :data:`~ctxemb.finetuning.readers.TASKS`, or ``"custom"`` with ``train_file``/``dev_file``.
         model: the encoder to fine-tune (name or HF-format directory).
         head: ``"checkpoint"`` (the checkpoint's form: BERT's pooler, RoBERTa/MPNet's dense+tanh), ``"cls"`` (the
-            book's W_C on the raw [CLS] vector) or ``"mean"`` (mean pooling, for sentence-trained encoders).
+            book's W_C on the raw [CLS] vector) or ``"mean"`` (mean pooling, for sentence-trained encoders): a
+            cross-encoder reading both texts at once; or ``"cosine"``: a bi-encoder for scored pairs (each text
+            alone, mean pooling, cosine regressed onto the score; no head, so the encoder serves ``Embedder``).
         regime: ``"full"``, ``"frozen"`` (head only) or ``"last_k"`` (the last ``last_k`` layers and the head).
         last_k: layers trained with ``regime="last_k"``.
         layerwise_lr_decay: each layer below the top gets this factor more of the learning rate (1 = off).
@@ -105,6 +107,8 @@ class FinetuneConfig:
         for name in ("batch_size", "max_length", "last_k"):
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
                 raise ValueError(f"{name} must be a positive int; got {getattr(self, name)!r}")
+        if self.head == "cosine" and not (self.regression or self.task == "stsb"):
+            raise ValueError("head 'cosine' (a bi-encoder) is for scored pairs: task stsb or a custom regression task")
         if not self.train.out_dir:
             raise ValueError("train.out_dir is required: checkpoints, metrics and the model go there")
 
@@ -173,8 +177,18 @@ def predict_outputs(model: EncoderForSequenceClassification, batches) -> np.ndar
     return torch.cat(outs).numpy()
 
 
-def build_model(config: FinetuneConfig, task: TaskData) -> EncoderForSequenceClassification:
+def build_model(config: FinetuneConfig, task: TaskData) -> EncoderForSequenceClassification | EncoderForPairSimilarity:
     regression = task.label_names is None
+    if config.head == "cosine":
+        scale = max(abs(ex.label) for ex in task.splits[_train_split(config)])
+        model: EncoderForSequenceClassification | EncoderForPairSimilarity = EncoderForPairSimilarity.from_pretrained(
+            resolve_model_dir(config.model), score_scale=scale)
+        model.train()
+        if config.regime == "frozen":
+            raise ValueError("a bi-encoder has no head: regime 'frozen' would train nothing")
+        if config.regime == "last_k":
+            model.freeze_all_but_last(config.last_k)
+        return model
     model = EncoderForSequenceClassification.from_pretrained(
         resolve_model_dir(config.model), num_labels=1 if regression else len(task.label_names),
         problem="regression" if regression else "classification", head=config.head,
@@ -187,19 +201,35 @@ def build_model(config: FinetuneConfig, task: TaskData) -> EncoderForSequenceCla
     return model
 
 
+def model_inputs(tokenizer, examples: Sequence[TextExample], *, head: str, regression: bool, max_length: int,
+                 with_labels: bool = True) -> tuple[list, Collator | PairCollator]:
+    """The encoded examples and their collator: both texts in one input for a cross-encoder head, each text alone
+    for the bi-encoder (``head="cosine"``)."""
+    if head == "cosine":
+        return (encode_pairs_separately(tokenizer, examples, max_length=max_length, with_labels=with_labels),
+                PairCollator(tokenizer.pad_token_id))
+    return (encode_examples(tokenizer, examples, max_length=max_length, with_labels=with_labels),
+            Collator(tokenizer.pad_token_id, regression=regression))
+
+
+def _train_split(config: FinetuneConfig) -> str:
+    return config.train_split if config.task != "custom" else "train"
+
+
 def run_finetuning(config: FinetuneConfig) -> FinetuneResult:
     """Fine-tune, evaluating on the eval split each epoch; save the model directory (see the module docstring)."""
     task = load_task_data(config)
-    train_examples: list[TextExample] = task.splits[config.train_split if config.task != "custom" else "train"]
+    train_examples: list[TextExample] = task.splits[_train_split(config)]
     eval_examples = task.splits[config.eval_split if config.task != "custom" else "dev"]
     if config.max_train_examples:
         train_examples = train_examples[:config.max_train_examples]
     seed_everything(config.train.seed)  # the new head's initialisation belongs to the run's seed
     tokenizer = load_tokenizer(config.model)
     model = build_model(config, task)
-    collate = Collator(tokenizer.pad_token_id, regression=task.label_names is None)
-    train_features = encode_examples(tokenizer, train_examples, max_length=config.max_length)
-    eval_features = encode_examples(tokenizer, eval_examples, max_length=config.max_length)
+    train_features, collate = model_inputs(tokenizer, train_examples, head=config.head,
+                                           regression=task.label_names is None, max_length=config.max_length)
+    eval_features, _ = model_inputs(tokenizer, eval_examples, head=config.head, regression=task.label_names is None,
+                                    max_length=config.max_length)
     eval_labels = np.array([ex.label for ex in eval_examples])
     history: list[dict[str, float]] = []
     with distributed_session(config.train.device) as ctx:

@@ -313,6 +313,77 @@ class EncoderForSequenceClassification(EncoderWithHeads):
         return model
 
 
+PAIR_HEAD_CONFIG_KEY = "ctxemb_pair_similarity"
+
+
+class EncoderForPairSimilarity(EncoderWithHeads):
+    """A bi-encoder for scored pairs (STS-B): each text is encoded alone, mean-pooled over its tokens, and the
+    pair's score is predicted as ``score_scale * cos(u, v)``, trained with the mean squared error between
+    ``cos(u, v)`` and ``score / score_scale`` (sentence-transformers' CosineSimilarityLoss).
+
+    It has no head: what it trains is the geometry of the mean-pooled sentence vectors, so the fine-tuned encoder
+    serves ``Embedder`` (mean pooling, cosine) directly, where a cross-encoder's regression head on [CLS] would not.
+    Saved as a bare encoder (``BertModel``, ...) with the scale under ``ctxemb_pair_similarity`` in config.json.
+
+    Args:
+        encoder: a pretrained encoder; the model owns it from now on.
+        score_scale: the largest gold score (5 for STS-B), so that cosine 1 means the highest score.
+    """
+
+    problem = "regression"
+    num_labels = 1
+
+    def __init__(self, encoder: Encoder, *, score_scale: float = 5.0):
+        if not (isinstance(score_scale, (int, float)) and score_scale > 0 and score_scale != float("inf")):
+            raise ValueError(f"score_scale must be a positive finite number, got {score_scale!r}")
+        super().__init__(encoder)
+        self.score_scale = float(score_scale)
+        encoder.pooler.requires_grad_(False)
+        self.train(encoder.training)
+
+    def embed(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+              token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
+        """(B, H) mean-pooled last-layer vectors of the texts (B, T)."""
+        if attention_mask is None:
+            attention_mask = torch.ones_like(input_ids)
+        z = self.encoder(input_ids, attention_mask, token_type_ids, output_hidden_states=False,
+                         compute_pooler=False).last_hidden_state
+        return mean_pool(z, attention_mask)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                token_type_ids: torch.Tensor | None = None, *, input_ids_b: torch.Tensor,
+                attention_mask_b: torch.Tensor | None = None, token_type_ids_b: torch.Tensor | None = None,
+                labels: torch.Tensor | None = None) -> SequenceClassifierOutput:
+        """Predicted scores (B, 1) = score_scale * cos(u, v) for the pairs (first texts ``input_ids``, second
+        ``input_ids_b``); with gold scores (B,), the MSE between cos(u, v) and ``labels / score_scale``."""
+        u = self.embed(input_ids, attention_mask, token_type_ids)
+        v = self.embed(input_ids_b, attention_mask_b, token_type_ids_b)
+        cos = F.cosine_similarity(u.float(), v.float(), dim=-1)  # (B,)
+        scores = (self.score_scale * cos).unsqueeze(-1)
+        if labels is None:
+            return SequenceClassifierOutput(loss=None, logits=scores)
+        if labels.shape != cos.shape:
+            raise ValueError(f"labels must have shape (batch,) = ({cos.shape[0]},); got {tuple(labels.shape)}")
+        return SequenceClassifierOutput(loss=F.mse_loss(cos, labels.float() / self.score_scale), logits=scores)
+
+    def depth_modules(self) -> list[tuple[int, str, nn.Module]]:
+        return self.encoder_depth_modules()
+
+    def save_pretrained(self, out_dir: str | os.PathLike) -> Path:
+        """A bare encoder (``AutoModel``, ``Embedder`` and transformers load it) with the score scale in config.json."""
+        return save_pretrained(self.encoder, out_dir, config_extra={PAIR_HEAD_CONFIG_KEY: {
+            "score_scale": self.score_scale}})
+
+    @classmethod
+    def from_pretrained(cls, model_dir: str | os.PathLike, *, score_scale: float | None = None,
+                        strict: bool = True) -> "EncoderForPairSimilarity":
+        """Load an encoder directory as a bi-encoder (the scale from its config.json when it was saved as one)."""
+        model_dir = Path(model_dir)
+        encoder, _ = load_encoder_dir(model_dir, strict=strict)
+        saved = json.loads((model_dir / "config.json").read_text(encoding="utf-8")).get(PAIR_HEAD_CONFIG_KEY) or {}
+        return cls(encoder, score_scale=score_scale or saved.get("score_scale", 5.0))
+
+
 def mean_pool(hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
     """(B, H) mean of ``hidden`` (B, T, H) over the tokens where ``attention_mask`` (B, T) is 1."""
     m = attention_mask.to(hidden.dtype).unsqueeze(-1)  # (B, T, 1)
