@@ -114,15 +114,23 @@ def encode_pairs_separately(tokenizer: Tokenizer, examples: Sequence[TextExample
     return out
 
 
-def _pad(rows: Sequence[Sequence[int]], pad_token_id: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """(ids, attention mask), both (B, T), right-padded."""
+def pad_ids(rows: Sequence[Sequence[int]], pad_token_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(ids, attention mask), both (B, T) with T the longest row, right-padded with ``pad_token_id``."""
     T = max(len(r) for r in rows)
     ids = torch.full((len(rows), T), pad_token_id, dtype=torch.long)
     mask = torch.zeros((len(rows), T), dtype=torch.long)
     for i, r in enumerate(rows):
-        ids[i, :len(r)] = torch.tensor(r)
+        ids[i, :len(r)] = torch.tensor(r, dtype=torch.long)
         mask[i, :len(r)] = 1
     return ids, mask
+
+
+def pad_inputs(items: Sequence, pad_token_id: int) -> dict[str, torch.Tensor]:
+    """``input_ids``, ``attention_mask`` and ``token_type_ids`` (B, T) of items that have ``input_ids`` and
+    ``token_type_ids`` lists: what every collator of the fine-tuning package starts from."""
+    ids, mask = pad_ids([it.input_ids for it in items], pad_token_id)
+    types, _ = pad_ids([it.token_type_ids for it in items], 0)
+    return {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
 
 
 class PairCollator:
@@ -133,8 +141,8 @@ class PairCollator:
         self.pad_token_id = pad_token_id
 
     def __call__(self, items: Sequence[EncodedPair]) -> dict[str, torch.Tensor]:
-        ids, mask = _pad([it.input_ids for it in items], self.pad_token_id)
-        ids_b, mask_b = _pad([it.input_ids_b for it in items], self.pad_token_id)
+        ids, mask = pad_ids([it.input_ids for it in items], self.pad_token_id)
+        ids_b, mask_b = pad_ids([it.input_ids_b for it in items], self.pad_token_id)
         batch = {"input_ids": ids, "attention_mask": mask, "input_ids_b": ids_b, "attention_mask_b": mask_b}
         if items[0].label is not None:
             batch["labels"] = torch.tensor([float(it.label) for it in items], dtype=torch.float32)
@@ -150,16 +158,7 @@ class Collator:
         self.regression = regression
 
     def __call__(self, items: Sequence[EncodedExample]) -> dict[str, torch.Tensor]:
-        T = max(len(it.input_ids) for it in items)
-        ids = torch.full((len(items), T), self.pad_token_id, dtype=torch.long)
-        types = torch.zeros((len(items), T), dtype=torch.long)
-        mask = torch.zeros((len(items), T), dtype=torch.long)
-        for i, it in enumerate(items):
-            n = len(it.input_ids)
-            ids[i, :n] = torch.tensor(it.input_ids)
-            types[i, :n] = torch.tensor(it.token_type_ids)
-            mask[i, :n] = 1
-        batch = {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
+        batch = pad_inputs(items, self.pad_token_id)
         if items[0].label is not None:
             batch["labels"] = torch.tensor([it.label for it in items],
                                            dtype=torch.float32 if self.regression else torch.long)

@@ -28,6 +28,7 @@ import numpy as np
 import torch
 
 from ctxemb._validation import check_int
+from ctxemb.finetuning.features import pad_inputs
 from ctxemb.finetuning.squad import QAExample
 from ctxemb.tokenization import Tokenizer
 
@@ -193,16 +194,7 @@ class QACollator:
         labelled = [it.start_position is not None for it in items]
         if any(labelled) and not all(labelled):
             raise ValueError(f"features mix labelled and unlabelled ones ({sum(labelled)} of {len(items)} labelled)")
-        T = max(len(it.input_ids) for it in items)
-        ids = torch.full((len(items), T), self.pad_token_id, dtype=torch.long)
-        types = torch.zeros((len(items), T), dtype=torch.long)
-        mask = torch.zeros((len(items), T), dtype=torch.long)
-        for i, it in enumerate(items):
-            n = len(it.input_ids)
-            ids[i, :n] = torch.tensor(it.input_ids)
-            types[i, :n] = torch.tensor(it.token_type_ids)
-            mask[i, :n] = 1
-        batch = {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
+        batch = pad_inputs(items, self.pad_token_id)
         if labelled[0]:
             batch["start_positions"] = torch.tensor([it.start_position for it in items], dtype=torch.long)
             batch["end_positions"] = torch.tensor([it.end_position for it in items], dtype=torch.long)

@@ -28,6 +28,7 @@ from typing import Literal, Mapping, Sequence
 import numpy as np
 import torch
 
+from ctxemb.finetuning.features import pad_ids, pad_inputs
 from ctxemb.metrics.conlleval import chunks as bio_chunks
 from ctxemb.modeling.token_heads import IGNORE_INDEX, NULL_LABEL
 from ctxemb.tokenization import TokenizedText, Tokenizer
@@ -196,43 +197,19 @@ class TaggingCollator:
         self.spans = spans
 
     def __call__(self, items: Sequence[TaggedFeature]) -> dict[str, torch.Tensor]:
-        B = len(items)
-        T = max(len(it.input_ids) for it in items)
-        W = max(len(it.word_starts) for it in items)
-        batch = {"input_ids": torch.full((B, T), self.pad_token_id, dtype=torch.long),
-                 "attention_mask": torch.zeros((B, T), dtype=torch.long),
-                 "token_type_ids": torch.zeros((B, T), dtype=torch.long)}
-        words = {k: torch.zeros((B, W), dtype=torch.long) for k in ("word_starts", "word_mask")}
-        for i, it in enumerate(items):
-            n, w = len(it.input_ids), len(it.word_starts)
-            batch["input_ids"][i, :n] = torch.tensor(it.input_ids)
-            batch["token_type_ids"][i, :n] = torch.tensor(it.token_type_ids)
-            batch["attention_mask"][i, :n] = 1
-            words["word_starts"][i, :w] = torch.tensor(it.word_starts)
-            words["word_mask"][i, :w] = 1
+        batch = pad_inputs(items, self.pad_token_id)
         if self.spans:
-            S = max(len(it.span_words) for it in items)
-            spans = {k: torch.zeros((B, S), dtype=torch.long) for k in ("span_starts", "span_ends", "span_mask")}
-            labelled = items[0].span_labels is not None
-            if labelled:
-                spans["span_labels"] = torch.zeros((B, S), dtype=torch.long)
-            for b, it in enumerate(items):
-                ij = torch.tensor(it.span_words, dtype=torch.long)  # (S_b, 2) word indices
-                starts, ends = torch.tensor(it.word_starts), torch.tensor(it.word_ends)
-                s = len(it.span_words)
-                spans["span_starts"][b, :s] = starts[ij[:, 0]]
-                spans["span_ends"][b, :s] = ends[ij[:, 1]] - 1
-                spans["span_mask"][b, :s] = 1
-                if labelled:
-                    spans["span_labels"][b, :s] = torch.tensor(it.span_labels)
-            return {**batch, **spans}
-        batch.update(words)
+            starts = [[it.word_starts[i] for i, _ in it.span_words] for it in items]  # the span's first subword
+            ends = [[it.word_ends[j] - 1 for _, j in it.span_words] for it in items]  # and its last (inclusive)
+            batch["span_starts"], batch["span_mask"] = pad_ids(starts, 0)
+            batch["span_ends"], _ = pad_ids(ends, 0)
+            if items[0].span_labels is not None:
+                batch["span_labels"], _ = pad_ids([it.span_labels for it in items], 0)
+            return batch
+        batch["word_starts"], batch["word_mask"] = pad_ids([it.word_starts for it in items], 0)
         if items[0].labels is not None:
-            batch["labels"] = torch.full((B, T), IGNORE_INDEX, dtype=torch.long)
-            batch["word_labels"] = torch.zeros((B, W), dtype=torch.long)
-            for i, it in enumerate(items):
-                batch["labels"][i, :len(it.labels)] = torch.tensor(it.labels)
-                batch["word_labels"][i, :len(it.word_labels)] = torch.tensor(it.word_labels)
+            batch["labels"], _ = pad_ids([it.labels for it in items], IGNORE_INDEX)
+            batch["word_labels"], _ = pad_ids([it.word_labels for it in items], 0)
         return batch
 
 

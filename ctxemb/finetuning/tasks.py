@@ -17,7 +17,7 @@ import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Mapping, Sequence
+from typing import Any, ClassVar, Literal, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -46,32 +46,27 @@ CONFIG_FILE = "finetune_config.json"
 
 
 @dataclass
-class FinetuneConfig:
-    """A fine-tuning run.
+class FinetuneRunConfig:
+    """The settings every fine-tuning run shares (sequence level here, token level in
+    :mod:`ctxemb.finetuning.token_tasks`), validated in one place.
 
     Attributes:
-        task: one of :data:`~ctxemb.finetuning.readers.TASKS`, or ``"custom"`` with ``train_file``/``dev_file``.
+        task: the task's name.
         model: the encoder to fine-tune (name or HF-format directory).
-        head: ``"checkpoint"`` (the checkpoint's form: BERT's pooler, RoBERTa/MPNet's dense+tanh), ``"cls"`` (the
-            book's W_C on the raw [CLS] vector) or ``"mean"`` (mean pooling, for sentence-trained encoders): a
-            cross-encoder reading both texts at once; or ``"cosine"``: a bi-encoder for scored pairs (each text
-            alone, mean pooling, cosine regressed onto the score; no head, so the encoder serves ``Embedder``).
         regime: ``"full"``, ``"frozen"`` (head only) or ``"last_k"`` (the last ``last_k`` layers and the head).
         last_k: layers trained with ``regime="last_k"``.
         layerwise_lr_decay: each layer below the top gets this factor more of the learning rate (1 = off).
         epochs: passes over the training split (sets the loop's max_steps).
         batch_size: examples per micro-batch (per process).
-        max_length: longest input in tokens (longer pairs are cut longest-first, with a logged count).
+        max_length: longest model input in tokens.
         train_split, eval_split: the splits to train on and to evaluate on each epoch (tune on dev).
         max_train_examples: use only the first N training examples (None: all).
-        train_file, dev_file, text_a, text_b, label, label_names, regression: a custom task's files and columns
-            (see :func:`~ctxemb.finetuning.readers.read_table`).
+        train_file, dev_file: a task of the user's own files.
         train: the loop's settings (``out_dir`` required; ``max_steps`` is set from ``epochs``).
     """
 
     task: str
     model: str = DEFAULT_MODEL
-    head: str = "checkpoint"
     regime: Regime = "full"
     last_k: int = 2
     layerwise_lr_decay: float = 1.0
@@ -83,32 +78,27 @@ class FinetuneConfig:
     max_train_examples: int | None = None
     train_file: str | None = None
     dev_file: str | None = None
-    text_a: str = "sentence"
-    text_b: str | None = None
-    label: str = "label"
-    label_names: list[str] | None = None
-    regression: bool = False
     train: TrainConfig = field(default_factory=lambda: TrainConfig(learning_rate=2e-5, max_steps=1))
+
+    # positive-int fields beyond the shared ones, checked by __post_init__ (subclasses extend it)
+    _POSITIVE_INTS: ClassVar[tuple[str, ...]] = ()
 
     def __post_init__(self) -> None:
         if isinstance(self.train, Mapping):
             self.train = TrainConfig.from_dict({"max_steps": 1, **self.train})
-        if self.task not in TASKS + ("custom",):
-            raise ValueError(f"task must be one of {TASKS + ('custom',)}; got {self.task!r}")
-        if self.task == "custom" and not (self.train_file and self.dev_file):
-            raise ValueError("task 'custom' needs train_file and dev_file (TSV or JSONL with named columns)")
-        for name, choices in (("head", HEADS), ("regime", REGIMES)):
-            if getattr(self, name) not in choices:
-                raise ValueError(f"{name} must be one of {choices}; got {getattr(self, name)!r}")
+        if self.regime not in REGIMES:
+            raise ValueError(f"regime must be one of {REGIMES}; got {self.regime!r}")
         if not (0 < self.layerwise_lr_decay <= 1):
             raise ValueError(f"layerwise_lr_decay must be in (0, 1]; got {self.layerwise_lr_decay}")
         if not (self.epochs > 0 and math.isfinite(self.epochs)):
             raise ValueError(f"epochs must be a positive number; got {self.epochs}")
-        for name in ("batch_size", "max_length", "last_k"):
-            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
-                raise ValueError(f"{name} must be a positive int; got {getattr(self, name)!r}")
-        if self.head == "cosine" and not (self.regression or self.task == "stsb"):
-            raise ValueError("head 'cosine' (a bi-encoder) is for scored pairs: task stsb or a custom regression task")
+        for name in ("batch_size", "max_length", "last_k") + self._POSITIVE_INTS:
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive int; got {value!r}")
+        if self.max_train_examples is not None and (not isinstance(self.max_train_examples, int)
+                                                    or self.max_train_examples < 1):
+            raise ValueError(f"max_train_examples must be a positive int or None; got {self.max_train_examples!r}")
         if not self.train.out_dir:
             raise ValueError("train.out_dir is required: checkpoints, metrics and the model go there")
 
@@ -116,6 +106,40 @@ class FinetuneConfig:
         d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "train"}
         d["train"] = self.train.to_dict()
         return d
+
+
+@dataclass
+class FinetuneConfig(FinetuneRunConfig):
+    """A sentence- or pair-level fine-tuning run: the shared settings (:class:`FinetuneRunConfig`) and these.
+
+    Attributes:
+        task: one of :data:`~ctxemb.finetuning.readers.TASKS`, or ``"custom"`` with ``train_file``/``dev_file``.
+        head: ``"checkpoint"`` (the checkpoint's form: BERT's pooler, RoBERTa/MPNet's dense+tanh), ``"cls"`` (the
+            book's W_C on the raw [CLS] vector) or ``"mean"`` (mean pooling, for sentence-trained encoders): a
+            cross-encoder reading both texts at once; or ``"cosine"``: a bi-encoder for scored pairs (each text
+            alone, mean pooling, cosine regressed onto the score; no head, so the encoder serves ``Embedder``).
+        text_a, text_b, label, label_names, regression: a custom task's columns (see
+            :func:`~ctxemb.finetuning.readers.read_table`). Pairs longer than ``max_length`` are cut longest-first,
+            with a logged count.
+    """
+
+    head: str = "checkpoint"
+    text_a: str = "sentence"
+    text_b: str | None = None
+    label: str = "label"
+    label_names: list[str] | None = None
+    regression: bool = False
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.task not in TASKS + ("custom",):
+            raise ValueError(f"task must be one of {TASKS + ('custom',)}; got {self.task!r}")
+        if self.task == "custom" and not (self.train_file and self.dev_file):
+            raise ValueError("task 'custom' needs train_file and dev_file (TSV or JSONL with named columns)")
+        if self.head not in HEADS:
+            raise ValueError(f"head must be one of {HEADS}; got {self.head!r}")
+        if self.head == "cosine" and not (self.regression or self.task == "stsb"):
+            raise ValueError("head 'cosine' (a bi-encoder) is for scored pairs: task stsb or a custom regression task")
 
 
 @dataclass

@@ -37,7 +37,7 @@ import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, ClassVar, Sequence
 
 import numpy as np
 import torch
@@ -48,7 +48,7 @@ from ctxemb.finetuning.squad import QAExample, load_xquad, read_squad, split_by_
 from ctxemb.finetuning.tagging import (LABEL_SUBWORDS, ScoredSpan, TaggedFeature, TaggingCollator,
                                        bio_to_entities, calibrate_threshold, decode_spans, encode_tagged,
                                        entities_to_bio, score_spans, stitch_words)
-from ctxemb.finetuning.tasks import CONFIG_FILE, MODEL_DIR, REGIMES, Regime
+from ctxemb.finetuning.tasks import CONFIG_FILE, MODEL_DIR, FinetuneRunConfig
 from ctxemb.loading import load_tokenizer
 from ctxemb.metrics.conlleval import chunk_scores
 from ctxemb.metrics.squad import squad_scores
@@ -57,7 +57,7 @@ from ctxemb.modeling.token_heads import (BOUNDARY_KINDS, NULL_LABEL, SUMMARY_KIN
                                          EncoderForQuestionAnswering, EncoderForSpanClassification,
                                          EncoderForTokenClassification)
 from ctxemb.paths import atomic_write
-from ctxemb.registry import DEFAULT_MODEL, resolve_model_dir
+from ctxemb.registry import resolve_model_dir
 from ctxemb.tokenization import copy_tokenizer_files
 from ctxemb.training.data import DatasetBatches, EvalBatches, move_to_device
 from ctxemb.training.distributed import distributed_session
@@ -75,12 +75,15 @@ _DEFAULT_HEAD = {"conll2003-ner": "softmax", "conll2003-pos": "softmax", "xquad"
 
 
 @dataclass
-class TokenFinetuneConfig:
-    """A token- or span-level fine-tuning run.
+class TokenFinetuneConfig(FinetuneRunConfig):
+    """A token- or span-level fine-tuning run: the shared settings (:class:`~ctxemb.finetuning.tasks.FinetuneRunConfig`:
+    model, regime, epochs, batch size, ``max_length``, splits, ``train_file``/``dev_file``, the loop's ``train``)
+    and these.
 
     Attributes:
-        task: one of :data:`TOKEN_TASKS`.
-        model: the encoder to fine-tune (name or HF-format directory).
+        task: one of :data:`TOKEN_TASKS` (``conll-file``: CoNLL files, ``squad-file``: SQuAD JSON, in
+            ``train_file``/``dev_file``). ``max_length``: sentences longer are split at word boundaries, QA passages
+            are windowed. ``train_split``/``eval_split``: CoNLL-2003 splits (``dev`` = ``eng.testa``).
         head: ``"softmax"`` (a softmax per token), ``"crf"`` (a CRF over words), ``"span"`` (span classification)
             or ``"qa"`` (start/end scores); None: the task's usual head.
         label_subwords: ``"all"`` (the book's default: every subword takes its word's tag) or ``"first"``.
@@ -90,21 +93,11 @@ class TokenFinetuneConfig:
         target_precision: calibrate the span head's NULL threshold for this precision (percent) instead of F1.
         crf_lr_scale: the CRF's learning rate is this multiple of the encoder's (its transition scores start at
             ~0 and would barely move at an encoder's 5e-5; BiLSTM-CRF taggers train them at ~1e-2).
-        regime, last_k, layerwise_lr_decay: as in :class:`ctxemb.finetuning.tasks.FinetuneConfig`.
-        epochs, batch_size: passes over the training data; examples per micro-batch.
-        max_length: most tokens per model input (sentences longer are split at word boundaries; QA passages are
-            windowed).
         doc_stride, max_query_length, max_answer_length: QA windows (step between window starts, in tokens),
             question cut-off and the longest answer in tokens.
-        train_split, eval_split: CoNLL-2003 splits (``dev`` = ``eng.testa``).
         eval_fraction, split_seed: XQuAD's held-out share of articles and the seed of the split.
-        max_train_examples: use only the first N training sentences/questions.
-        train_file, dev_file: CoNLL-format files (``task="conll-file"``) or SQuAD JSON (``"squad-file"``).
-        train: the loop's settings (``out_dir`` required; ``max_steps`` is set from ``epochs``).
     """
 
-    task: str
-    model: str = DEFAULT_MODEL
     head: str | None = None
     label_subwords: str = "all"
     decoding: str = "first"
@@ -113,27 +106,18 @@ class TokenFinetuneConfig:
     span_summary: str = "mean"
     target_precision: float | None = None
     crf_lr_scale: float = 100.0
-    regime: Regime = "full"
-    last_k: int = 2
-    layerwise_lr_decay: float = 1.0
-    epochs: float = 3.0
-    batch_size: int = 32
-    max_length: int = 128
     doc_stride: int = 128
     max_query_length: int = 64
     max_answer_length: int = 30
-    train_split: str = "train"
-    eval_split: str = "dev"
     eval_fraction: float = 0.25
     split_seed: int = 0
-    max_train_examples: int | None = None
-    train_file: str | None = None
-    dev_file: str | None = None
     train: TrainConfig = field(default_factory=lambda: TrainConfig(learning_rate=5e-5, max_steps=1))
 
+    _POSITIVE_INTS: ClassVar[tuple[str, ...]] = ("max_span_length", "doc_stride", "max_query_length",
+                                                 "max_answer_length")
+
     def __post_init__(self) -> None:
-        if isinstance(self.train, Mapping):
-            self.train = TrainConfig.from_dict({"max_steps": 1, **self.train})
+        super().__post_init__()
         if self.task not in TOKEN_TASKS:
             raise ValueError(f"task must be one of {TOKEN_TASKS}; got {self.task!r}")
         self.head = self.head or _DEFAULT_HEAD[self.task]
@@ -143,34 +127,17 @@ class TokenFinetuneConfig:
             raise ValueError(f"task {self.task!r} needs train_file and dev_file "
                              f"({'CoNLL format, tags in the last column' if self.task == 'conll-file' else 'SQuAD JSON'})")
         for name, choices in (("label_subwords", LABEL_SUBWORDS), ("decoding", WORD_DECODINGS),
-                              ("span_boundary", BOUNDARY_KINDS), ("span_summary", SUMMARY_KINDS),
-                              ("regime", REGIMES)):
+                              ("span_boundary", BOUNDARY_KINDS), ("span_summary", SUMMARY_KINDS)):
             if getattr(self, name) not in choices:
                 raise ValueError(f"{name} must be one of {choices}; got {getattr(self, name)!r}")
         if self.head == "crf" and self.decoding != "first":
             raise ValueError("a CRF decodes words from their first subwords: decoding must be 'first'")
-        for name in ("batch_size", "max_length", "last_k", "max_span_length", "doc_stride", "max_query_length",
-                     "max_answer_length"):
-            if isinstance(getattr(self, name), bool) or not isinstance(getattr(self, name), int) \
-                    or getattr(self, name) < 1:
-                raise ValueError(f"{name} must be a positive int; got {getattr(self, name)!r}")
-        if not (self.epochs > 0 and math.isfinite(self.epochs)):
-            raise ValueError(f"epochs must be a positive number; got {self.epochs}")
-        if not (0 < self.layerwise_lr_decay <= 1):
-            raise ValueError(f"layerwise_lr_decay must be in (0, 1]; got {self.layerwise_lr_decay}")
         if not (self.crf_lr_scale > 0 and math.isfinite(self.crf_lr_scale)):
             raise ValueError(f"crf_lr_scale must be a positive number; got {self.crf_lr_scale}")
         if not 0 < self.eval_fraction < 1:
             raise ValueError(f"eval_fraction must be in (0, 1); got {self.eval_fraction}")
         if self.target_precision is not None and not 0 < self.target_precision <= 100:
             raise ValueError(f"target_precision is a percentage in (0, 100]; got {self.target_precision}")
-        if not self.train.out_dir:
-            raise ValueError("train.out_dir is required: checkpoints, metrics and the model go there")
-
-    def to_dict(self) -> dict[str, Any]:
-        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "train"}
-        d["train"] = self.train.to_dict()
-        return d
 
 
 @dataclass
