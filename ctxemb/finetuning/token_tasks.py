@@ -175,15 +175,16 @@ def tag_column(config: TokenFinetuneConfig, sentence: TaggedSentence) -> tuple[s
     return sentence.pos if config.task == "conll2003-pos" else sentence.ner
 
 
-def label_set(config: TokenFinetuneConfig, train: Sequence[TaggedSentence]) -> list[str]:
-    """The label names, id order: CoNLL-2003's fixed NER set, the POS tags seen in training, or (own files) the
-    BIO tags seen, ``O`` first; for the span head the entity types with NULL first."""
+def label_set(config: TokenFinetuneConfig, sentences: Sequence[TaggedSentence]) -> list[str]:
+    """The label names in id order: CoNLL-2003's fixed NER set, the POS tags of ``sentences``, or (own files) their
+    BIO tags, ``O`` first; for the span head the entity types with NULL first. (Pass the training and the eval
+    sentences: a tag only the eval split has still needs an id, which the model then never predicts.)"""
     if config.task == "conll2003-pos":
-        names = list(pos_labels(train))
+        names = list(pos_labels(sentences))
     elif config.task == "conll2003-ner":
         names = list(NER_LABELS)
     else:
-        seen = sorted({t for s in train for t in s.ner} - {"O"})
+        seen = sorted({t for s in sentences for t in s.ner} - {"O"})
         names = ["O"] + seen
     if config.head == "span":
         return [NULL_LABEL] + sorted({n[2:] for n in names if n != "O"})
@@ -304,7 +305,7 @@ def run_token_finetuning(config: TokenFinetuneConfig) -> TokenFinetuneResult:
         train_sents, eval_sents = load_tagging_data(config)
         if config.max_train_examples:
             train_sents = train_sents[:config.max_train_examples]
-        labels = label_set(config, train_sents)
+        labels = label_set(config, train_sents + eval_sents)  # a tag only dev has still needs an id
         model = build_model(config, labels)
         label2id = {name: i for i, name in enumerate(labels)}
         span = config.head == "span"
