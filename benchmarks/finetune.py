@@ -145,7 +145,7 @@ TOKEN_RECIPES = {
     "ner-crf": ("conll2003-ner", "crf", 1.0, 5e-5, {}),
     "ner-span": ("conll2003-ner", "span", 1.0, 5e-5, {"max_span_length": 8}),
     "pos": ("conll2003-pos", "softmax", 1.0, 5e-5, {}),
-    "xquad": ("xquad", "qa", 4.0, 1e-4, {"max_length": 256, "doc_stride": 128, "batch_size": 16}),
+    "xquad": ("xquad", "qa", 3.0, 1e-4, {"max_length": 256, "doc_stride": 128, "batch_size": 16}),
 }
 
 
@@ -315,7 +315,7 @@ def report(rows: list, embedder_rows: list, token_rows: list) -> None:
                "representation, flat decoding, NULL threshold calibrated on dev for F1 ('f1' is at threshold 0.5, "
                "'calibrated_f1' at the calibrated one, which is tuned on the split it is scored on). POS: the same "
                "files' POS column, token accuracy. XQuAD-en: 3/4 of the 48 articles for training (839 questions), "
-               "the held-out 12 articles (351 questions) for EM/F1 (official SQuAD v1.1 definitions), 4 epochs, "
+               "the held-out 12 articles (351 questions) for EM/F1 (official SQuAD v1.1 definitions), 3 epochs, "
                "lr 1e-4, batch 16, windows of 256 tokens with stride 128. 'train examples/s' counts model inputs "
                "(QA windows) and leaves out the evaluations.\n\n" + markdown_table(shown, tcols))
     write_results("finetune", {"cpu": cpu_name(), "rows": rows, "embedder_rows": embedder_rows,
