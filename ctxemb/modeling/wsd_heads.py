@@ -59,7 +59,8 @@ class SenseTrainingOutput:
     Attributes:
         loss: the mean loss over the targets that have one (scalar).
         metrics: floats for logging: ``accuracy`` (BEM: the gold sense scores highest among the candidates;
-            SupCon: the nearest other occurrence of the same lemma has the same sense), ``targets``.
+            SupCon: the nearest other occurrence of the same lemma has the same sense, over the occurrences with both
+            a positive and a same-lemma negative in the batch), ``targets``.
         scores: BEM: (M, K) candidate scores (-inf at padding); SupCon: (M, M) similarities / temperature.
         vectors: (M, H) the target vectors (before normalisation).
     """
@@ -213,12 +214,13 @@ def supcon_loss(z: torch.Tensor, sense_ids: torch.Tensor, lemma_ids: torch.Tenso
 
 
 def _same_lemma_nn_accuracy(sim: torch.Tensor, sense_ids: torch.Tensor, lemma_ids: torch.Tensor) -> tuple[float, int]:
-    """Share of rows whose most similar other row of the same lemma has the same sense, over the rows that have
-    such a row (0.0 when none has: the loop averages metrics, and a NaN would spoil the average; the recipe's
-    sampler always puts several occurrences of a lemma together)."""
+    """Share of rows whose most similar other occurrence of the same lemma has the same sense, over the rows that
+    have both another occurrence of their sense and one of another sense of their lemma (0.0 when no row has: the
+    loop averages metrics, and a NaN would spoil the average; the recipe's batches always hold such rows)."""
     m = sim.shape[0]
     same_lemma = (lemma_ids[:, None] == lemma_ids[None, :]) & ~torch.eye(m, dtype=torch.bool, device=sim.device)
-    has = same_lemma.any(1)
+    same_sense = sense_ids[:, None] == sense_ids[None, :]
+    has = (same_lemma & same_sense).any(1) & (same_lemma & ~same_sense).any(1)
     if not bool(has.any()):
         return 0.0, 0
     nearest = sim.masked_fill(~same_lemma, float("-inf")).argmax(1)

@@ -144,7 +144,7 @@ class SenseTrainConfig:
         max_minutes: stop after this many minutes of this call (a checkpoint is written; None: no limit).
         max_tokens_per_batch: token budget of a batch (see the module docstring).
         max_items_per_batch: most sentences (``bem``) or occurrences (``supcon``) per batch.
-        trainable_layers: train only the top k layers (None: all; the embeddings are frozen for any k < L + 1).
+        trainable_layers: train only the top k layers, 0..L (None: all; with any k the embeddings are frozen).
         max_targets_per_sentence: ``bem``: targets drawn per sentence and batch.
         max_candidates: ``bem``: candidates per target (gold senses + a random sample of the others).
         gloss_encoder: ``bem``: ``"shared"`` weights or a ``"separate"`` gloss encoder.
@@ -687,8 +687,19 @@ def default_corpus_path() -> Path:
     return shared_data_dir() / "wsd" / "WSD_Evaluation_Framework" / "Training_Corpora" / "SemCor"
 
 
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 def _machine() -> dict[str, Any]:
-    return {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
+    return {"platform": platform.platform(), "processor": _cpu_model(),
             "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(), "torch": torch.__version__,
             "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None}
 
