@@ -25,8 +25,9 @@ import torch
 from ctxemb._validation import check_bool, check_choice, check_int
 from ctxemb.inference import PRECISIONS, run_encoder
 from ctxemb.loading import load_encoder, load_tokenizer
+from ctxemb.modeling.checkpoint import read_training_run
 from ctxemb.modeling.encoder import Encoder
-from ctxemb.registry import DEFAULT_MODEL
+from ctxemb.registry import DEFAULT_MODEL, resolve_model_dir
 from ctxemb.tokenization import TokenizedText, Tokenizer, check_texts, check_word_lists
 
 logger = logging.getLogger(__name__)
@@ -50,6 +51,12 @@ class EmbedderConfig:
         layer_weights: one weight per entry of ``layers`` for "weighted".
         subword_pooling: how a word's subword vectors become one: "mean", "first" or "last".
         precision: "fp32" (exact) or "bf16" (faster on CPUs with AMX).
+        training_run: the identity of the training run that made the model's weights (``ctxemb_training_run`` in
+            its ``config.json``, written by :func:`ctxemb.modeling.checkpoint.stamp_training_run`), or None for a
+            model no ctxemb recipe stamped (released checkpoints). :meth:`Embedder.from_pretrained` fills it in from
+            the model directory. Stores and indexes compare it like the other fields, so vectors from one fine-tuned
+            encoder are never queried with another of the same architecture; :meth:`to_dict` leaves it out when
+            None, so what older stores recorded still matches.
     """
 
     model: str = DEFAULT_MODEL
@@ -58,6 +65,7 @@ class EmbedderConfig:
     layer_weights: tuple[float, ...] | None = None
     subword_pooling: str = "mean"
     precision: str = "fp32"
+    training_run: str | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.model, str):
@@ -73,11 +81,17 @@ class EmbedderConfig:
             raise ValueError("layer_pooling 'stack' is a per-call option, not a configuration")
         check_choice(self.subword_pooling, "subword_pooling", SUBWORD_POOLINGS)
         check_choice(self.precision, "precision", PRECISIONS)
+        if self.training_run is not None and not isinstance(self.training_run, str):
+            raise TypeError(f"training_run must be a str or None, got {type(self.training_run).__name__}")
+        if self.training_run == "":
+            raise ValueError("training_run must be a non-empty str or None, got ''")
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         d["layers"] = list(self.layers)
         d["layer_weights"] = None if self.layer_weights is None else list(self.layer_weights)
+        if self.training_run is None:  # absent, as in what stores and indexes recorded before the field existed
+            del d["training_run"]
         return d
 
     @classmethod
@@ -153,13 +167,16 @@ class Embedder:
                         batch_size: int = 64, max_tokens_per_batch: int = 8192, **config: Any) -> "Embedder":
         """Load a model by name or path; keyword arguments are :class:`EmbedderConfig` fields.
 
-        Every argument is checked before the model is loaded.
+        Every argument is checked before the model is loaded. ``training_run`` is read from the model directory
+        (None for models no ctxemb recipe stamped); passing it (as a store's or index's recorded configuration does)
+        checks that the directory still holds the weights of that run.
 
         Raises:
             TypeError: ``model`` is not a str or path, an argument has the wrong type, or a keyword is not an
                 :class:`EmbedderConfig` field.
             ValueError: a bad value (batch sizes < 1, an unknown pooling, a layer index out of range or the same
-                hidden state named twice, a non-finite layer weight, a device torch does not know).
+                hidden state named twice, a non-finite layer weight, a device torch does not know), or a
+                ``training_run`` other than the one the model directory records.
             FileNotFoundError: the model cannot be found.
             CorruptFileError: a model file is unreadable (see :func:`ctxemb.loading.load_encoder`).
         """
@@ -179,6 +196,12 @@ class Embedder:
             torch.device(device)
         except RuntimeError as e:
             raise ValueError(f"device {device!r} is not a torch device: {e}") from None
+        recorded = read_training_run(resolve_model_dir(model))
+        if cfg.training_run is not None and cfg.training_run != recorded:
+            raise ValueError(f"the model at {os.fspath(model)!r} was made by training run {recorded!r}, not "
+                             f"{cfg.training_run!r}: the directory now holds other weights than the ones asked for "
+                             "(e.g. those a sense store or index was built with); use that run's model, or rebuild")
+        cfg = dataclasses.replace(cfg, training_run=recorded)
         return cls(load_encoder(model, device=device), load_tokenizer(model), cfg, batch_size=batch_size,
                    max_tokens_per_batch=max_tokens_per_batch)
 

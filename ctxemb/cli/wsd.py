@@ -1,4 +1,4 @@
-"""``ctxemb wsd build | eval | tag``: the word sense disambiguation commands.
+"""``ctxemb wsd build | eval | tag | train``: the word sense disambiguation commands.
 
 Wire into the main parser with ``add_parser(subparsers)``; every leaf command sets ``func`` (called as
 ``args.func(args)``, returning an exit code).
@@ -10,6 +10,8 @@ Examples::
     ctxemb wsd eval stores/minilm $CTXEMB_DATA/wsd/WSD_Evaluation_Framework/Evaluation_Datasets/semeval2007 \\
         --json results.json --predictions predictions/
     ctxemb wsd tag --store stores/minilm "He sat on the bank of the river."
+    ctxemb wsd train --recipe supcon --out runs/wsd-supcon --max-minutes 90       # SemCor training documents
+    ctxemb wsd build $CTXEMB_DATA/.../SemCor stores/supcon --model runs/wsd-supcon/model --held-out-fraction 0.1
 """
 
 from __future__ import annotations
@@ -32,6 +34,9 @@ from ctxemb.cli._common import (
     write_json,
 )
 from ctxemb.evaluation.wsd import evaluate_wsd
+from ctxemb.modeling.wsd_heads import GLOSS_ENCODERS, LAYER_POOLINGS, NEGATIVES, SCORES
+from ctxemb.registry import DEFAULT_MODEL
+from ctxemb.training.loop import TrainConfig
 from ctxemb.wsd.build import BuildConfig, build_sense_store
 from ctxemb.wsd.corpus import read_dataset, split_corpus_by_document, write_dataset
 from ctxemb.wsd.corpus_pass import MULTIWORD_MODES
@@ -39,6 +44,7 @@ from ctxemb.wsd.disambiguate import BACK_OFFS, Disambiguator
 from ctxemb.wsd.glosses import GLOSS_MODES
 from ctxemb.wsd.propagation import PROPAGATION_SCOPES
 from ctxemb.wsd.sense_store import SenseStore
+from ctxemb.wsd.training import RECIPES, SenseTrainConfig, run_sense_training
 
 logger = logging.getLogger(__name__)
 
@@ -135,7 +141,103 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     t.add_argument("--json", action="store_true", help="print JSON lines instead of a table")
     _add_common(t)
     t.set_defaults(func=run_tag)
+    _add_train_parser(sub)
     return wsd
+
+
+def _add_train_parser(sub) -> None:
+    d = SenseTrainConfig(recipe="bem", train=TrainConfig(learning_rate=2e-5, max_steps=1, out_dir="-"))
+    r = sub.add_parser("train", help="fine-tune an encoder for nearest-sense WSD on SemCor (bem or supcon)",
+                       description="Train a sense-aware encoder on a sense-annotated corpus's training documents and "
+                                   "save it as an HF-format model for `wsd build` and the Embedder.")
+    r.add_argument("--recipe", required=True, choices=RECIPES,
+                   help="bem: context-gloss bi-encoder (cross-entropy over the candidates' glosses); supcon: "
+                        "supervised contrastive on occurrences (same sense together, the lemma's other senses apart)")
+    r.add_argument("--out", required=True, help="run directory: checkpoints, metrics.jsonl, and model/")
+    r.add_argument("--model", default=DEFAULT_MODEL, help="the encoder to start from (default %(default)s)")
+    r.add_argument("--corpus", default=None, help="Raganato-format training set (default: SemCor in the shared data)")
+    r.add_argument("--held-out-fraction", type=fraction, default=d.held_out_fraction,
+                   help="documents held out, as benchmarks/wsd.py does (default %(default)s)")
+    r.add_argument("--split-seed", type=int, default=d.split_seed, help="seed of the held-out split (default %(default)s)")
+    r.add_argument("--max-sentences", type=positive_int, default=None, help="use only the first N training sentences")
+    r.add_argument("--eval-sentences", type=int, default=d.eval_sentences,
+                   help="held-out sentences to evaluate the objective on (default %(default)s; 0 = none)")
+    g = r.add_argument_group("pooling (as the Embedder's; build the store with the same)")
+    g.add_argument("--layers", type=int, nargs="+", default=list(d.layers),
+                   help="hidden-state indices; 0 = embedding output, -1 = last layer (default -4 -3 -2 -1)")
+    g.add_argument("--layer-pooling", choices=LAYER_POOLINGS, default=d.layer_pooling)
+    g.add_argument("--subword-pooling", choices=("mean", "first", "last"), default=d.subword_pooling)
+    b = r.add_argument_group("batches and budget")
+    b.add_argument("--epochs", type=non_negative_float, default=d.epochs)
+    b.add_argument("--max-steps", type=positive_int, default=None, help="optimizer steps (overrides --epochs)")
+    b.add_argument("--max-minutes", type=non_negative_float, default=None,
+                   help="stop at this time budget (a checkpoint is written; --resume continues)")
+    b.add_argument("--max-tokens-per-batch", type=positive_int, default=d.max_tokens_per_batch)
+    b.add_argument("--max-items-per-batch", type=positive_int, default=d.max_items_per_batch,
+                   help="sentences (bem) or occurrences (supcon) per batch (default %(default)s)")
+    b.add_argument("--max-length", type=positive_int, default=None,
+                   help="tokens per context input (default: the tokenizer's, as the Embedder)")
+    b.add_argument("--trainable-layers", type=int, default=None, help="train only the top k layers (default all)")
+    e = r.add_argument_group("bem")
+    e.add_argument("--max-candidates", type=positive_int, default=d.max_candidates)
+    e.add_argument("--max-targets-per-sentence", type=positive_int, default=d.max_targets_per_sentence)
+    e.add_argument("--gloss-encoder", choices=GLOSS_ENCODERS, default=d.gloss_encoder)
+    e.add_argument("--score", choices=SCORES, default=d.score)
+    e.add_argument("--max-gloss-length", type=positive_int, default=d.max_gloss_length)
+    c = r.add_argument_group("supcon")
+    c.add_argument("--temperature", type=non_negative_float, default=d.temperature,
+                   help="also bem's with --score cosine (default %(default)s)")
+    c.add_argument("--negatives", choices=NEGATIVES, default=d.negatives)
+    c.add_argument("--senses-per-group", type=positive_int, default=d.senses_per_group)
+    c.add_argument("--occurrences-per-sense", type=positive_int, default=d.occurrences_per_sense)
+    t = r.add_argument_group("training loop")
+    t.add_argument("--learning-rate", type=non_negative_float, default=2e-5)
+    t.add_argument("--warmup-ratio", type=fraction, default=0.1)
+    t.add_argument("--grad-accumulation-steps", type=positive_int, default=1)
+    t.add_argument("--precision", choices=("auto", "fp32", "bf16"), default="auto")
+    t.add_argument("--seed", type=int, default=0)
+    t.add_argument("--eval-every", type=int, default=0, help="evaluate every N steps (default: at the end)")
+    t.add_argument("--save-every", type=int, default=500, help="checkpoint every N steps (default %(default)s)")
+    t.add_argument("--log-every", type=positive_int, default=10)
+    t.add_argument("--device", default="auto")
+    t.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in --out")
+    t.add_argument("--no-progress", action="store_true", help="no progress bar")
+    r.set_defaults(func=run_train)
+
+
+def train_config_from_args(args: argparse.Namespace) -> SenseTrainConfig:
+    train = TrainConfig(learning_rate=args.learning_rate, max_steps=1, warmup_ratio=args.warmup_ratio,
+                        grad_accumulation_steps=args.grad_accumulation_steps, precision=args.precision,
+                        seed=args.seed, eval_every=args.eval_every, save_every=args.save_every,
+                        log_every=args.log_every, device=args.device, out_dir=args.out, resume=bool(args.resume),
+                        progress_bar=not args.no_progress)
+    return SenseTrainConfig(
+        recipe=args.recipe, model=args.model, corpus=args.corpus, held_out_fraction=args.held_out_fraction,
+        split_seed=args.split_seed, max_train_sentences=args.max_sentences, eval_sentences=args.eval_sentences,
+        layers=tuple(args.layers), layer_pooling=args.layer_pooling, subword_pooling=args.subword_pooling,
+        max_length=args.max_length, max_gloss_length=args.max_gloss_length, epochs=args.epochs,
+        max_steps=args.max_steps, max_minutes=args.max_minutes or None,
+        max_tokens_per_batch=args.max_tokens_per_batch, max_items_per_batch=args.max_items_per_batch,
+        trainable_layers=args.trainable_layers, max_targets_per_sentence=args.max_targets_per_sentence,
+        max_candidates=args.max_candidates, gloss_encoder=args.gloss_encoder, score=args.score,
+        temperature=args.temperature, negatives=args.negatives, senses_per_group=args.senses_per_group,
+        occurrences_per_sense=args.occurrences_per_sense, train=train)
+
+
+def run_train(args: argparse.Namespace) -> int:
+    config = train_config_from_args(args)
+    result = run_sense_training(config)
+    t = result.train
+    stats = result.stats["train"]
+    print(f"{config.recipe}: {t.step} steps in {t.elapsed / 60:.1f} min ({stats['targets']} training targets, "
+          f"{stats['inputs']} inputs){' (stopped early)' if t.stopped_early else ''}")
+    if t.eval_metrics:
+        print("held-out: " + ", ".join(f"{k} {v:.4g}" for k, v in t.eval_metrics.items()))
+    opts = result.embedder_options
+    print(f"model: {result.model_dir} (training run {result.training_run}); build a store with it: ctxemb wsd build "
+          f"CORPUS STORE --model {result.model_dir} --layers {' '.join(map(str, opts['layers']))} "
+          f"--layer-pooling {opts['layer_pooling']} --subword-pooling {opts['subword_pooling']}")
+    return 0
 
 
 def _add_common(p: argparse.ArgumentParser, *, device: bool = True) -> None:

@@ -8,6 +8,8 @@ says ``attention.self.query``. :func:`canonical_state_dict` maps all of them ont
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import os
 import pickle
@@ -21,14 +23,16 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file as load_safetensors
 from safetensors.torch import save_file as save_safetensors
 
-from ctxemb._validation import CorruptFileError
+from ctxemb._validation import CorruptFileError, read_json_file
 from ctxemb.config import BASE_MODEL_PREFIXES, EncoderConfig
 from ctxemb.modeling.encoder import Encoder
-from ctxemb.paths import atomic_path
+from ctxemb.paths import atomic_path, atomic_write
 
 logger = logging.getLogger(__name__)
 
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
+# config.json key naming the training run that made a saved model's weights (see stamp_training_run).
+TRAINING_RUN_KEY = "ctxemb_training_run"
 
 # Head names, kept apart from the encoder's tensors: pretraining heads (BERT's ``cls.*``; RoBERTa/MPNet's
 # ``lm_head.*`` is mapped onto the BERT names) and the task heads: transformers' ``classifier.*`` (sequence and token
@@ -264,3 +268,57 @@ def save_pretrained(encoder: Encoder, out_dir: str | os.PathLike, *,
         save_safetensors(state, str(tmp), metadata={"format": "pt"})
     encoder.config.to_json_file(out_dir / "config.json", architectures=architectures, extra=config_extra)
     return out_dir
+
+
+def stamp_training_run(model_dir: str | os.PathLike, label: str) -> str:
+    """Record which training run made a saved model: ``config.json`` gets ``"ctxemb_training_run": "<label>-<digest>"``,
+    the digest being the first 16 hex digits of the SHA-256 of the weights file.
+
+    The identity follows the weights, not the folder: two runs saved to the same path get different identities,
+    and a resumed run that ends with bit-identical weights gets the same one as the uninterrupted run. The
+    :class:`~ctxemb.embedding.Embedder` reads it into its configuration, so a sense store or search index built with
+    one fine-tuned encoder refuses queries from another with the same architecture and pooling.
+
+    Args:
+        model_dir: an HF-format directory written by :func:`save_pretrained`.
+        label: a readable prefix naming the recipe (e.g. ``"wsd-bem"``); letters, digits, ``.``, ``_``, ``-``.
+
+    Returns:
+        The identity written.
+
+    Raises:
+        ValueError: ``label`` is empty or has other characters.
+        FileNotFoundError: no ``config.json`` or weights file.
+    """
+    if not isinstance(label, str) or not label or not all(c.isalnum() or c in "._-" for c in label):
+        raise ValueError(f"label must be a non-empty string of letters, digits, '.', '_' or '-', got {label!r}")
+    model_dir = Path(model_dir)
+    weights = find_weights_file(model_dir)
+    digest = hashlib.sha256()
+    with open(weights, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    run_id = f"{label}-{digest.hexdigest()[:16]}"
+    config = read_json_file(model_dir / "config.json", "config file")
+    config[TRAINING_RUN_KEY] = run_id
+    with atomic_write(model_dir / "config.json") as f:
+        json.dump(config, f, indent=2, sort_keys=True)
+        f.write("\n")
+    return run_id
+
+
+def read_training_run(model_dir: str | os.PathLike) -> str | None:
+    """The training-run identity recorded in a model directory's ``config.json`` (None: none recorded, as for
+    released checkpoints).
+
+    Raises:
+        CorruptFileError: ``config.json`` is unreadable, or its identity is not a non-empty string.
+    """
+    path = Path(model_dir) / "config.json"
+    if not path.is_file():
+        return None
+    value = read_json_file(path, "config file").get(TRAINING_RUN_KEY)
+    if value is not None and (not isinstance(value, str) or not value):
+        raise CorruptFileError(f"config file {path}: {TRAINING_RUN_KEY} must be a non-empty string, got {value!r}",
+                               path)
+    return value

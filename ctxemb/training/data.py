@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from typing import Any, Callable, Iterator, Protocol, Sequence, runtime_checkable
 
+import numpy as np
 import torch
 from torch.utils.data import default_collate
 
@@ -159,6 +160,137 @@ class DatasetBatches:
             raise ValueError(f"invalid DatasetBatches state: epoch {epoch}, position {position} "
                              f"(batches per epoch {self.batches_per_epoch})")
         self.epoch, self.position = epoch, position
+
+
+class PlannedBatches:
+    """Endless, resumable batches whose grouping is planned afresh each epoch: batches under a token budget,
+    examples grouped on purpose (e.g. several occurrences of one word together), random choices made per batch.
+
+    ``plan(epoch, rng)`` returns the epoch's batches as lists of example indices; ``rng`` is a numpy generator seeded
+    with ``(seed, epoch)``, and the plan must depend on nothing else, so that a resumed run plans the same epoch.
+    Rank ``r`` of ``world_size`` takes batches ``r, r + world_size, ...`` of it (the list is padded with its own
+    first batches to a multiple of ``world_size``, so that every rank takes the same number of steps). Each batch is
+    made by ``collate(examples, rng)`` with a generator seeded with ``(seed, epoch, batch index)``: choices made while
+    collating (sampled candidates, negatives) are the same in a resumed run as in an uninterrupted one.
+
+    Args:
+        data: a sequence of examples or a map-style torch Dataset.
+        plan: ``plan(epoch, rng) -> list[list[int]]``, at least one non-empty batch.
+        collate: ``collate(list_of_examples, rng) -> dict of tensors``.
+        seed: the base seed of the plans and the collate generators.
+        rank, world_size: this process's share.
+
+    Raises:
+        ValueError: empty data, a bad rank, or (when iterating) a plan without batches or with an index out of range.
+    """
+
+    def __init__(self, data: Sequence | torch.utils.data.Dataset,
+                 plan: Callable[[int, np.random.Generator], list[list[int]]],
+                 collate: Callable[[list, np.random.Generator], Batch], *, seed: int = 0, rank: int = 0,
+                 world_size: int = 1):
+        self.num_examples = _check_dataset(data)
+        _check_rank(rank, world_size)
+        if not (isinstance(seed, int) and seed >= 0):
+            raise ValueError(f"seed must be an integer >= 0, got {seed!r}")
+        self.data = data
+        self.plan = plan
+        self.collate = collate
+        self.seed = seed
+        self.rank = rank
+        self.world_size = world_size
+        self.epoch = 0
+        self.position = 0  # batches of the current epoch already yielded by this rank
+        self._planned: tuple[int, list[list[int]]] | None = None
+
+    def epoch_batches(self, epoch: int) -> list[list[int]]:
+        """This rank's batches of ``epoch`` (lists of example indices), in order."""
+        if self._planned is None or self._planned[0] != epoch:
+            batches = [list(map(int, b)) for b in self.plan(epoch, np.random.default_rng([self.seed, epoch]))]
+            batches = [b for b in batches if b]
+            if not batches:
+                raise ValueError(f"the plan of epoch {epoch} has no batches")
+            bad = [i for b in batches for i in b if not 0 <= i < self.num_examples]
+            if bad:
+                raise ValueError(f"the plan of epoch {epoch} names example {bad[0]}, outside 0..{self.num_examples - 1}")
+            total = math.ceil(len(batches) / self.world_size) * self.world_size
+            batches = (batches * math.ceil(total / len(batches)))[:total]
+            self._planned = (epoch, batches[self.rank::self.world_size])
+        return self._planned[1]
+
+    @property
+    def batches_per_epoch(self) -> int:
+        """This rank's batches in the current epoch (plans may differ in length from epoch to epoch)."""
+        return len(self.epoch_batches(self.epoch))
+
+    def __iter__(self) -> Iterator[Batch]:
+        while True:
+            batches = self.epoch_batches(self.epoch)
+            while self.position < len(batches):
+                index = self.position * self.world_size + self.rank  # the batch's index in the whole epoch's plan
+                self.position += 1  # advance first: a state taken after this batch points past it
+                rng = np.random.default_rng([self.seed, self.epoch, index])
+                yield self.collate([self.data[i] for i in batches[self.position - 1]], rng)
+            self.epoch += 1
+            self.position = 0
+
+    def state_dict(self) -> dict:
+        return {"epoch": self.epoch, "position": self.position, "seed": self.seed,
+                "num_examples": self.num_examples, "world_size": self.world_size}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Continue after the batch a saved state points past.
+
+        Raises:
+            ValueError: the state was saved with another data size, seed or world size.
+        """
+        for key in ("num_examples", "world_size", "seed"):
+            if key in state and state[key] != getattr(self, key):
+                raise ValueError(f"cannot resume PlannedBatches: the saved state has {key}={state[key]!r} but this "
+                                 f"source has {key}={getattr(self, key)!r}")
+        epoch, position = int(state["epoch"]), int(state["position"])
+        if epoch < 0 or not 0 <= position <= len(self.epoch_batches(epoch)):
+            raise ValueError(f"invalid PlannedBatches state: epoch {epoch}, position {position}")
+        self.epoch, self.position = epoch, position
+
+
+def pack_batches(order: Sequence[int], costs: Sequence[float], *, max_cost: float,
+                 max_items: int | None = None, sizes: Sequence[int] | None = None) -> list[list[int]]:
+    """Pack units into batches greedily, in the given order, under a cost budget (e.g. tokens).
+
+    A new batch starts when the next unit would take the batch's cost above ``max_cost`` or its size (the sum of
+    ``sizes``, default 1 per unit) above ``max_items``; a unit over budget on its own gets a batch alone.
+
+    Args:
+        order: unit indices in the order to pack them.
+        costs: cost of every unit (indexed by unit).
+        max_cost: budget per batch.
+        max_items: most items per batch (None: no limit).
+        sizes: items in every unit (indexed by unit; default 1 each).
+
+    Returns:
+        Batches as lists of unit indices.
+
+    Raises:
+        ValueError: a non-positive budget.
+    """
+    if not max_cost > 0:
+        raise ValueError(f"max_cost must be > 0, got {max_cost!r}")
+    if max_items is not None and not (isinstance(max_items, int) and max_items >= 1):
+        raise ValueError(f"max_items must be an integer >= 1 or None, got {max_items!r}")
+    batches: list[list[int]] = []
+    current: list[int] = []
+    cost = items = 0
+    for u in order:
+        c, n = costs[u], 1 if sizes is None else sizes[u]
+        if current and (cost + c > max_cost or (max_items is not None and items + n > max_items)):
+            batches.append(current)
+            current, cost, items = [], 0, 0
+        current.append(int(u))
+        cost += c
+        items += n
+    if current:
+        batches.append(current)
+    return batches
 
 
 class EvalBatches:
