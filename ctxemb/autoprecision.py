@@ -9,10 +9,12 @@ words; numbers, names, rare words split into several subwords) through every pat
   one: the mean of the requested hidden states, subwords averaged. It must reach the path's bound
   (:data:`ctxemb.inference.ACCURACY_BOUNDS`: 0.999 for bf16, 0.99 for int8, 0.9999 for onnx-fp32).
 
-The fastest path within its bound wins, unless it is less than ``min_speedup`` (5%) faster than fp32: timing noise
-never buys a loss of accuracy. Available paths: fp32 always; bf16 only where bfloat16 products run in hardware
-(:func:`ctxemb.inference.cpu_has_native_bf16`, or a CUDA GPU that supports bf16) since emulated bf16 is several
-times slower; int8 and the ONNX paths on the CPU only, the ONNX ones where onnxruntime is installed.
+The fastest path within its bound wins; paths less than ``min_speedup`` (5%) slower than it count as a tie, and the
+most accurate of those wins: fp32 stays unless another path is more than 5% faster (timing noise never buys a loss
+of accuracy), and of two paths about as fast the more accurate is taken. Available paths: fp32 always; bf16 only
+where bfloat16 products run in hardware (:func:`ctxemb.inference.cpu_has_native_bf16`, or a CUDA GPU that supports
+bf16) since emulated bf16 is several times slower; int8 and the ONNX paths on the CPU only, the ONNX ones where
+onnxruntime is installed.
 
 The result is cached in a small JSON file, ``$CTXEMB_CACHE/autoprecision/<model>-<key>.json``, written atomically;
 the key covers the CPU (model name and flags), whether it has native bf16, the GPU name if any, the torch thread
@@ -245,7 +247,7 @@ def choose_precision(encoder: Encoder, tokenizer: Tokenizer, *, layers: Sequence
         use_cache: read and write the cached choice.
         fingerprint: :func:`ctxemb.backends.encoder_fingerprint` of ``encoder`` if already known.
         repeats: timed rounds per path.
-        min_speedup: how much faster than fp32 another path must be to be chosen.
+        min_speedup: paths within this factor of the fastest passing path are a tie, which the most accurate wins.
 
     Returns:
         The :class:`PrecisionChoice` (logged at INFO).
@@ -327,11 +329,18 @@ def probe_precisions(encoder: Encoder, tokenizer: Tokenizer, *, layers: Sequence
         results[p] = ProbeResult(precision=p, tokens_per_s=n_tokens / best[p], cosine_mean=mean,
                                  cosine_min=1.0 if p == "fp32" else float(cos.min()), bound=bound,
                                  passed=mean >= bound, setup_seconds=setup[p])
-    chosen = max((r for r in results.values() if r.passed), key=lambda r: r.tokens_per_s).precision
-    if chosen != "fp32" and results[chosen].tokens_per_s < min_speedup * results["fp32"].tokens_per_s:
-        chosen = "fp32"
+    chosen = select_precision(results, min_speedup)
     return PrecisionChoice(precision=chosen, results=results, skipped=skipped, machine=machine_description(device),
                            backend=backends[chosen])
+
+
+def select_precision(results: dict[str, ProbeResult], min_speedup: float = 1.05) -> str:
+    """The fastest path that passed its bound; paths within ``min_speedup`` of it are a tie (timing noise), which
+    the most accurate wins. fp32 always passes, so there is always a choice."""
+    passing = [r for r in results.values() if r.passed]
+    fastest = max(r.tokens_per_s for r in passing)
+    return max((r for r in passing if r.tokens_per_s * min_speedup >= fastest),
+               key=lambda r: (r.cosine_mean, r.tokens_per_s)).precision
 
 
 def _probe_pass(encoder: Encoder, tokenizer: Tokenizer, items, layers: Sequence[int],

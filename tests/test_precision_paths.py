@@ -194,6 +194,19 @@ def test_auto_keeps_fp32_when_no_path_meets_its_bound(tiny, monkeypatch):
     assert choice.backend.precision == "fp32"
 
 
+@pytest.mark.parametrize("speeds, expected", [
+    ({"fp32": 1000, "int8": 1040}, "fp32"),  # under 5% faster: not worth any accuracy
+    ({"fp32": 1000, "int8": 1500, "onnx-int8": 3000}, "onnx-int8"),
+    ({"fp32": 1000, "bf16": 2000, "onnx-int8": 2050}, "bf16"),  # a tie on speed: the more accurate
+    ({"fp32": 1000, "int8": 1500, "onnx-fp32": 9000}, "int8"),  # the fastest failed its bound
+])
+def test_selection_rule(speeds, expected):
+    cosine = {"fp32": 1.0, "bf16": 0.99999, "int8": 0.995, "onnx-int8": 0.994, "onnx-fp32": 0.99}
+    results = {p: autoprecision.ProbeResult(p, float(v), cosine[p], cosine[p], ACCURACY_BOUNDS[p],
+                                            cosine[p] >= ACCURACY_BOUNDS[p], 0.0) for p, v in speeds.items()}
+    assert autoprecision.select_precision(results) == expected
+
+
 def test_with_config_shares_the_backend(tiny):
     emb = Embedder.from_pretrained(tiny, precision="int8")
     backend = emb.backend
