@@ -99,8 +99,9 @@ def _int8_linear_class() -> type:
     return Int8Linear
 
 
-def quantize_int8(encoder: Encoder) -> Encoder:
-    """A copy of ``encoder`` (in eval mode, on the CPU) with every ``nn.Linear`` quantized to int8.
+def quantize_int8(encoder: nn.Module) -> nn.Module:
+    """A copy of ``encoder`` (in eval mode, on the CPU) with every ``nn.Linear`` quantized to int8 (any module works;
+    the benchmark's roofline quantizes a bare Linear the same way).
 
     Weights: symmetric int8, one scale per output channel. Activations: quantized per batch from their range
     (dynamic), full 8 bits. Embeddings, LayerNorm, softmax and the attention products stay float32. The original
