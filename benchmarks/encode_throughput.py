@@ -19,12 +19,12 @@ Tokens per second count real tokens (special tokens included, padding excluded).
 per row (which gives its vectors), then ``--repeats`` rounds that alternate between the rows; a row's time is its
 best round, so a busy machine penalises all rows alike.
 
-Roofline: the same run measures this machine's matrix-multiply peak for each runtime and type (torch fp32, torch bf16,
-torch int8 through the same fbgemm dynamic kernel as the int8 path, ONNX Runtime fp32 and int8 through the same
-quantizer as the onnx-int8 path) on square products, and reports each row's achieved FLOP/s (the encoder's matrix
-products: Q, K, V, output and the two feed-forward projections, plus QK^T and AV, over the padded batches) as a share
-of the peak of the runtime and type it runs (int8 rows: their attention products stay fp32 but count against the int8
-peak).
+Roofline: the same run measures this machine's matrix-multiply peak for each runtime and type (torch fp32, torch
+bf16, torch int8 through the same fbgemm dynamic kernel as the int8 path, ONNX Runtime fp32 and int8 through the
+same quantizer as the onnx-int8 path) on square products, before and after the rows (the better is kept), and reports
+each row's achieved FLOP/s (the encoder's matrix products: Q, K, V, output and the two feed-forward projections, plus
+QK^T and AV, over the padded batches) as a share of the peak of the runtime and type it runs (int8 rows: their
+attention products stay fp32 but count against the int8 peak).
 
     PYTHONPATH=. python benchmarks/encode_throughput.py [--model all-MiniLM-L6-v2] [--sentences 2000]
         [--batch-size 32] [--repeats 2] [--threads N]
@@ -393,6 +393,11 @@ def main():
             best[row.name] = min(best[row.name], time.perf_counter() - t0)
         print(f"  round {r + 1}/{args.repeats} done", flush=True)
 
+    # The peaks again, after the rows: a machine busy at the start would otherwise lower them (and raise the shares).
+    print("matrix-multiply peaks, again:", flush=True)
+    for k, v in measure_peaks(threads, onnx_ok).items():
+        if v["flops_per_s"] > peaks[k]["flops_per_s"]:
+            peaks[k] = v
     hf_seconds = best["transformers fp32 (output_hidden_states=True)"]
     table = []
     for row in rows:
@@ -428,8 +433,9 @@ def main():
           f"peak of the runtime and type the row runs.\n\n"
           f"auto: {choice.summary()}\n\n"
           + markdown_table(table, columns)
-          + "\n\nMatrix-multiply peaks measured in the same run (square products, best of sizes "
-          + "1024 and 2048):\n\n" + markdown_table(peak_rows, ["runtime and type", "GFLOP/s", "note"])
+          + "\n\nMatrix-multiply peaks measured in the same run, before and after the rows (square products, best "
+          + "of sizes 1024 and 2048 and of the two measurements):\n\n"
+          + markdown_table(peak_rows, ["runtime and type", "GFLOP/s", "note"])
           + ("\n\nNotes:\n" + "\n".join(f"- {n}" for n in notes) if notes else "")
           + "\n\nSet-up (not in the times): " + ", ".join(f"{k} {v:.1f} s" for k, v in setup.items()) + ".\n")
     name = "encode_throughput_" + args.model.replace("/", "_")

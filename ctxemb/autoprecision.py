@@ -257,7 +257,7 @@ def choose_precision(encoder: Encoder, tokenizer: Tokenizer, *, layers: Sequence
     key = cache_key(encoder, resolved, fingerprint)
     path = cache_file_for(key, model_name) if use_cache else None
     if path is not None:
-        cached = _read_cached(path, key)
+        cached = _read_cached(path, key, min_speedup)
         if cached is not None:
             logger.info(cached.summary())
             return cached
@@ -353,19 +353,20 @@ def _probe_pass(encoder: Encoder, tokenizer: Tokenizer, items, layers: Sequence[
     return torch.cat(words)  # type: ignore[arg-type]
 
 
-def _read_cached(path: Path, key: dict[str, Any]) -> PrecisionChoice | None:
+def _read_cached(path: Path, key: dict[str, Any], min_speedup: float) -> PrecisionChoice | None:
     """The cached choice at ``path`` if it exists and was made under ``key``; a damaged file is reported and probed
-    again."""
+    again. The choice is made again from the cached measurements, so that it follows ``min_speedup`` and the current
+    rule."""
     if not path.is_file():
         return None
     try:
         data = read_json_file(path, what="cached precision choice")
         if data.get("key") != key:
             return None
-        precision = data["precision"]
-        if precision not in PRECISIONS:
-            raise ValueError(f"unknown precision {precision!r}")
         results = {p: ProbeResult(**r) for p, r in data["results"].items()}
+        if "fp32" not in results or any(p not in PRECISIONS for p in results):
+            raise ValueError(f"its results name {sorted(results)}; expected fp32 and paths among {PRECISIONS}")
+        precision = select_precision(results, min_speedup)
         return PrecisionChoice(precision=precision, results=results, skipped=dict(data.get("skipped", {})),
                                machine=str(data["machine"]), cache_file=path, from_cache=True)
     except (ValueError, KeyError, TypeError) as e:
