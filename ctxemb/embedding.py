@@ -184,6 +184,8 @@ class Embedder:
                 hidden state named twice, a non-finite layer weight, a device torch does not know).
             FileNotFoundError: the model cannot be found.
             CorruptFileError: a model file is unreadable (see :func:`ctxemb.loading.load_encoder`).
+            ImportError: an ONNX precision ("onnx-fp32", "onnx-int8") without onnxruntime; the message names the
+                extra to install.
         """
         if model is None or not isinstance(model, (str, os.PathLike)):
             raise TypeError(f"model must be a name or a path, got {type(model).__name__}")
