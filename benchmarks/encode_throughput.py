@@ -1,99 +1,447 @@
-"""Encoder throughput: ctxemb vs transformers on the same checkpoint, sentences, batches and precision.
+"""Encoding speed and accuracy of every precision path, against transformers, ONNX Runtime and sentence-transformers,
+with a roofline.
 
-Both encoders see identical padded batches (sorted by length, the same batch size) of real WikiText-2 sentences and
-return all hidden states; tokens per second counts real (non-padding) tokens. fp32 and bf16 (autocast, AMX where the
-CPU has it). Runs alternate between the two implementations and the best of ``--repeats`` is kept, so that a busy
-machine penalises both alike. A third row times ctxemb's full Embedder pipeline (tokenizing, batching, pooling).
+The job: last-four-layer word embeddings (mean of hidden states -4..-1, subwords averaged) of real WikiText-2
+sentences. Every model row sees the same sentences in the same padded batches (ctxemb's length-sorted
+``make_batches``) and includes the same layer and subword pooling:
 
-    python benchmarks/encode_throughput.py [--model all-MiniLM-L6-v2] [--sentences 2000] [--batch-size 32]
+- ctxemb, each path (:data:`ctxemb.inference.PRECISIONS`; emulated bf16 only with ``--with-emulated-bf16``) and
+  ``precision="auto"`` (the choice and its probe are reported);
+- ctxemb's whole ``Embedder.embed_words`` (tokenizing, batching, encoding, pooling) in fp32 and with auto;
+- transformers fp32 (``output_hidden_states=True``), transformers after its own int8 recipe
+  (``torch.ao.quantization.quantize_dynamic(model, {nn.Linear}, dtype=torch.qint8)``), and an ONNX Runtime session
+  of ``torch.onnx.export`` of the transformers model;
+- sentence-transformers' ``encode`` (sentence vectors, its own tokenizing and batching; compared with ctxemb's exact
+  mean of the last layer), when it is installed.
+
+Tokens per second count real tokens (special tokens included, padding excluded). Each row's accuracy is the mean
+(and the minimum) over all words of the cosine between its word vector and ctxemb fp32's. Timing: one untimed pass
+per row (which gives its vectors), then ``--repeats`` rounds that alternate between the rows; a row's time is its
+best round, so a busy machine penalises all rows alike.
+
+Roofline: the same run measures this machine's matrix-multiply peak for each runtime and type (torch fp32, torch
+bf16, torch int8 through the same fbgemm dynamic kernel as the int8 path, ONNX Runtime fp32 and int8 through the
+same quantizer as the onnx-int8 path) on square products, before and after the rows (the better is kept), and reports
+each row's achieved FLOP/s (the encoder's matrix products: Q, K, V, output and the two feed-forward projections, plus
+QK^T and AV, over the padded batches) as a share of the peak of the runtime and type it runs (int8 rows: their
+attention products stay fp32 but count against the int8 peak).
+
+    PYTHONPATH=. python benchmarks/encode_throughput.py [--model all-MiniLM-L6-v2] [--sentences 2000]
+        [--batch-size 32] [--repeats 2] [--threads N]
+
+Writes ``benchmarks/results/encode_throughput_<model>.{md,json}`` (with ``_<n>s`` appended when ``--sentences`` is not
+2000, so a smoke run never overwrites the real table).
 """
 
 from __future__ import annotations
 
 import argparse
+import logging
+import sys
+import tempfile
 import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
 
+import numpy as np
 import torch
+from torch import nn
 
-from _common import machine, markdown_table, wikitext_sentences, write_results
-from ctxemb.embedding import Embedder
-from ctxemb.inference import precision_context
-from ctxemb.loading import load_encoder, load_tokenizer
-from ctxemb.registry import resolve_model_dir
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # this checkout's ctxemb, not an installed one
 
+import ctxemb  # noqa: E402
+from benchmarks._common import machine, markdown_table, wikitext_sentences, write_results  # noqa: E402
+from benchmarks.pretrain import cpu_name  # noqa: E402
+from ctxemb import backends  # noqa: E402
+from ctxemb.autoprecision import probe_precisions  # noqa: E402
+from ctxemb.embedding import Embedder  # noqa: E402
+from ctxemb.inference import PRECISIONS, cpu_has_native_bf16, make_batches, pool_subwords  # noqa: E402
+from ctxemb.loading import load_encoder, load_tokenizer  # noqa: E402
+from ctxemb.registry import resolve_model_dir  # noqa: E402
 
-def make_batches(tokenizer, texts, batch_size):
-    items = tokenizer.tokenize(texts)
-    seqs = sorted((tokenizer.with_specials(it.ids)[0] for it in items), key=len, reverse=True)
-    batches = []
-    for i in range(0, len(seqs), batch_size):
-        chunk = seqs[i:i + batch_size]
-        T = len(chunk[0])
-        ids = torch.full((len(chunk), T), tokenizer.pad_token_id)
-        mask = torch.zeros(len(chunk), T, dtype=torch.long)
-        for r, s in enumerate(chunk):
-            ids[r, :len(s)] = torch.tensor(s)
-            mask[r, :len(s)] = 1
-        batches.append((ids, mask))
-    return batches, sum(len(s) for s in seqs)
+logger = logging.getLogger("encode_throughput")
+LAST_FOUR = [-4, -3, -2, -1]
+DEFAULT_SENTENCES = 2000
 
 
-def time_model(run, batches, precision):
-    start = time.perf_counter()
-    with torch.inference_mode(), precision_context(precision, torch.device("cpu")):
-        for ids, mask in batches:
-            run(ids, mask)
-    return time.perf_counter() - start
+@dataclass
+class Batch:
+    rows: list[int]  # sentence indices
+    ids: torch.Tensor  # (B, T)
+    mask: torch.Tensor  # (B, T)
+
+
+@dataclass
+class Row:
+    name: str
+    path: str  # the precision path or runtime it stands for
+    peak: str | None  # which measured peak it is compared with
+    run: Callable[[], object]  # one full pass; returns per-sentence word vectors (or sentence vectors)
+    kind: str = "words"  # "words" or "sentences"
+
+
+# ---- batches and pooling ---------------------------------------------------------------------------------------
+def build_batches(tokenizer, items, batch_size: int) -> list[Batch]:
+    """ctxemb's own batching (length-sorted, ``batch_size`` texts, no token budget): what the Embedder rows do."""
+    seqs = [tokenizer.with_specials(it.ids)[0] for it in items]
+    out = []
+    for rows in make_batches([len(s) for s in seqs], batch_size, None):
+        T = max(len(seqs[j]) for j in rows)
+        ids = torch.full((len(rows), T), tokenizer.pad_token_id, dtype=torch.long)
+        mask = torch.zeros((len(rows), T), dtype=torch.long)
+        for r, j in enumerate(rows):
+            ids[r, :len(seqs[j])] = torch.tensor(seqs[j])
+            mask[r, :len(seqs[j])] = 1
+        out.append(Batch(rows, ids, mask))
+    return out
+
+
+def word_pass(batches: list[Batch], items, layers_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+              ) -> list[torch.Tensor]:
+    """Run ``layers_fn(ids, mask) -> (B, T, 4, H)`` over every batch, average the layers, pool subwords."""
+    words: list[torch.Tensor | None] = [None] * len(items)
+    for b in batches:
+        with torch.inference_mode():
+            states = layers_fn(b.ids, b.mask).float().mean(dim=2)  # (B, T, H)
+            for r, j in enumerate(b.rows):
+                n = len(items[j].ids)
+                words[j] = pool_subwords(states[r, 1:1 + n], items[j].word_spans)
+    return words  # type: ignore[return-value]
+
+
+def matmul_flops(batches: list[Batch], cfg) -> float:
+    """Matrix-product FLOPs of the encoder over the padded batches (2 per multiply-add)."""
+    H, I, L = cfg.hidden_size, cfg.intermediate_size, cfg.num_hidden_layers
+    total = 0.0
+    for b in batches:
+        B, T = b.ids.shape
+        per_layer = 2 * B * T * (4 * H * H + 2 * H * I) + 2 * 2 * B * T * T * H  # projections + QK^T and AV
+        total += L * per_layer
+    return total
+
+
+# ---- peaks -----------------------------------------------------------------------------------------------------
+def best_seconds(fn: Callable[[], object], repeats: int) -> float:
+    fn()
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def measure_peaks(threads: int, onnx_ok: bool) -> dict[str, dict]:
+    """Best FLOP/s of square matrix products for each runtime and type used by some row."""
+    peaks: dict[str, dict] = {}
+    gen = torch.Generator().manual_seed(0)
+
+    def record(name, sizes, make, note=""):
+        best = 0.0
+        for n in sizes:
+            fn = make(n)
+            best = max(best, 2 * n ** 3 / best_seconds(fn, 3))
+        peaks[name] = {"flops_per_s": best, "sizes": list(sizes), "note": note}
+        print(f"  peak {name}: {best / 1e9:,.1f} GFLOP/s {note}", flush=True)
+
+    def torch_mm(dtype):
+        def make(n):
+            a = torch.randn(n, n, generator=gen).to(dtype)
+            b = torch.randn(n, n, generator=gen).to(dtype)
+            return lambda: torch.mm(a, b)
+        return make
+
+    record("torch fp32", (1024, 2048), torch_mm(torch.float32))
+    native = cpu_has_native_bf16()
+    record("torch bf16", (1024, 2048) if native else (1024,), torch_mm(torch.bfloat16),
+           "" if native else "(emulated: this CPU has no native bf16)")
+
+    def torch_int8(n):
+        lin = backends.quantize_int8(nn.Sequential(nn.Linear(n, n, bias=False)))
+        x = torch.randn(n, n, generator=gen)
+        return lambda: lin(x)
+    record("torch int8", (1024, 2048), torch_int8, "(fbgemm dynamic int8 Linear, per-channel, full range)")
+
+    if onnx_ok:
+        import onnx
+        import onnxruntime as ort
+        from onnx import TensorProto, helper, numpy_helper
+
+        tmp = Path(tempfile.mkdtemp(prefix="ctxemb-peak-"))
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = threads
+
+        def ort_mm(quantized):
+            def make(n):
+                w = np.random.default_rng(0).standard_normal((n, n)).astype(np.float32)
+                graph = helper.make_graph(
+                    [helper.make_node("MatMul", ["X", "W"], ["Y"])], "mm",
+                    [helper.make_tensor_value_info("X", TensorProto.FLOAT, [n, n])],
+                    [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [n, n])],
+                    initializer=[numpy_helper.from_array(w, "W")])
+                path = tmp / f"mm{n}.onnx"
+                onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+                if quantized:
+                    path = backends.quantize_onnx_int8(path, tmp / f"mm{n}.int8.onnx")
+                sess = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+                x = np.random.default_rng(1).standard_normal((n, n)).astype(np.float32)
+                return lambda: sess.run(None, {"X": x})
+            return make
+
+        record("onnxruntime fp32", (1024, 2048), ort_mm(False))
+        record("onnxruntime int8", (1024, 2048), ort_mm(True), "(the onnx-int8 path's quantizer)")
+    return peaks
+
+
+PATH_PEAK = {"fp32": "torch fp32", "bf16": "torch bf16", "int8": "torch int8", "onnx-fp32": "onnxruntime fp32",
+             "onnx-int8": "onnxruntime int8"}
+
+
+# ---- the transformers model and its ONNX export ----------------------------------------------------------------
+class HiddenStates(nn.Module):
+    """A transformers model as (input_ids, attention_mask) -> its hidden states (for torch.onnx.export)."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids, attention_mask):
+        return tuple(self.model(input_ids=input_ids, attention_mask=attention_mask,
+                                output_hidden_states=True).hidden_states)
+
+
+def export_transformers_onnx(model, num_layers: int, path: Path) -> str:
+    """torch.onnx.export of the transformers model (the torch.export-based exporter, math attention while tracing;
+    the TorchScript exporter if that fails). Returns which exporter worked."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    ids = torch.full((2, 8), 1000, dtype=torch.long)
+    mask = torch.ones_like(ids)
+    mask[1, 5:] = 0
+    names = dict(input_names=["input_ids", "attention_mask"],
+                 output_names=[f"hidden_state_{i}" for i in range(num_layers + 1)])
+    wrapper = HiddenStates(model).eval()
+    try:
+        with torch.no_grad(), sdpa_kernel(SDPBackend.MATH), backends._quiet_exporter():
+            batch, tokens = torch.export.Dim("batch"), torch.export.Dim("tokens", max=512)
+            program = torch.onnx.export(wrapper, (ids, mask), dynamo=True, verbose=False,
+                                        dynamic_shapes=({0: batch, 1: tokens}, {0: batch, 1: tokens}), **names)
+            program.save(str(path), external_data=False)
+        return "torch.onnx.export (dynamo)"
+    except Exception as e:  # noqa: BLE001
+        print(f"  dynamo export of the transformers model failed ({type(e).__name__}: {str(e)[:200]}); "
+              "using the TorchScript exporter", flush=True)
+        with torch.no_grad(), backends._quiet_exporter():
+            torch.onnx.export(wrapper, (ids, mask), str(path), dynamo=False, opset_version=17,
+                              dynamic_axes={"input_ids": {0: "batch", 1: "tokens"},
+                                            "attention_mask": {0: "batch", 1: "tokens"}}, **names)
+        return "torch.onnx.export (TorchScript)"
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--model", default="all-MiniLM-L6-v2")
-    ap.add_argument("--sentences", type=int, default=2000)
+    ap.add_argument("--model", default="all-MiniLM-L6-v2", help="e.g. all-MiniLM-L6-v2 or all-mpnet-base-v2")
+    ap.add_argument("--sentences", type=int, default=DEFAULT_SENTENCES)
     ap.add_argument("--batch-size", type=int, default=32)
-    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--repeats", type=int, default=2, help="timed rounds per row (best kept)")
+    ap.add_argument("--threads", type=int, default=None, help="torch and ONNX Runtime threads (default: torch's)")
+    ap.add_argument("--with-emulated-bf16", action="store_true",
+                    help="time bf16 even where the CPU emulates it (several times slower than fp32)")
     args = ap.parse_args()
-
-    import transformers
+    logging.basicConfig(level=logging.INFO, format="  %(name)s: %(message)s")
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    threads = torch.get_num_threads()
+    cpu = cpu_name()
+    print(f"{args.model} on {cpu}; ctxemb from {Path(ctxemb.__file__).parent}", flush=True)
 
     texts = wikitext_sentences(args.sentences)
+    sentences = [t.split() for t in texts]
     tok = load_tokenizer(args.model)
-    batches, n_tokens = make_batches(tok, texts, args.batch_size)
-    ours = load_encoder(args.model)
-    theirs = transformers.AutoModel.from_pretrained(str(resolve_model_dir(args.model))).eval()
-    runners = {
-        "ctxemb": lambda ids, mask: ours(ids, mask),
-        "transformers": lambda ids, mask: theirs(input_ids=ids, attention_mask=mask, output_hidden_states=True),
-    }
-    rows = []
-    for precision in ("fp32", "bf16"):
-        for run in runners.values():  # warm-up
-            time_model(run, batches[-2:], precision)
-        best = {name: float("inf") for name in runners}
-        for _ in range(args.repeats):
-            for name, run in runners.items():
-                best[name] = min(best[name], time_model(run, batches, precision))
-        emb = Embedder.from_pretrained(args.model, precision=precision, batch_size=args.batch_size,
-                                       max_tokens_per_batch=None)
+    items = tok.tokenize_words(sentences)
+    batches = build_batches(tok, items, args.batch_size)
+    n_tokens = sum(int(b.mask.sum()) for b in batches)
+    n_padded = sum(b.ids.numel() for b in batches)
+    enc = load_encoder(args.model).eval()
+    flops = matmul_flops(batches, enc.config)
+    onnx_ok = backends.onnxruntime_version() is not None
+    native_bf16 = cpu_has_native_bf16()
+    print(f"{len(texts)} sentences, {n_tokens:,} tokens ({n_padded:,} padded) in {len(batches)} batches; "
+          f"{flops / n_tokens / 1e6:.1f} MFLOP per token", flush=True)
+
+    print("matrix-multiply peaks:", flush=True)
+    peaks = measure_peaks(threads, onnx_ok)
+
+    rows: list[Row] = []
+    notes: list[str] = []
+    setup: dict[str, float] = {}
+
+    # ---- ctxemb paths
+    for p in PRECISIONS:
+        if p == "bf16" and native_bf16 is not True and not args.with_emulated_bf16:
+            notes.append("ctxemb bf16 not timed: this CPU has no native bf16 (emulated bf16 ran 7x slower than fp32 on "
+                         "an AVX2 EPYC); --with-emulated-bf16 times it")
+            continue
+        if p.startswith("onnx") and not onnx_ok:
+            notes.append(f"ctxemb {p} not timed: onnxruntime is not installed ({backends.ONNX_EXTRA_HINT})")
+            continue
         t0 = time.perf_counter()
-        emb.embed_tokens(texts, show_progress_bar=False)
-        pipeline = time.perf_counter() - t0
-        for name, seconds in best.items():
-            rows.append({"precision": precision, "implementation": name, "seconds": seconds,
-                         "tokens_per_s": n_tokens / seconds, "ratio_vs_transformers": best["transformers"] / seconds})
-        rows.append({"precision": precision, "implementation": "ctxemb Embedder (tokenize+encode+pool)",
-                     "seconds": pipeline, "tokens_per_s": n_tokens / pipeline,
-                     "ratio_vs_transformers": best["transformers"] / pipeline})
-        print(markdown_table(rows[-3:], ["precision", "implementation", "seconds", "tokens_per_s",
-                                         "ratio_vs_transformers"]), flush=True)
-    meta = {"model": args.model, "sentences": len(texts), "tokens": n_tokens, "batch_size": args.batch_size,
-            "repeats": args.repeats, "machine": machine(), "transformers": transformers.__version__}
-    md = (f"# Encoder throughput: {args.model}\n\n{len(texts)} WikiText-2 sentences, {n_tokens:,} tokens "
-          f"(special tokens included, padding excluded), batch size {args.batch_size}, all hidden states, "
-          f"best of {args.repeats} alternating runs, {meta['machine']['threads']} threads.\n\n"
-          + markdown_table(rows, ["precision", "implementation", "seconds", "tokens_per_s", "ratio_vs_transformers"]))
+        backend = backends.load_backend(enc, p, model_name=args.model)
+        setup[f"ctxemb {p}"] = time.perf_counter() - t0
+        rows.append(Row(f"ctxemb {p}" + (" (exact)" if p == "fp32" else ""), p, PATH_PEAK[p],
+                        lambda b=backend: word_pass(batches, items, lambda i, m: b.hidden_states(
+                            i, m, enc.resolve_layers(LAST_FOUR)))))
+
+    t0 = time.perf_counter()
+    auto = Embedder.from_pretrained(args.model, precision="auto", batch_size=args.batch_size, max_tokens_per_batch=None)
+    setup["ctxemb auto (choice)"] = time.perf_counter() - t0
+    choice = auto.precision_choice
+    auto_backend = auto.backend
+    print(f"auto: {choice.summary()}", flush=True)
+    # What the probe costs on first use (the ONNX exports already exist here), and what it chooses now.
+    t0 = time.perf_counter()
+    fresh = probe_precisions(enc, tok, layers=enc.resolve_layers(LAST_FOUR), model_name=args.model)
+    setup["auto probe, uncached (exports already made)"] = time.perf_counter() - t0
+    if choice.from_cache:
+        notes.append(f"auto's choice came from the cache ({choice.cache_file}); a fresh probe in this run took "
+                     f"{setup['auto probe, uncached (exports already made)']:.1f} s and chose {fresh.precision!r}")
+    rows.append(Row(f"ctxemb auto (-> {choice.precision})", choice.precision, PATH_PEAK[choice.precision],
+                    lambda: word_pass(batches, items, lambda i, m: auto_backend.hidden_states(
+                        i, m, enc.resolve_layers(LAST_FOUR)))))
+
+    exact_emb = Embedder(enc, tok, batch_size=args.batch_size, max_tokens_per_batch=None)
+    for name, emb in (("fp32", exact_emb), (f"auto -> {choice.precision}", auto)):
+        rows.append(Row(f"ctxemb Embedder.embed_words, {name} (tokenize+encode+pool)", emb.config.precision,
+                        PATH_PEAK[emb.config.precision],
+                        lambda e=emb: [torch.from_numpy(v) for v in e.embed_words(sentences, show_progress_bar=False)]))
+
+    # ---- transformers
+    import transformers
+
+    model_dir = resolve_model_dir(args.model)
+    hf = transformers.AutoModel.from_pretrained(str(model_dir)).eval()
+    L = hf.config.num_hidden_layers
+
+    def hf_layers(model):
+        def fn(ids, mask):
+            out = model(input_ids=ids, attention_mask=mask, output_hidden_states=True)
+            return torch.stack(out.hidden_states[-4:], dim=2)
+        return fn
+
+    rows.append(Row("transformers fp32 (output_hidden_states=True)", "transformers fp32", "torch fp32",
+                    lambda: word_pass(batches, items, hf_layers(hf))))
+    with backends._quiet_exporter():  # torch.ao.quantization's deprecation notice
+        hf_int8 = torch.ao.quantization.quantize_dynamic(hf, {nn.Linear}, dtype=torch.qint8)
+    rows.append(Row("transformers int8 (quantize_dynamic, its defaults)", "transformers int8", "torch int8",
+                    lambda: word_pass(batches, items, hf_layers(hf_int8))))
+    if onnx_ok:
+        import onnxruntime as ort
+
+        tmp = Path(tempfile.mkdtemp(prefix="ctxemb-hf-onnx-"))
+        t0 = time.perf_counter()
+        exporter = export_transformers_onnx(hf, L, tmp / "model.onnx")
+        setup["transformers ONNX export"] = time.perf_counter() - t0
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = threads
+        options.inter_op_num_threads = 1
+        sess = ort.InferenceSession(str(tmp / "model.onnx"), options, providers=["CPUExecutionProvider"])
+        wanted = [f"hidden_state_{i}" for i in range(L - 3, L + 1)]
+
+        def hf_onnx(ids, mask):
+            outs = sess.run(wanted, {"input_ids": ids.numpy(), "attention_mask": mask.numpy()})
+            return torch.from_numpy(np.stack(outs, axis=2))
+
+        rows.append(Row(f"ONNX Runtime fp32, transformers model ({exporter})", "onnxruntime fp32",
+                        "onnxruntime fp32", lambda: word_pass(batches, items, hf_onnx)))
+    else:
+        notes.append("ONNX Runtime export of the transformers model not timed: onnxruntime is not installed")
+
+    # ---- sentence-transformers
+    try:
+        from sentence_transformers import SentenceTransformer
+    except ImportError:
+        SentenceTransformer = None
+        notes.append("sentence-transformers encode not timed: sentence-transformers is not installed")
+    if SentenceTransformer is not None:
+        st = SentenceTransformer(str(model_dir), device="cpu")
+        rows.append(Row("sentence-transformers encode (sentence vectors)", "sentence-transformers fp32", "torch fp32",
+                        lambda: torch.from_numpy(st.encode(texts, batch_size=args.batch_size, show_progress_bar=False,
+                                                           convert_to_numpy=True)), kind="sentences"))
+        st_reference = torch.from_numpy(exact_emb.embed_sentences(texts, layers=[-1], show_progress_bar=False))
+
+    # ---- accuracy pass (untimed), then alternating timed rounds
+    print(f"{len(rows)} rows; accuracy pass:", flush=True)
+    reference = None
+    cosines: dict[str, np.ndarray] = {}
+    for row in rows:
+        out = row.run()
+        if row.kind == "sentences":
+            cos = torch.nn.functional.cosine_similarity(out.double(), st_reference.double(), dim=-1)
+        else:
+            words = torch.cat(out).double()
+            if reference is None:
+                reference = words  # the first row is ctxemb fp32
+            cos = torch.nn.functional.cosine_similarity(words, reference, dim=-1)
+        cosines[row.name] = cos.numpy()
+        print(f"  {row.name}: cosine to exact mean {cos.mean():.5f} min {cos.min():.5f}", flush=True)
+    best = {row.name: float("inf") for row in rows}
+    for r in range(args.repeats):
+        for row in rows:
+            t0 = time.perf_counter()
+            row.run()
+            best[row.name] = min(best[row.name], time.perf_counter() - t0)
+        print(f"  round {r + 1}/{args.repeats} done", flush=True)
+
+    # The peaks again, after the rows: a machine busy at the start would otherwise lower them (and raise the shares).
+    print("matrix-multiply peaks, again:", flush=True)
+    for k, v in measure_peaks(threads, onnx_ok).items():
+        if v["flops_per_s"] > peaks[k]["flops_per_s"]:
+            peaks[k] = v
+    hf_seconds = best["transformers fp32 (output_hidden_states=True)"]
+    table = []
+    for row in rows:
+        seconds = best[row.name]
+        achieved = flops / seconds
+        peak = peaks.get(row.peak, {}).get("flops_per_s") if row.peak else None
+        cos = cosines[row.name]
+        table.append({
+            "implementation": row.name, "path": row.path, "seconds": seconds, "tokens_per_s": n_tokens / seconds,
+            "x_transformers_fp32": hf_seconds / seconds,
+            "cosine_mean": float(cos.mean()), "cosine_min": float(cos.min()),
+            "cosine_compared": "sentence vectors" if row.kind == "sentences" else "word vectors",
+            "gflops_per_s": achieved / 1e9, "peak": row.peak,
+            "share_of_peak": achieved / peak if peak else None,
+        })
+    columns = ["implementation", "tokens_per_s", "x_transformers_fp32", "cosine_mean", "cosine_min", "gflops_per_s",
+               "peak", "share_of_peak"]
+    peak_rows = [{"runtime and type": k, "GFLOP/s": v["flops_per_s"] / 1e9, "note": v["note"]}
+                 for k, v in peaks.items()]
+    meta = {"model": args.model, "cpu": cpu, "native_bf16": native_bf16, "sentences": len(texts), "tokens": n_tokens,
+            "padded_tokens": n_padded, "batches": len(batches), "batch_size": args.batch_size,
+            "repeats": args.repeats, "matmul_flops": flops, "machine": machine(), "threads": threads,
+            "transformers": transformers.__version__, "onnxruntime": backends.onnxruntime_version(),
+            "auto": choice.to_dict() | {"from_cache": choice.from_cache}, "auto_fresh_probe": fresh.to_dict(),
+            "setup_seconds": setup, "notes": notes}
+    md = (f"# Encoding throughput: {args.model}\n\n"
+          f"{cpu}. {len(texts):,} WikiText-2 sentences, {n_tokens:,} tokens (special tokens included, padding "
+          f"excluded; {n_padded:,} padded) in {len(batches)} length-sorted batches of {args.batch_size}; "
+          f"last-four-layer word embeddings (subwords averaged) for every row but sentence-transformers (sentence "
+          f"vectors); best of {args.repeats} alternating rounds; {threads} threads. Cosine: to ctxemb fp32 per word "
+          f"(mean, min); sentence-transformers: to ctxemb fp32's mean of the last layer per sentence. FLOP/s: the "
+          f"encoder's matrix products over the padded batches ({flops / 1e9:,.1f} GFLOP), as a share of the measured "
+          f"peak of the runtime and type the row runs.\n\n"
+          f"auto: {choice.summary()}\n\n"
+          + markdown_table(table, columns)
+          + "\n\nMatrix-multiply peaks measured in the same run, before and after the rows (square products, best "
+          + "of sizes 1024 and 2048 and of the two measurements):\n\n"
+          + markdown_table(peak_rows, ["runtime and type", "GFLOP/s", "note"])
+          + ("\n\nNotes:\n" + "\n".join(f"- {n}" for n in notes) if notes else "")
+          + "\n\nSet-up (not in the times): " + ", ".join(f"{k} {v:.1f} s" for k, v in setup.items()) + ".\n")
     name = "encode_throughput_" + args.model.replace("/", "_")
-    write_results(name, {"meta": meta, "rows": rows}, md)
+    if len(texts) != DEFAULT_SENTENCES:
+        name += f"_{len(texts)}s"
+    write_results(name, {"meta": meta, "rows": table, "peaks": peaks}, md)
     print(md)
 
 

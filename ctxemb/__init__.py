@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import importlib
 
-__version__ = "0.1.0"
+from ctxemb._version import __version__  # noqa: F401  (re-exported: ctxemb.__version__)
 
 _EXPORTS = {
     "Embedder": "ctxemb.embedding",

@@ -23,7 +23,9 @@ import numpy as np
 import torch
 
 from ctxemb._validation import check_bool, check_choice, check_int
-from ctxemb.inference import PRECISIONS, run_encoder
+from ctxemb.autoprecision import PrecisionChoice, choose_precision
+from ctxemb.backends import encoder_fingerprint, import_onnxruntime, load_backend
+from ctxemb.inference import PRECISION_CHOICES, EncoderBackend, pool_subwords, run_encoder
 from ctxemb.loading import load_encoder, load_tokenizer
 from ctxemb.modeling.checkpoint import read_training_run
 from ctxemb.modeling.encoder import Encoder
@@ -50,7 +52,10 @@ class EmbedderConfig:
         layer_pooling: "mean", "sum", "concat" (H * n dimensions), "weighted" (average with ``layer_weights``).
         layer_weights: one weight per entry of ``layers`` for "weighted".
         subword_pooling: how a word's subword vectors become one: "mean", "first" or "last".
-        precision: "fp32" (exact) or "bf16" (faster on CPUs with AMX).
+        precision: the path that runs the encoder (see :mod:`ctxemb.inference`, which gives each one's accuracy
+            bound): "fp32" (exact), "bf16", "int8", "onnx-fp32", "onnx-int8", or "auto": the fastest of them that
+            meets its bound on the machine at hand (:mod:`ctxemb.autoprecision`). An :class:`Embedder` made with
+            "auto" replaces it by the path it chose, so sense stores and indexes record what made their vectors.
         training_run: the identity of the training run that made the model's weights (``ctxemb_training_run`` in
             its ``config.json``, written by :func:`ctxemb.modeling.checkpoint.stamp_training_run`), or None for a
             model no ctxemb recipe stamped (released checkpoints). :meth:`Embedder.from_pretrained` fills it in from
@@ -80,7 +85,7 @@ class EmbedderConfig:
         if self.layer_pooling == "stack":
             raise ValueError("layer_pooling 'stack' is a per-call option, not a configuration")
         check_choice(self.subword_pooling, "subword_pooling", SUBWORD_POOLINGS)
-        check_choice(self.precision, "precision", PRECISIONS)
+        check_choice(self.precision, "precision", PRECISION_CHOICES)
         if self.training_run is not None and not isinstance(self.training_run, str):
             raise TypeError(f"training_run must be a str or None, got {type(self.training_run).__name__}")
         if self.training_run == "":
@@ -161,6 +166,23 @@ class Embedder:
         _resolve_layers(encoder, self.config.layers)
         self.batch_size = check_int(batch_size, "batch_size", low=1)
         self.max_tokens_per_batch = _check_token_budget(max_tokens_per_batch)
+        #: What ``precision="auto"`` chose and why (None when the configuration named a path).
+        self.precision_choice: PrecisionChoice | None = None
+        self._backend: EncoderBackend | None = None
+        self._fingerprint: str | None = None
+        precision = self.config.precision
+        if precision == "auto":
+            self.precision_choice = choose_precision(encoder, tokenizer, layers=self.config.layers,
+                                                     model_name=self.config.model, fingerprint=self.fingerprint)
+            self.config = dataclasses.replace(self.config, precision=self.precision_choice.precision)
+            self._backend = self.precision_choice.backend
+        elif precision in ("int8", "onnx-fp32", "onnx-int8"):  # fail now, not at the first batch
+            device = next(encoder.parameters()).device
+            if device.type != "cpu":
+                raise ValueError(f"precision {precision!r} runs on the CPU only; the encoder is on {device}. Use "
+                                 "'fp32', 'bf16' or 'auto' there")
+            if precision.startswith("onnx"):
+                import_onnxruntime()
 
     @classmethod
     def from_pretrained(cls, model: str | os.PathLike = DEFAULT_MODEL, *, device: str | torch.device = "cpu",
@@ -179,6 +201,8 @@ class Embedder:
                 ``training_run`` other than the one the model directory records.
             FileNotFoundError: the model cannot be found.
             CorruptFileError: a model file is unreadable (see :func:`ctxemb.loading.load_encoder`).
+            ImportError: an ONNX precision ("onnx-fp32", "onnx-int8") without onnxruntime; the message names the
+                extra to install.
         """
         if model is None or not isinstance(model, (str, os.PathLike)):
             raise TypeError(f"model must be a name or a path, got {type(model).__name__}")
@@ -206,9 +230,31 @@ class Embedder:
                    max_tokens_per_batch=max_tokens_per_batch)
 
     def with_config(self, **changes: Any) -> "Embedder":
-        """The same loaded model with other pooling choices (no reload)."""
-        return Embedder(self.encoder, self.tokenizer, dataclasses.replace(self.config, **changes),
-                        batch_size=self.batch_size, max_tokens_per_batch=self.max_tokens_per_batch)
+        """The same loaded model with other pooling choices (no reload; the backend is shared when the precision
+        stays the same)."""
+        new = Embedder(self.encoder, self.tokenizer, dataclasses.replace(self.config, **changes),
+                       batch_size=self.batch_size, max_tokens_per_batch=self.max_tokens_per_batch)
+        new._fingerprint = new._fingerprint or self._fingerprint
+        if new._backend is None and new.config.precision == self.config.precision:
+            new._backend = self._backend
+        return new
+
+    @property
+    def fingerprint(self) -> str:
+        """A hash of the encoder's configuration and weights (keys the ONNX export and the auto-precision cache)."""
+        if self._fingerprint is None:
+            self._fingerprint = encoder_fingerprint(self.encoder)
+        return self._fingerprint
+
+    @property
+    def backend(self) -> EncoderBackend:
+        """What runs the encoder on ``config.precision``; built on first use (int8: a quantized copy of the encoder;
+        ONNX: the export, made once and cached, and an ONNX Runtime session)."""
+        if self._backend is None:
+            fingerprint = self.fingerprint if self.config.precision.startswith("onnx") else None
+            self._backend = load_backend(self.encoder, self.config.precision, model_name=self.config.model,
+                                         fingerprint=fingerprint)
+        return self._backend
 
     @property
     def num_layers(self) -> int:
@@ -264,7 +310,7 @@ class Embedder:
         """Yield (index, (T_i + 2, ...) layer-pooled states) in length-sorted order."""
         reduce = _layer_reducer(pooling, weights)
         yield from run_encoder(self.encoder, self.tokenizer, items, layers=layers, reduce_layers=reduce,
-                               precision=self.config.precision, batch_size=batch_size,
+                               backend=self.backend, batch_size=batch_size,
                                max_tokens_per_batch=self.max_tokens_per_batch, show_progress_bar=show_progress_bar)
 
     def _chunks(self, n: int, show_progress_bar: bool):
@@ -449,29 +495,6 @@ def _layer_reducer(pooling: str, weights: Sequence[float] | None):
         w = w / w.sum()
         return lambda s: torch.einsum("btnh,n->bth", s, w.to(s.device))
     return None  # stack: keep the layer axis
-
-
-def pool_subwords(states: torch.Tensor, word_spans: Sequence[tuple[int, int]], pooling: str = "mean") -> torch.Tensor:
-    """Pool subword vectors into word vectors.
-
-    Args:
-        states: (T, ...) one row per content token.
-        word_spans: W pairs ``(start, end)`` of token indices.
-        pooling: "mean", "first" or "last".
-
-    Returns:
-        (W, ...) tensor.
-    """
-    starts = torch.tensor([s for s, _ in word_spans], dtype=torch.long)
-    ends = torch.tensor([e for _, e in word_spans], dtype=torch.long)
-    if pooling == "first":
-        return states[starts]
-    if pooling == "last":
-        return states[ends - 1]
-    # mean: a cumulative sum gives every span's sum in one subtraction
-    csum = torch.cat([torch.zeros_like(states[:1]), states.cumsum(0, dtype=torch.float64)], dim=0)
-    counts = (ends - starts).to(torch.float64).view(-1, *([1] * (states.dim() - 1)))
-    return ((csum[ends] - csum[starts]) / counts).to(states.dtype)
 
 
 def _pool_rows(x, pooling: str):

@@ -1,7 +1,26 @@
 """Running an encoder over many tokenized texts: length-sorted batches under a token budget, windows for long
-texts stitched back, only the requested hidden states kept, fp32 or bf16.
+texts stitched back, only the requested hidden states kept, on one of several precision paths.
 
-Shapes: B batch, T tokens of a model input, T_i content tokens of text i, n requested layers, H hidden size.
+Precision paths (``precision=``; :mod:`ctxemb.backends` builds the ones that need more than the encoder itself).
+The bound is what ``precision="auto"`` (:mod:`ctxemb.autoprecision`) requires of a path on its probe before it may
+pick it: the mean over words of the cosine between the path's word vector and the exact one (last four layers
+averaged, subwords averaged; the probe's pooling).
+
+============  ===============================================================================  ============
+path          what runs                                                                        bound
+============  ===============================================================================  ============
+fp32          the encoder in float32: exact (hidden states equal transformers' within 1e-5)    (reference)
+bf16          autocast to bfloat16 for the matrix products, LayerNorm and softmax in float32;  >= 0.999
+              pays only where the CPU multiplies bf16 in hardware (AVX512-BF16 or AMX)
+int8          every Linear quantized to int8 (per output channel); activations quantized per   >= 0.99
+              batch (dynamic), over the full 8-bit range; attention products stay float32
+onnx-fp32     the encoder exported to ONNX and run by ONNX Runtime in float32                  >= 0.9999
+onnx-int8     that export with ONNX Runtime's dynamic int8 quantization of its weight          >= 0.99
+              matrix products (per output channel, full-range activations)
+============  ===============================================================================  ============
+
+Shapes: B batch, T tokens of a model input, T_i content tokens of text i, W_i words of text i, n requested layers,
+H hidden size.
 """
 
 from __future__ import annotations
@@ -9,9 +28,11 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
-from typing import Callable, Iterator, Literal, Sequence
+from dataclasses import dataclass
+from typing import Callable, Iterator, Literal, Protocol, Sequence, get_args
 
 import torch
+from torch import nn
 from tqdm.auto import tqdm
 
 from ctxemb._validation import check_int
@@ -20,8 +41,44 @@ from ctxemb.tokenization import TokenizedText, Tokenizer, Window
 
 logger = logging.getLogger(__name__)
 
-Precision = Literal["fp32", "bf16"]
-PRECISIONS = ("fp32", "bf16")
+Precision = Literal["fp32", "bf16", "int8", "onnx-fp32", "onnx-int8"]
+#: The paths :func:`run_encoder` can run (with a backend from :func:`ctxemb.backends.load_backend` for the last three).
+PRECISIONS: tuple[str, ...] = get_args(Precision)
+#: What an :class:`~ctxemb.embedding.EmbedderConfig` accepts: a path, or "auto" (the fastest path within its bound on
+#: the machine at hand; the Embedder records the path it chose).
+PRECISION_CHOICES: tuple[str, ...] = PRECISIONS + ("auto",)
+#: Least mean per-word cosine to the exact (fp32) vectors a path must reach on the probe (see the module docstring).
+ACCURACY_BOUNDS: dict[str, float] = {"fp32": 1.0, "bf16": 0.999, "int8": 0.99, "onnx-fp32": 0.9999, "onnx-int8": 0.99}
+
+
+@dataclass(frozen=True)
+class CpuInfo:
+    """The CPU as ``/proc/cpuinfo`` describes it (Linux); ``name`` falls back to :func:`platform.processor`."""
+
+    name: str
+    flags: frozenset[str]
+
+
+@functools.lru_cache(maxsize=None)
+def cpu_info() -> CpuInfo:
+    """This machine's CPU model name and instruction-set flags (no flags where ``/proc/cpuinfo`` is missing)."""
+    import platform
+
+    name, flags = None, None
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                key = key.strip()
+                if key == "model name" and name is None:
+                    name = value.strip()
+                elif key == "flags" and flags is None:
+                    flags = frozenset(value.split())
+                if name is not None and flags is not None:
+                    break
+    except OSError:
+        pass
+    return CpuInfo(name or platform.processor() or platform.machine(), flags if flags is not None else frozenset())
 
 
 @functools.lru_cache(maxsize=None)
@@ -30,19 +87,15 @@ def cpu_has_native_bf16() -> bool | None:
 
     Read from ``/proc/cpuinfo`` (Linux only).
     """
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            flags = next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), None)
-    except OSError:
+    flags = cpu_info().flags
+    if not flags:
         return None
-    if flags is None:
-        return None
-    return bool({"avx512_bf16", "amx_bf16"} & set(flags))
+    return bool({"avx512_bf16", "amx_bf16"} & flags)
 
 
 def precision_context(precision: str, device: torch.device) -> contextlib.AbstractContextManager:
     """bf16 runs the matrix products in bfloat16 (AMX on recent Intel CPUs) while autocast keeps LayerNorm and
-    softmax in float32; fp32 is exact."""
+    softmax in float32; the other paths run as their modules are (fp32: exact)."""
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
     if precision == "bf16":
@@ -57,6 +110,49 @@ def _warn_slow_bf16() -> None:
     # Without hardware bf16 the products are emulated: on a 2-core AVX2 EPYC, all-MiniLM-L6-v2 ran 7x slower than fp32.
     logger.warning("precision='bf16' on a CPU without AVX512-BF16 or AMX: bfloat16 is emulated here and usually "
                    "several times slower than fp32; use precision='fp32'")
+
+
+class EncoderBackend(Protocol):
+    """Something that runs an encoder on padded batches: :class:`TorchBackend` here, or one from
+    :func:`ctxemb.backends.load_backend`.
+
+    Attributes:
+        precision: the path it runs (one of :data:`PRECISIONS`).
+        device: where its inputs go.
+    """
+
+    precision: str
+    device: torch.device
+
+    def hidden_states(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                      layers: Sequence[int]) -> torch.Tensor:
+        """(B, T, n, H) hidden states ``layers`` (resolved indices 0..L, 0 = embedding output) of a (B, T) batch."""
+        ...
+
+
+class TorchBackend:
+    """A torch module with the :class:`~ctxemb.modeling.encoder.Encoder` interface, run in ``precision``.
+
+    Args:
+        encoder: the encoder (or its int8-quantized copy, see :func:`ctxemb.backends.quantize_int8`).
+        precision: "fp32" or "bf16" for the encoder itself, "int8" for a quantized copy.
+    """
+
+    def __init__(self, encoder: nn.Module, precision: str = "fp32"):
+        if precision not in ("fp32", "bf16", "int8"):
+            raise ValueError(f"a TorchBackend runs precision 'fp32', 'bf16' or 'int8', got {precision!r}; ONNX "
+                             "paths need ctxemb.backends.load_backend")
+        self.encoder = encoder
+        self.precision = precision
+        self.device = next(encoder.parameters(), torch.empty(0)).device
+
+    def hidden_states(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                      layers: Sequence[int]) -> torch.Tensor:
+        with torch.inference_mode(), precision_context(self.precision, self.device):
+            out = self.encoder(input_ids.to(self.device), attention_mask.to(self.device), hidden_state_indices=layers,
+                               compute_pooler=False)
+        by_index = dict(zip(out.hidden_state_indices, out.hidden_states))
+        return torch.stack([by_index[i] for i in layers], dim=2)  # (B, T, n, H)
 
 
 def make_batches(lengths: Sequence[int], batch_size: int, max_tokens_per_batch: int | None) -> list[list[int]]:
@@ -89,6 +185,7 @@ def run_encoder(
     layers: Sequence[int],
     reduce_layers: Callable[[torch.Tensor], torch.Tensor] | None = None,
     precision: Precision = "fp32",
+    backend: EncoderBackend | None = None,
     batch_size: int = 32,
     max_tokens_per_batch: int | None = 16384,
     show_progress_bar: bool = False,
@@ -99,13 +196,14 @@ def run_encoder(
     Texts are yielded in length-sorted order, not the caller's; the index says which text it is.
 
     Args:
-        encoder: the encoder (its device is used).
+        encoder: the encoder (its device is used; its layer count resolves ``layers``).
         tokenizer: adds the special tokens and plans windows for texts longer than its ``max_length``.
         items: tokenized texts.
         layers: hidden-state indices to keep (0 = embedding output, -1 = last layer).
         reduce_layers: maps a batch's stacked states (B, T, n, H) to what is kept per token, e.g. the mean over
             layers (B, T, H); default keeps (B, T, n, H).
-        precision: "fp32" (exact) or "bf16".
+        precision: "fp32" (exact) or "bf16" when ``backend`` is None; the other paths need a ``backend``.
+        backend: what runs the batches (e.g. :func:`ctxemb.backends.load_backend`); its precision is used.
         batch_size: most model inputs per batch.
         max_tokens_per_batch: most padded tokens per batch (None: no budget).
         show_progress_bar: show a tqdm bar over texts.
@@ -117,11 +215,15 @@ def run_encoder(
         token from the window where it has the most context.
     """
     layer_idx = encoder.resolve_layers(list(layers))
-    if precision not in PRECISIONS:  # before any work, not at the first batch
-        raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
+    if backend is None:  # checked before any work, not at the first batch
+        if precision not in PRECISIONS:
+            raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
+        if precision not in ("fp32", "bf16"):
+            raise ValueError(f"precision {precision!r} needs a backend: pass "
+                             f"backend=ctxemb.backends.load_backend(encoder, {precision!r})")
+        backend = TorchBackend(encoder, precision)
     if stride is not None:
         check_int(stride, "stride", low=1)
-    device = next(encoder.parameters()).device
     windows = tokenizer.windows(items, stride=stride)
     n_windows = [0] * len(items)
     for w in windows:
@@ -141,10 +243,9 @@ def run_encoder(
                 seq, _ = tokenizer.with_specials(items[w.item].ids[w.start:w.stop])
                 ids[row, :len(seq)] = torch.tensor(seq)
                 mask[row, :len(seq)] = 1
-            with torch.inference_mode(), precision_context(precision, device):
-                out = encoder(ids.to(device), mask.to(device), hidden_state_indices=layer_idx, compute_pooler=False)
-                by_index = dict(zip(out.hidden_state_indices, out.hidden_states))
-                states = torch.stack([by_index[i] for i in layer_idx], dim=2).float()  # (B, T, n, H)
+            states = backend.hidden_states(ids, mask, layer_idx)  # (B, T, n, H)
+            with torch.inference_mode():
+                states = states.float()
                 if reduce_layers is not None:
                     states = reduce_layers(states)
                 states = states.cpu()
@@ -169,3 +270,26 @@ def _stitch(parts: list[tuple[Window, torch.Tensor]]) -> torch.Tensor:
         pieces.append(s[1 + w.keep_start - w.start: 1 + w.keep_stop - w.start])
     pieces.append(parts[-1][1][-1:])  # [SEP] of the last window
     return torch.cat(pieces, dim=0)
+
+
+def pool_subwords(states: torch.Tensor, word_spans: Sequence[tuple[int, int]], pooling: str = "mean") -> torch.Tensor:
+    """Pool subword vectors into word vectors.
+
+    Args:
+        states: (T, ...) one row per content token.
+        word_spans: W pairs ``(start, end)`` of token indices.
+        pooling: "mean", "first" or "last".
+
+    Returns:
+        (W, ...) tensor.
+    """
+    starts = torch.tensor([s for s, _ in word_spans], dtype=torch.long)
+    ends = torch.tensor([e for _, e in word_spans], dtype=torch.long)
+    if pooling == "first":
+        return states[starts]
+    if pooling == "last":
+        return states[ends - 1]
+    # mean: a cumulative sum gives every span's sum in one subtraction
+    csum = torch.cat([torch.zeros_like(states[:1]), states.cumsum(0, dtype=torch.float64)], dim=0)
+    counts = (ends - starts).to(torch.float64).view(-1, *([1] * (states.dim() - 1)))
+    return ((csum[ends] - csum[starts]) / counts).to(states.dtype)

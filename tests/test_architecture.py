@@ -13,11 +13,11 @@ PACKAGE = Path(__file__).resolve().parent.parent / "ctxemb"
 
 # Lower layers never import higher ones; a layer may import its own layer (no cycles, checked separately).
 LAYERS: list[tuple[str, ...]] = [
-    ("ctxemb._validation", "ctxemb.paths", "ctxemb.protocols"),
+    ("ctxemb._validation", "ctxemb._version", "ctxemb.paths", "ctxemb.protocols"),
     ("ctxemb.config", "ctxemb.metrics"),
     ("ctxemb.tokenization", "ctxemb.registry"),
     ("ctxemb.modeling",),
-    ("ctxemb.inference", "ctxemb.loading", "ctxemb.training"),
+    ("ctxemb.inference", "ctxemb.backends", "ctxemb.autoprecision", "ctxemb.loading", "ctxemb.training"),
     ("ctxemb.embedding", "ctxemb.pretraining", "ctxemb.finetuning", "ctxemb.fill_mask"),
     ("ctxemb.geometry", "ctxemb.search"),
     ("ctxemb.wsd",),

@@ -89,13 +89,15 @@ def add_embedder_args(parser: argparse.ArgumentParser, *, model_default: str | N
     """``--model``, ``--device``, ``--precision`` and (with ``pooling``) ``--layers``/``--layer-pooling``/
     ``--subword-pooling``; None defaults mean "the embedder's own default" (or a store's/index's recorded one)."""
     from ctxemb.embedding import SUBWORD_POOLINGS
-    from ctxemb.inference import PRECISIONS
+    from ctxemb.inference import PRECISION_CHOICES
 
     g = parser.add_argument_group("embedder")
     g.add_argument("--model", default=model_default,
                    help="model name or HF-format directory" + (" (default %(default)s)" if model_default else ""))
     g.add_argument("--device", default="cpu", help="torch device (default %(default)s)")
-    g.add_argument("--precision", default=None, choices=PRECISIONS, help="default: the embedder's (fp32)")
+    g.add_argument("--precision", default=None, choices=PRECISION_CHOICES,
+                   help="default: the embedder's (fp32); auto: the fastest path within its accuracy bound on this "
+                   "machine")
     if pooling:
         g.add_argument("--layers", type=int, nargs="+", default=None,
                        help="hidden-state indices to pool; 0 = embedding output, -1 = last layer (default -4 -3 -2 -1)")

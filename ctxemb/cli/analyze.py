@@ -9,7 +9,7 @@ from pathlib import Path
 from ctxemb.cli._common import UsageError, command_help, load_embedder, positive_int
 from ctxemb.geometry.analysis import DEFAULT_POSTPROCESSORS, DEFAULT_WORDS, analyze, format_analysis_table, read_corpus
 from ctxemb.geometry.postprocessing import POSTPROCESSORS
-from ctxemb.inference import PRECISIONS
+from ctxemb.inference import PRECISION_CHOICES
 from ctxemb.registry import DEFAULT_MODEL
 
 
@@ -40,7 +40,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--batch-size", type=positive_int, default=32)
     p.add_argument("--device", default="cpu")
-    p.add_argument("--precision", default="fp32", choices=PRECISIONS)
+    p.add_argument("--precision", default="fp32", choices=PRECISION_CHOICES)
     p.add_argument("--no-plots", action="store_true", help="write analysis.json only")
     p.add_argument("--no-progress", action="store_true", help="hide progress bars")
     p.set_defaults(func=run_analyze)

@@ -29,7 +29,7 @@ from ctxemb.evaluation.similarity import (
     save_results_json,
 )
 
-from ctxemb.inference import PRECISIONS
+from ctxemb.inference import PRECISION_CHOICES
 from ctxemb.registry import DEFAULT_MODEL
 
 logger = logging.getLogger(__name__)
@@ -75,7 +75,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                     help="only the first N examples of each split (smoke test)")
     ev.add_argument("--batch-size", type=positive_int, default=32)
     ev.add_argument("--device", default="cpu")
-    ev.add_argument("--precision", default="fp32", choices=PRECISIONS)
+    ev.add_argument("--precision", default="fp32", choices=PRECISION_CHOICES)
     ev.add_argument("--seed", type=int, default=0)
     ev.add_argument("--json", type=Path, default=None, help="write all rows to this JSON file (atomically)")
     ev.add_argument("--markdown", type=Path, default=None, help="write the table to this markdown file")
