@@ -115,6 +115,14 @@ def test_the_index_and_the_disambiguator_share_one_comparison():
     ]
 
 
+def test_another_precision_path_is_a_warning_not_a_difference(caplog):
+    """int8 or bf16 vectors are within a documented bound of fp32 ones, and "auto" picks per machine."""
+    a = {"model": "m", "layers": [-1], "precision": "fp32"}
+    with caplog.at_level(logging.WARNING, logger="ctxemb.search.index"):
+        assert embedder_config_differences(a, dict(a, precision="onnx-int8"), stored_name="store") == []
+    assert 'precision: store has "fp32", given "onnx-int8"' in caplog.text
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # 2. per-call layer overrides size the index (and are recorded in its configuration)
 

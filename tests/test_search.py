@@ -328,8 +328,8 @@ def test_config_check(tmp_path):
     assert "layers: index has [-4, -3, -2, -1], given [-1]" in msg and "extra: index has (absent), given 1" in msg
     index.save(tmp_path)
     SemanticIndex.load(tmp_path, expected_config=CFG)
-    with pytest.raises(ValueError, match="precision"):
-        SemanticIndex.load(tmp_path, expected_config=dict(CFG, precision="bf16"))
+    with pytest.raises(ValueError, match="model"):
+        SemanticIndex.load(tmp_path, expected_config=dict(CFG, model="other"))
     bare = SemanticIndex(8).add(["a"], x[:1])
     with pytest.raises(ValueError, match="stores no embedder configuration"):
         bare.check_config(CFG)

@@ -135,6 +135,8 @@ def embedder_config_differences(stored: Mapping | Any, given: Mapping | Any, *, 
 
     The comparison every store of embeddings uses (``SemanticIndex.check_config``, the WSD ``Disambiguator``): all
     fields, after a JSON round trip (tuples and lists compare equal); a field present on one side only differs.
+    ``precision`` alone is not a difference but a logged warning: every path stays within its documented bound of
+    the exact vectors, and ``precision="auto"`` may choose another path on another machine.
 
     Args:
         stored: the configuration recorded with the vectors (dict, or an object with ``to_dict()``).
@@ -148,8 +150,17 @@ def embedder_config_differences(stored: Mapping | Any, given: Mapping | Any, *, 
         a, b = a_all.get(key, missing), b_all.get(key, missing)
         if a != b:
             shown = ["(absent)" if v is missing else json.dumps(v) for v in (a, b)]
-            diffs.append("  %s: %s has %s, given %s" % (key, stored_name, shown[0], shown[1]))
+            line = "  %s: %s has %s, given %s" % (key, stored_name, shown[0], shown[1])
+            if key in _NEAR_EQUAL_FIELDS and missing not in (a, b):
+                logger.warning("the embedder differs from the %s's in a way that changes vectors only within a "
+                               "documented bound:%s", stored_name, line)
+            else:
+                diffs.append(line)
     return diffs
+
+
+# Fields whose values give vectors equal up to a documented bound (ctxemb.inference.ACCURACY_BOUNDS).
+_NEAR_EQUAL_FIELDS = frozenset({"precision"})
 
 
 def check_id_list(ids, name: str = "ids") -> list[str]:
