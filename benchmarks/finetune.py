@@ -288,6 +288,11 @@ def report(rows: list, embedder_rows: list, token_rows: list) -> None:
     metric_cols = sorted({k for r in rows for k in r if k.startswith(("dev ", "test "))})
     shown = [{k: (f"{v:.1f}" if k in metric_cols or k in ("seconds", "examples/s", "train examples/s") else v)
               for k, v in r.items()} for r in rows]
+    for r, row in zip(rows, shown):  # timed while other jobs shared the cores: the metrics stand, the times do not
+        if r.get("shared_cpu"):
+            row["seconds"] = f"{row['seconds']} *"
+    shared_note = ("\n\n\\* ran while other jobs shared the two cores: its times are not speed measurements "
+                   "(its metrics are unaffected)." if any(r.get("shared_cpu") for r in rows) else "")
     md = (f"# Fine-tuning all-MiniLM-L6-v2\n\nCPU: {cpu_name()}, fp32.\n\n## Sequence level\n\n"
           f"Batch 32, max length 128, "
           f"AdamW (wd 0.01), 10% warm-up then linear decay, lr 5e-5 (frozen: 1e-3, head only), the checkpoint's "
@@ -297,7 +302,7 @@ def report(rows: list, embedder_rows: list, token_rows: list) -> None:
           f"split of GLUE train used for tuning. Metrics x 100. 'examples/s' is end to end (tokenizing, training, "
           f"evaluating each epoch, saving); 'train examples/s' leaves out the evaluations (the Trainer run has "
           f"none).\n\n"
-          + markdown_table(shown, cols + metric_cols + ["anchor"])
+          + markdown_table(shown, cols + metric_cols + ["anchor"]) + shared_note
           + ("\n\n### The fine-tuned encoder in the Embedder\n\n"
              + markdown_table(embedder_rows, list(embedder_rows[0])) if embedder_rows else ""))
     if token_rows:
