@@ -54,6 +54,7 @@ from ctxemb.evaluation.similarity.data import load_wic  # noqa: E402
 from ctxemb.evaluation.similarity.results import select_best_layer  # noqa: E402
 from ctxemb.evaluation.similarity.wic import evaluate_wic  # noqa: E402
 from ctxemb.evaluation.wsd import evaluate_wsd  # noqa: E402
+from ctxemb.inference import cpu_info
 from ctxemb.paths import atomic_write, shared_data_dir  # noqa: E402
 from ctxemb.protocols import embedder_config_dict  # noqa: E402
 from ctxemb.training.loop import TrainConfig  # noqa: E402
@@ -73,18 +74,6 @@ DEFAULT_CONFIGS = ["1nn", "1nn+prior0.03", "1nn+gloss-average+prior0.03", "1nn+s
 GOAL = {"semeval2007": 68.1, "semcor_heldout": 78.0}  # LMMS-2048 (BERT-large) on SemEval-2007; the issue's SemCor goal
 REFERENCES = [("LMMS-2048 (BERT-large, nearest sense)", 68.1), ("BEM (BERT-base bi-encoder)", 74.5),
               ("ARES", 71.0)]
-
-
-def _cpu_model() -> str:
-    """The CPU's model name (Linux), e.g. "AMD EPYC 7B13"; else what platform knows."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def _wsd_benchmark():
@@ -323,7 +312,7 @@ def run(args) -> dict:
     wsd_bench = _wsd_benchmark()
     results = {"model": args.model, "held_out_fraction": args.held_out_fraction, "seed": args.seed,
                "max_minutes": args.max_minutes, "configs": args.configs,
-               "machine": {**machine(), "cpu": _cpu_model(), "cpu_count": os.cpu_count(),
+               "machine": {**machine(), "cpu": cpu_info().name, "cpu_count": os.cpu_count(),
                            "platform": platform.platform(),
                            "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None},
                "smoke": bool(args.max_train_sentences or args.max_eval_sentences or args.max_wic),

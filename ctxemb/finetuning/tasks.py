@@ -107,6 +107,15 @@ class FinetuneRunConfig:
         d["train"] = self.train.to_dict()
         return d
 
+    def apply_regime(self, model):
+        """Put a freshly built model in training mode and freeze what ``regime`` leaves untrained; returns it."""
+        model.train()
+        if self.regime == "frozen":
+            model.freeze_encoder()
+        elif self.regime == "last_k":
+            model.freeze_all_but_last(self.last_k)
+        return model
+
 
 @dataclass
 class FinetuneConfig(FinetuneRunConfig):
@@ -207,22 +216,14 @@ def build_model(config: FinetuneConfig, task: TaskData) -> EncoderForSequenceCla
         scale = max(abs(ex.label) for ex in task.splits[_train_split(config)])
         model: EncoderForSequenceClassification | EncoderForPairSimilarity = EncoderForPairSimilarity.from_pretrained(
             resolve_model_dir(config.model), score_scale=scale)
-        model.train()
         if config.regime == "frozen":
             raise ValueError("a bi-encoder has no head: regime 'frozen' would train nothing")
-        if config.regime == "last_k":
-            model.freeze_all_but_last(config.last_k)
-        return model
+        return config.apply_regime(model)
     model = EncoderForSequenceClassification.from_pretrained(
         resolve_model_dir(config.model), num_labels=1 if regression else len(task.label_names),
         problem="regression" if regression else "classification", head=config.head,
         id2label=None if regression else dict(enumerate(task.label_names)))
-    model.train()
-    if config.regime == "frozen":
-        model.freeze_encoder()
-    elif config.regime == "last_k":
-        model.freeze_all_but_last(config.last_k)
-    return model
+    return config.apply_regime(model)
 
 
 def model_inputs(tokenizer, examples: Sequence[TextExample], *, head: str, regression: bool, max_length: int,

@@ -206,12 +206,7 @@ def build_model(config: TokenFinetuneConfig, labels: Sequence[str] | None) -> En
             max_span_length=config.max_span_length)
     else:
         model = EncoderForQuestionAnswering.from_pretrained(path)
-    model.train()
-    if config.regime == "frozen":
-        model.freeze_encoder()
-    elif config.regime == "last_k":
-        model.freeze_all_but_last(config.last_k)
-    return model
+    return config.apply_regime(model)
 
 
 @torch.inference_mode()

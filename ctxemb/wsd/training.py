@@ -63,6 +63,7 @@ from ctxemb.loading import load_encoder, load_tokenizer
 from ctxemb.modeling.checkpoint import save_pretrained, stamp_training_run
 from ctxemb.modeling.wsd_heads import (GLOSS_ENCODERS, LAYER_POOLINGS, NEGATIVES, SCORES, ContextGlossBiEncoder,
                                        SupConSenseEncoder)
+from ctxemb.inference import cpu_info
 from ctxemb.paths import atomic_directory, shared_data_dir
 from ctxemb.registry import DEFAULT_MODEL, resolve_model_dir
 from ctxemb.tokenization import Tokenizer, copy_tokenizer_files, plan_windows
@@ -687,19 +688,8 @@ def default_corpus_path() -> Path:
     return shared_data_dir() / "wsd" / "WSD_Evaluation_Framework" / "Training_Corpora" / "SemCor"
 
 
-def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def _machine() -> dict[str, Any]:
-    return {"platform": platform.platform(), "processor": _cpu_model(),
+    return {"platform": platform.platform(), "processor": cpu_info().name,
             "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(), "torch": torch.__version__,
             "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None}
 
