@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import platform
 import re
 from pathlib import Path
@@ -10,6 +11,7 @@ from typing import Sequence
 
 import torch
 
+from ctxemb.inference import cpu_info
 from ctxemb.paths import atomic_write, shared_data_dir
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -33,7 +35,7 @@ def wikitext_sentences(n: int, min_words: int = 5, max_words: int = 60) -> list[
 
 def machine() -> dict:
     return {"python": platform.python_version(), "torch": torch.__version__, "threads": torch.get_num_threads(),
-            "cpu": platform.processor() or platform.machine()}
+            "cpu": cpu_info().name, "cpu_count": os.cpu_count()}
 
 
 def markdown_table(rows: Sequence[dict], columns: Sequence[str]) -> str:

@@ -40,8 +40,12 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _common import machine  # noqa: E402
 
 from ctxemb.evaluation.wsd import evaluate_first_sense, evaluate_wsd  # noqa: E402
+from ctxemb.inference import PRECISION_CHOICES  # noqa: E402
 from ctxemb.paths import atomic_write, shared_data_dir  # noqa: E402
 from ctxemb.wsd.build import BuildConfig, build_from_embeddings  # noqa: E402
 from ctxemb.wsd.corpus import Corpus, read_dataset, split_corpus_by_document, write_dataset  # noqa: E402
@@ -76,7 +80,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="hidden-state indices (0 = embedding output, -1 = last layer)")
     p.add_argument("--layer-pooling", default="mean", choices=["mean", "sum", "concat"])
     p.add_argument("--subword-pooling", default="mean", choices=["mean", "first", "last"])
-    p.add_argument("--precision", default="fp32", choices=["fp32", "bf16"])
+    p.add_argument("--precision", default="fp32", choices=PRECISION_CHOICES,
+                   help="the encoder's path (ctxemb.inference); auto: the fastest within its bound on this machine, "
+                        "the choice is recorded in the results and keys the cache")
     p.add_argument("--device", default="cpu")
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--configs", nargs="+", default=DEFAULT_CONFIGS, help="configuration names (see module doc)")
@@ -206,7 +212,7 @@ def run(args: argparse.Namespace) -> dict:
                                                "documents": len(held.documents), "sentences": held.n_sentences,
                                                "instances": held.n_instances},
         "datasets": {c.name: {"sentences": c.n_sentences, "instances": c.n_instances} for c in eval_sets},
-        "machine": {"python": platform.python_version(), "platform": platform.platform()},
+        "machine": {**machine(), "platform": platform.platform()},
         "first_sense": {},
         "configs": {},
     }
@@ -218,6 +224,11 @@ def run(args: argparse.Namespace) -> dict:
                                         layer_pooling=args.layer_pooling, subword_pooling=args.subword_pooling,
                                         precision=args.precision)
     results["load_model_seconds"] = time.perf_counter() - t
+    if embedder.precision_choice is not None:  # auto: what it chose keys the cache and is reported
+        logger.info("%s", embedder.precision_choice.summary())
+        results["embedder"]["precision"] = embedder.config.precision
+        results["embedder"]["precision_choice"] = embedder.precision_choice.summary()
+        args.precision = embedder.config.precision
     # One corpus pass per multiword setting serves every configuration.
     cache = _Cache(args)
     bases = {}
@@ -317,6 +328,8 @@ def to_markdown(r: dict) -> str:
                  f"{e['precision']}. Training: {r['train']['corpus']}, {r['train'].get('n_sentences', r['train']['sentences'])} "
                  f"sentences with instances ({r['train'].get('n_instances', r['train']['instances'])} instances)"
                  + (f", first {r['train']['max_sentences']} only" if r['train']['max_sentences'] else "") + ".")
+    if e.get("precision_choice"):
+        lines.append(f"Precision: {e['precision_choice']}.")
     if r["held_out"]:
         h = r["held_out"]
         lines.append(f"Held-out split: {h['documents']} documents ({h['fraction']:.0%}, seed {h['seed']}), "
@@ -356,7 +369,8 @@ def to_markdown(r: dict) -> str:
     g = r["gloss_embedding"]
     lines += ["", f"Model load {r['load_model_seconds']:.1f} s; gloss embeddings: {g['senses']} senses in "
               f"{g['seconds']:.1f} s. Build time = corpus embedding (shared by all configurations) + post-processing; "
-              "eval time includes embedding the data set. Machine: " + r["machine"]["platform"] + ".", ""]
+              "eval time includes embedding the data set. Machine: " + r["machine"].get("cpu", "?") + ", "
+              + r["machine"]["platform"] + ".", ""]
     return "\n".join(lines)
 
 
