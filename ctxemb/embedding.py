@@ -17,7 +17,7 @@ import os
 from collections.abc import Mapping, Set
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Iterator, NamedTuple, Sequence
 
 import numpy as np
 import torch
@@ -25,7 +25,7 @@ import torch
 from ctxemb._validation import check_bool, check_choice, check_int
 from ctxemb.autoprecision import PrecisionChoice, choose_precision
 from ctxemb.backends import encoder_fingerprint, import_onnxruntime, load_backend
-from ctxemb.inference import PRECISION_CHOICES, EncoderBackend, pool_subwords, run_encoder
+from ctxemb.inference import PRECISION_CHOICES, EncoderBackend, plan_batches, pool_subwords, run_encoder
 from ctxemb.loading import load_encoder, load_tokenizer
 from ctxemb.modeling.checkpoint import read_training_run
 from ctxemb.modeling.encoder import Encoder
@@ -40,6 +40,18 @@ SENTENCE_POOLINGS = ("mean", "cls")
 SPAN_MODES = ("mean", "endpoints")
 OUTPUTS = ("numpy", "torch")
 _CHUNK = 4096  # texts sorted and batched together; bounds memory for corpora of any size
+
+
+class PlannedBatch(NamedTuple):
+    """One forward pass of :meth:`Embedder.embed_sentences` (see :meth:`Embedder.plan_sentence_batches`).
+
+    Attributes:
+        texts: indices of the texts it holds, longest first (a text cut into windows may be in several batches).
+        padded_tokens: its size, inputs x longest input (special tokens included): what its cost grows with.
+    """
+
+    texts: tuple[int, ...]
+    padded_tokens: int
 
 
 @dataclass(frozen=True)
@@ -270,6 +282,51 @@ class Embedder:
         """Dimension of the vectors this configuration gives (``concat`` multiplies the hidden size)."""
         n = len(self.config.layers) if self.config.layer_pooling == "concat" else 1
         return self.hidden_size * n
+
+    def sentence_dim(self, *, layers: Sequence[int] | str | None = None, layer_pooling: str | None = None,
+                     layer_weights: Sequence[float] | None = None) -> int:
+        """The width of :meth:`embed_sentences`' vectors with these layer options, checked as it checks them.
+
+        Raises:
+            TypeError, ValueError: as :meth:`embed_sentences` for the same options ("stack" is a ValueError).
+        """
+        layers, lp, weights = self._layer_args(layers, layer_pooling, layer_weights)
+        if lp == "stack":
+            raise ValueError("layer_pooling 'stack' is not available for sentence embeddings")
+        (dim,) = self._width(layers, lp)
+        return dim
+
+    def plan_sentence_batches(self, token_counts: Sequence[int], *,
+                              batch_size: int | None = None) -> list[PlannedBatch]:
+        """The forward passes :meth:`embed_sentences` makes for texts with these numbers of content tokens
+        (``len(tokenizer.tokenize([text])[0])``), in the order it makes them.
+
+        Texts are planned in chunks of consecutive texts, each batch within one chunk. A text longer than the
+        model's maximum length is cut into windows that may fall in different batches (it is then listed in each).
+        Calling :meth:`embed_sentences` on the texts of some whole batches of one chunk, in the caller's order,
+        makes exactly those batches again (the plan closes a batch when it is full, which depends on the batch
+        alone), so each text gets the vector, bit for bit, that it gets when all the texts are embedded together.
+
+        Args:
+            token_counts: N numbers of content tokens (special tokens excluded), each >= 1.
+            batch_size: as in :meth:`embed_sentences`.
+
+        Returns:
+            The batches, each with the (global) indices of its texts and its size in padded tokens.
+        """
+        batch_size = self.batch_size if batch_size is None else check_int(batch_size, "batch_size", low=1)
+        counts = _as_list(token_counts, "token_counts")
+        for i, n in enumerate(counts):
+            if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 1:
+                raise ValueError(f"token_counts[{i}] must be an int >= 1 (a text gives at least one token), got {n!r}")
+        out = []
+        for lo in range(0, len(counts), _CHUNK):
+            windows, lengths, batches = plan_batches(self.tokenizer, counts[lo:lo + _CHUNK], batch_size=batch_size,
+                                                     max_tokens_per_batch=self.max_tokens_per_batch)
+            for batch in batches:
+                texts = tuple(dict.fromkeys(lo + windows[j].item for j in batch))
+                out.append(PlannedBatch(texts, len(batch) * max(lengths[j] for j in batch)))
+        return out
 
     # ---- core ---------------------------------------------------------------------------------------------
     def _layer_args(self, layers, layer_pooling, layer_weights):

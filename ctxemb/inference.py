@@ -177,6 +177,25 @@ def make_batches(lengths: Sequence[int], batch_size: int, max_tokens_per_batch: 
     return batches
 
 
+def plan_batches(tokenizer: Tokenizer, token_counts: Sequence[int], *, batch_size: int,
+                 max_tokens_per_batch: int | None, stride: int | None = None) -> tuple[list[Window], list[int],
+                                                                                   list[list[int]]]:
+    """How :func:`run_encoder` runs texts with these numbers of content tokens: their model inputs, the inputs'
+    lengths (special tokens included) and the batches (indices into the inputs).
+
+    The plan depends on the token counts and the options only, so it can be computed by a process that has not
+    tokenized the texts itself (:mod:`ctxemb.corpus_embedding` deals whole batches of it to several processes).
+
+    Returns:
+        (windows, lengths, batches): ``windows[j].item`` is the index of the text input j was cut from.
+    """
+    if stride is not None:
+        check_int(stride, "stride", low=1)
+    windows = tokenizer.windows_of_lengths(token_counts, stride=stride)
+    lengths = [w.stop - w.start + tokenizer.num_special_tokens for w in windows]
+    return windows, lengths, make_batches(lengths, batch_size, max_tokens_per_batch)
+
+
 def run_encoder(
     encoder: Encoder,
     tokenizer: Tokenizer,
@@ -222,19 +241,17 @@ def run_encoder(
             raise ValueError(f"precision {precision!r} needs a backend: pass "
                              f"backend=ctxemb.backends.load_backend(encoder, {precision!r})")
         backend = TorchBackend(encoder, precision)
-    if stride is not None:
-        check_int(stride, "stride", low=1)
-    windows = tokenizer.windows(items, stride=stride)
+    windows, lengths, batches = plan_batches(tokenizer, [len(item) for item in items], batch_size=batch_size,
+                                             max_tokens_per_batch=max_tokens_per_batch, stride=stride)
     n_windows = [0] * len(items)
     for w in windows:
         n_windows[w.item] += 1
-    lengths = [w.stop - w.start + tokenizer.num_special_tokens for w in windows]
     pending: dict[int, list[tuple[Window, torch.Tensor]]] = {}
     bar = tqdm(total=len(items), disable=not show_progress_bar, desc="encoding", unit="text")
     was_training = encoder.training
     encoder.eval()
     try:
-        for batch in make_batches(lengths, batch_size, max_tokens_per_batch):
+        for batch in batches:
             T = max(lengths[j] for j in batch)
             ids = torch.full((len(batch), T), tokenizer.pad_token_id, dtype=torch.long)
             mask = torch.zeros((len(batch), T), dtype=torch.long)

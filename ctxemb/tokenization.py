@@ -295,12 +295,16 @@ class Tokenizer:
 
     def windows(self, items: Sequence[TokenizedText], stride: int | None = None) -> list[Window]:
         """Cut every text into model inputs of at most ``max_length`` tokens (special tokens included)."""
+        return self.windows_of_lengths([len(item) for item in items], stride)
+
+    def windows_of_lengths(self, token_counts: Sequence[int], stride: int | None = None) -> list[Window]:
+        """:meth:`windows` of texts that have these numbers of content tokens (the windows depend on nothing else)."""
         max_content = self.max_length - self.num_special_tokens
         out = []
-        for i, item in enumerate(items):
-            plan = plan_windows(len(item), max_content, stride)
+        for i, n in enumerate(token_counts):
+            plan = plan_windows(n, max_content, stride)
             if len(plan) > 1:
-                logger.debug("text %d has %d tokens: split into %d overlapping windows", i, len(item), len(plan))
+                logger.debug("text %d has %d tokens: split into %d overlapping windows", i, n, len(plan))
             out.extend(Window(i, *w) for w in plan)
         return out
 

@@ -19,7 +19,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("ctxemb.modeling",),
     ("ctxemb.inference", "ctxemb.backends", "ctxemb.autoprecision", "ctxemb.loading", "ctxemb.training"),
     ("ctxemb.embedding", "ctxemb.pretraining", "ctxemb.finetuning", "ctxemb.fill_mask"),
-    ("ctxemb.geometry", "ctxemb.search"),
+    ("ctxemb.corpus_embedding", "ctxemb.geometry", "ctxemb.search"),
     ("ctxemb.wsd",),
     ("ctxemb.evaluation",),
     ("ctxemb.cli", "ctxemb.__main__"),

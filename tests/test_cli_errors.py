@@ -81,6 +81,22 @@ def test_index_errors(capsys, tmp_path, tiny):
     _fails(["index", "query", "i", "text", "-k", "0"], capsys, code=2, match="positive integer")
 
 
+def test_embed_errors(capsys, tmp_path, tiny):
+    texts = tmp_path / "t.txt"
+    texts.write_text("the bank\n\nmoney\n")
+    embed = ["embed", "--model", str(tiny), "--no-progress"]
+    _fails(embed + ["--input", str(tmp_path / "none.txt"), "--output", str(tmp_path / "v.npy")], capsys, code=1,
+           match="none.txt")
+    _fails(embed + ["--input", str(texts), "--output", str(tmp_path / "v.npy")], capsys, code=1,
+           match="line 2 of")
+    _fails(embed + ["--input", str(texts), "--output", str(tmp_path / "v.txt")], capsys, code=1, match=".npy")
+    _fails(embed + ["--input", str(texts), "--output", str(tmp_path / "no" / "v.npy")], capsys, code=1,
+           match="does not exist")
+    _fails(["embed", "--input", "t.txt", "--output", "v.npy", "--batch-size", "0"], capsys, code=2,
+           match="positive integer")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t.txt", "tiny"]
+
+
 def test_fill_mask_errors(capsys, tmp_path, tiny):
     _fails(["fill-mask", str(tmp_path / "none"), "a [MASK]"], capsys, code=1, match="not found")
     _fails(["fill-mask", str(tiny), "a [MASK] b"], capsys, code=1, match="no masked-LM head")

@@ -1,6 +1,6 @@
 """The ``ctxemb`` command line: one argparse tree, one module per command group.
 
-    ctxemb demo | analyze | wsd {build,eval,tag} | similarity eval | index {build,query}
+    ctxemb demo | analyze | wsd {build,eval,tag} | similarity eval | embed | index {build,query}
            | vocab | pretrain | fill-mask | finetune | predict
 
 Every command module has ``add_parser(subparsers)``, whose leaf parsers set ``func(args) -> exit code``. Commands

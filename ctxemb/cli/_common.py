@@ -21,6 +21,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "analyze": ("analyze", "anisotropy, rogue dimensions and word-sense projections of an encoder, layer by layer"),
     "wsd": ("wsd", "word sense disambiguation: build sense stores, evaluate, tag text"),
     "similarity": ("similarity", "similarity benchmarks (WiC, CoSimLex, usim, STS-B, SICK, word similarity)"),
+    "embed": ("embed", "sentence vectors of a text file into one .npy file (one process, or several under torchrun)"),
     "index": ("index", "build and query semantic search indexes"),
     "vocab": ("vocab", "train a WordPiece / BPE / Unigram vocabulary that ctxemb and transformers load"),
     "pretrain": ("pretrain", "pretrain or continue pretraining an encoder (MLM, NSP, span masking + SBO)"),

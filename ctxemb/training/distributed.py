@@ -18,7 +18,7 @@ import datetime
 import logging
 import os
 from dataclasses import dataclass
-from typing import Iterator, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 import torch
 import torch.distributed as dist
@@ -255,6 +255,38 @@ def gather_to_main(obj: object, ctx: DistributedContext) -> list | None:
     out = [None] * ctx.world_size if ctx.is_main else None
     dist.gather_object(obj, out, dst=0)
     return out
+
+
+def call_on_every_rank(fn: Callable[[], Any], ctx: DistributedContext) -> list:
+    """Call ``fn()`` on every rank and share how it went, so that no rank is left waiting in a collective for one
+    that failed, and every rank learns of a failure anywhere.
+
+    Every rank must call this the same number of times (it is a collective: one ``all_gather_object``).
+
+    Returns:
+        every rank's (picklable) result, by rank; ``[fn()]`` for a single process.
+
+    Raises:
+        on every rank if ``fn`` raised on any: a rank where it raised re-raises its own exception (a single process:
+        always); the others raise a RuntimeError naming each failing rank and its error.
+    """
+    try:
+        result, error = fn(), None
+    except Exception as e:  # KeyboardInterrupt and the like are not shared: they end the run
+        result, error = None, e
+    if not ctx.is_distributed:
+        if error is not None:
+            raise error
+        return [result]
+    gathered: list = [None] * ctx.world_size
+    message = None if error is None else f"{type(error).__name__}: {error}"
+    dist.all_gather_object(gathered, (message, result))
+    if error is not None:
+        raise error
+    failed = [(rank, msg) for rank, (msg, _) in enumerate(gathered) if msg is not None]
+    if failed:
+        raise RuntimeError("; ".join(f"rank {rank} of {ctx.world_size} failed: {msg}" for rank, msg in failed))
+    return [res for _, res in gathered]
 
 
 def log_main(ctx: DistributedContext, msg: str, *args, level: int = logging.INFO) -> None:
