@@ -15,8 +15,24 @@ FAISS jobs 6x slower.
 Memory is reported two ways: the RSS growth while building (approximate: allocators keep freed memory) and the
 size of the saved index directory (for on-disk indexes: the lists and vector files plus the index file).
 
+Real-data mode (``--real N``): the same measurements (``bench_collection``, shared by both modes) on N real English
+sentences instead of the mixture. The pool is every distinct sentence of 5-60 words (``--min-words``,
+``--max-words``; exact duplicates removed after collapsing whitespace) of WikiText-2, SemCor, the Brown files SemCor
+does not cover, SNLI, the English fortunes, MSRP, STS-B, SICK, CoNLL-2003 and WiC from the shared data (162k
+sentences; ``_common.REAL_SOURCES``); a permutation seeded with ``--seed`` gives ``--queries`` held-out queries (its
+first 1,000: none is in the collection) and the N indexed sentences. Both are embedded with ``--model``
+(all-MiniLM-L6-v2) on ``precision="auto"``, the fast path, as sentence-transformers makes sentence vectors (mean of
+the last layer, L2-normalised); the vectors are cached under ``--embed-cache`` (default
+``$CTXEMB_CACHE/benchmarks/search_real``) keyed by model, N, the chosen precision and a digest of the texts, so a
+rerun does not embed again. The results (``search_real.{md,json}`` at N=100,000, else ``search_real_<N>``, plus
+``_quick`` with ``--quick``; ``--name`` and ``--out`` override) give the sources and their counts, the embedding cost
+(auto's choice, seconds, tokens/s, the CPU), the recall@10 / QPS / speed-up table, and a side-by-side with the
+committed synthetic run (``--synthetic-results``, read, not re-run) at its size nearest N.
+
     python benchmarks/search.py                              # 10k, 100k, 1M (15-60 min on 2 shared cores)
     python benchmarks/search.py --sizes 10000 --quick        # smoke run
+    python benchmarks/search.py --real 100000                # real sentences (~10 min on 2 shared cores)
+    OMP_NUM_THREADS=1 python benchmarks/search.py --real 3000 --quick --threads 1 --out /tmp/search-smoke  # smoke
 
 The calibration file used for the committed results holds all-MiniLM-L6-v2 sentence embeddings (mean pooling of the
 last layer, as sentence-transformers) of the 16,662 WikiText-2 valid+test sentences of 5-60 words:
@@ -48,6 +64,9 @@ from pathlib import Path
 
 import faiss  # noqa: E402 - after OMP_WAIT_POLICY
 import numpy as np  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # this checkout's ctxemb
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # _common (real-data mode)
 
 from ctxemb.paths import atomic_write  # noqa: E402
 from ctxemb.search import FlatParams, HNSWParams, IndexParams, IVFPQParams, SemanticIndex  # noqa: E402
@@ -191,13 +210,34 @@ def build(x: np.ndarray, ids: list[str], workdir: Path, params: IndexParams):
 
 
 def bench_size(n: int, args, workdir: Path) -> list[dict]:
-    rows: list[dict] = []
+    """Every measurement on ``n`` vectors of the synthetic mixture and 1,000 fresh queries from it."""
     logger.info("n=%d: drawing data", n)
     data = MixtureData.for_size(n, dim=args.dim)
     x = data.draw(n, seed=1000 + n)
     queries = data.draw(args.queries, seed=1)
+    return bench_collection(x, queries, args, workdir)
+
+
+def bench_collection(x: np.ndarray, queries: np.ndarray, args, workdir: Path,
+                     stage_seconds: dict | None = None) -> list[dict]:
+    """Flat (ground truth and baseline), HNSW, IVF-PQ and on-disk IVF-PQ on the (N, H) collection ``x``.
+
+    Shared by the synthetic and the real-data modes. ``stage_seconds``, when given, receives each index kind's wall
+    time (build, save and every search setting).
+    """
+    rows: list[dict] = []
+    n = len(x)
     ids = [str(i) for i in range(n)]
     k = args.k
+    stage_seconds = {} if stage_seconds is None else stage_seconds
+    stage_t0 = time.perf_counter()
+
+    def stage_done(kind):
+        nonlocal stage_t0
+        now = time.perf_counter()
+        stage_seconds[kind] = round(now - stage_t0, 1)
+        logger.info("n=%d: %s took %.1f s", n, kind, now - stage_t0)
+        stage_t0 = now
 
     def row(kind, params, build_s, rss, size, seconds, result):
         scores, found = result
@@ -222,9 +262,11 @@ def bench_size(n: int, args, workdir: Path) -> list[dict]:
     seconds, result = timed_search(index, queries, k, args.repeats)
     flat_qps = len(queries) / seconds
     row("flat", {}, build_s, rss, size, seconds, result)
-    rows[-1]["near_tie_queries"] = round(near_ties, 3)
+    rows[-1].update(near_tie_queries=round(near_ties, 3), top1_cos=round(float(truth_scores[:, 0].mean()), 3),
+                    top10_cos=round(float(truth_scores[:, k - 1].mean()), 3))
     del index
     gc.collect()
+    stage_done("flat")
 
     if "hnsw" in args.kinds:
         hp = {"hnsw_m": args.hnsw_m, "ef_construction": args.ef_construction}
@@ -235,6 +277,7 @@ def bench_size(n: int, args, workdir: Path) -> list[dict]:
             row("hnsw", dict(hp, ef_search=ef), build_s, rss, size, seconds, result)
         del index
         gc.collect()
+        stage_done("hnsw")
 
     nlist = args.nlist or max(1, min(2 ** round(math.log2(4 * math.sqrt(n))), n // 39))
     ip = {"nlist": nlist, "pq_m": args.pq_m, "nbits": 8}
@@ -249,6 +292,7 @@ def bench_size(n: int, args, workdir: Path) -> list[dict]:
                 row("ivfpq", dict(ip, nprobe=nprobe, k_factor=kf), build_s, rss, size, seconds, result)
         del index
         gc.collect()
+        stage_done("ivfpq")
 
     if "ivfpq-ondisk" in args.kinds:
         index, build_s, rss, size = build(x, ids, workdir, dataclasses.replace(ivf_params, on_disk=True))
@@ -261,6 +305,7 @@ def bench_size(n: int, args, workdir: Path) -> list[dict]:
         del index
         gc.collect()
         shutil.rmtree(workdir / "ondisk-ivfpq", ignore_errors=True)
+        stage_done("ivfpq-ondisk")
     del x
     gc.collect()
     return rows
@@ -317,35 +362,32 @@ def fmt_params(p: dict) -> str:
     return ", ".join("%s=%s" % (k, v) for k, v in p.items()) or "-"
 
 
-def markdown(payload: dict) -> str:
-    cols = ["n", "kind", "params", "build_s", "rss_delta_mb", "index_mb", "qps", "speedup_vs_flat", "recall_at_10",
-            "recall_at_10_ties"]
+ROW_COLUMNS = ["n", "kind", "params", "build_s", "rss_delta_mb", "index_mb", "qps", "speedup_vs_flat", "recall_at_10",
+               "recall_at_10_ties"]
 
-    def table(rows, extra=()):
-        c = cols + list(extra)
-        lines = ["| " + " | ".join(c) + " |", "|" + "---|" * len(c)]
-        for r in rows:
-            vals = []
-            for name in c:
-                v = r.get(name, "")
-                if name == "params":
-                    v = fmt_params(v)
-                elif name == "n":
-                    v = "{:,}".format(v)
-                elif isinstance(v, float):
-                    v = "{:,.3f}".format(v) if name.startswith("recall") else "{:,.1f}".format(v)
-                vals.append(str(v))
-            lines.append("| " + " | ".join(vals) + " |")
-        return "\n".join(lines)
 
+def table(rows: list[dict], columns=ROW_COLUMNS, extra=()) -> str:
+    c = list(columns) + list(extra)
+    lines = ["| " + " | ".join(c) + " |", "|" + "---|" * len(c)]
+    for r in rows:
+        vals = []
+        for name in c:
+            v = r.get(name, "")
+            if name == "params" or isinstance(v, dict):
+                v = fmt_params(v)
+            elif name == "n":
+                v = "{:,}".format(v)
+            elif isinstance(v, float):
+                v = "{:,.3f}".format(v) if "recall" in name else "{:,.1f}".format(v)
+            vals.append(str(v))
+        lines.append("| " + " | ".join(vals) + " |")
+    return "\n".join(lines)
+
+
+def machine_paragraphs(payload: dict) -> list[str]:
+    """The machine, the query protocol and the near-tie shares: the same words for both modes."""
     env = payload["environment"]
-    out = [
-        "# SemanticIndex benchmark",
-        "",
-        "Generated by `benchmarks/search.py` on %s%s. %s" % (
-            payload["date"], "" if payload.get("complete", True) else " (partial: sizes %s so far)" % payload["sizes"],
-            payload["data"]),
-        "",
+    return [
         "Machine: %s, %d FAISS threads (faiss %s, numpy %s, OMP_WAIT_POLICY=%s); load average at start %s, at end "
         "%s (the machine is shared, so absolute timings are noisy). Queries: %d per batch, k=%d, best of %d runs. "
         "Recall@10 is against the exact flat index (ids); `recall_at_10_ties` also credits a result whose cosine is "
@@ -359,6 +401,18 @@ def markdown(payload: dict) -> str:
         + ", ".join("%s at n=%s" % ("{:.0%}".format(r["near_tie_queries"]), "{:,}".format(r["n"]))
                     for r in payload["rows"] if r["kind"] == "flat" and "near_tie_queries" in r) + ".",
         "",
+    ]
+
+
+def markdown(payload: dict) -> str:
+    out = [
+        "# SemanticIndex benchmark",
+        "",
+        "Generated by `benchmarks/search.py` on %s%s. %s" % (
+            payload["date"], "" if payload.get("complete", True) else " (partial: sizes %s so far)" % payload["sizes"],
+            payload["data"]),
+        "",
+    ] + machine_paragraphs(payload) + [
         "## Fastest setting with recall@10 >= %.2f (per size and kind)" % payload["target_recall"],
         "",
         table(payload["best"], extra=["meets_target"]),
@@ -398,9 +452,317 @@ def target_summary(rows: list[dict], n_max: int, target_recall: float, target_sp
         best["speedup_vs_flat"])
 
 
+# ---- real-data mode ------------------------------------------------------------------------------------------
+SENTENCE_VECTORS = ("mean of the last layer over all tokens ([CLS] and [SEP] included), L2-normalised: what "
+                    "sentence-transformers computes for all-MiniLM-L6-v2 (Pooling + Normalize)")
+
+
+def sample_real(n: int, n_queries: int, seed: int, min_words: int, max_words: int) -> dict:
+    """``n_queries`` + ``n`` distinct real sentences, drawn without replacement from the pool of every source.
+
+    The pool is every distinct sentence of :data:`_common.REAL_SOURCES` with ``min_words``..``max_words`` words;
+    a seeded permutation of it gives the queries (its first ``n_queries``) and the collection (the next ``n``), so
+    no query is in the collection and both follow the pool's mix of sources.
+    """
+    from _common import REAL_SOURCES, real_sentence_pool
+
+    texts, names = real_sentence_pool(min_words, max_words)
+    if len(texts) < n + n_queries:
+        raise SystemExit("only %d distinct sentences of %d-%d words in the sources; --real %d needs %d with the "
+                         "queries" % (len(texts), min_words, max_words, n, n + n_queries))
+    order = np.random.default_rng(seed).permutation(len(texts))[: n + n_queries]
+    query_idx, coll_idx = order[:n_queries], order[n_queries:]
+    sources = []
+    for name in REAL_SOURCES:
+        in_pool = [i for i, m in enumerate(names) if m == name]
+        chosen = [int(i) for i in coll_idx if names[i] == name]
+        sources.append({"source": name, "pool": len(in_pool),
+                        "collection": len(chosen),
+                        "queries": int(sum(names[i] == name for i in query_idx)),
+                        "example": texts[chosen[0]] if chosen else ""})
+    return {"queries": [texts[i] for i in query_idx], "collection": [texts[i] for i in coll_idx],
+            "pool": len(texts), "sources": sources, "seed": seed, "min_words": min_words, "max_words": max_words}
+
+
+def embed_real(texts: list[str], args) -> tuple[np.ndarray, dict]:
+    """(len(texts), H) sentence vectors by ``args.model`` on ``precision="auto"``, and what making them cost.
+
+    Cached as ``<model>-n<N>-q<Q>-<precision>-<digest>.npy`` (plus a .json of the cost) in ``args.embed_cache``;
+    the digest is of the texts, so another seed, filter or source list embeds anew. The model is loaded either way:
+    the precision auto chooses (its probe is cached by ctxemb) is part of the key.
+    """
+    import hashlib
+
+    import torch
+    from _common import machine
+
+    from ctxemb.embedding import Embedder
+    from ctxemb.registry import cache_dir
+
+    if args.embed_threads:
+        torch.set_num_threads(args.embed_threads)
+    t0 = time.perf_counter()
+    embedder = Embedder.from_pretrained(args.model, precision="auto", layers=(-1,))
+    load_s = time.perf_counter() - t0
+    choice = embedder.precision_choice
+    precision = embedder.config.precision
+    logger.info("model loaded in %.1f s; %s", load_s, choice.summary() if choice else precision)
+    digest = hashlib.sha1("\n".join(texts).encode("utf-8")).hexdigest()[:12]
+    folder = args.embed_cache or cache_dir() / "benchmarks" / "search_real"
+    stem = "%s-n%d-q%d-%s-%s" % (Path(args.model).name, len(texts) - args.queries, args.queries, precision, digest)
+    npy, meta = folder / (stem + ".npy"), folder / (stem + ".json")
+    if npy.exists() and meta.exists():
+        logger.info("sentence vectors from the cache: %s", npy)
+        info = json.loads(meta.read_text())
+        info.update(vectors_from_cache=True, load_model_s=round(load_s, 1))
+        return np.load(npy), info
+    folder.mkdir(parents=True, exist_ok=True)
+    logger.info("embedding %d sentences with %s (%s)", len(texts), args.model, precision)
+    t0 = time.perf_counter()
+    embedder.embed_sentences(texts, layers=[-1], pooling="mean", normalize=True, out_path=npy,
+                             show_progress_bar=sys.stderr.isatty())
+    embed_s = time.perf_counter() - t0
+    n_tokens = sum(len(t) + 2 for t in embedder.tokenizer.tokenize(texts))  # + [CLS] and [SEP]
+    info = {"model": args.model, "precision_requested": "auto", "precision": precision,
+            "precision_choice": choice.summary() if choice else None,
+            "precision_choice_from_cache": bool(choice and choice.from_cache),
+            "sentence_vectors": SENTENCE_VECTORS, "texts": len(texts), "tokens": n_tokens,
+            "load_model_s": round(load_s, 1), "embed_s": round(embed_s, 1),
+            "tokens_per_s": round(n_tokens / embed_s, 1), "sentences_per_s": round(len(texts) / embed_s, 1),
+            "machine": machine(), "date": time.strftime("%Y-%m-%d %H:%M"), "cache_file": str(npy)}
+    with atomic_write(meta) as f:
+        json.dump(info, f, indent=2)
+    logger.info("embedded in %.1f s: %d tokens, %.0f tokens/s", embed_s, n_tokens, n_tokens / embed_s)
+    del embedder
+    gc.collect()
+    return np.load(npy), dict(info, vectors_from_cache=False)
+
+
+def synthetic_comparison(rows: list[dict], path: Path, target: float) -> dict | None:
+    """The real rows beside the committed synthetic run's rows at the size nearest ``n`` (read, not re-run)."""
+    if not path.exists():
+        logger.warning("no synthetic results at %s: no comparison", path)
+        return None
+    syn = json.loads(path.read_text())
+    n = rows[0]["n"]
+    n_syn = min({r["n"] for r in syn["rows"]}, key=lambda s: abs(math.log(s / n)))
+    syn_rows = [r for r in syn["rows"] if r["n"] == n_syn]
+    real_best = {r["kind"]: r for r in best_rows(rows, target)}
+    syn_best = {r["kind"]: r for r in best_rows(syn_rows, target)}
+    best = []
+    for kind, r in real_best.items():
+        s = syn_best.get(kind)
+        best.append({"kind": kind, "real_params": r["params"], "real_recall_at_10": r["recall_at_10"],
+                     "real_qps": r["qps"], "real_speedup": r["speedup_vs_flat"], "real_meets": r["meets_target"],
+                     "synthetic_params": s["params"] if s else {},
+                     "synthetic_recall_at_10": s["recall_at_10"] if s else "",
+                     "synthetic_qps": s["qps"] if s else "", "synthetic_speedup": s["speedup_vs_flat"] if s else "",
+                     "synthetic_meets": s["meets_target"] if s else ""})
+    by_setting = {(r["kind"], json.dumps(r["params"], sort_keys=True)): r for r in syn_rows}
+    same = []
+    for r in rows:
+        if r["kind"] == "flat" or (r["kind"] != "hnsw" and r["params"].get("k_factor") != 10):
+            continue
+        s = by_setting.get((r["kind"], json.dumps(r["params"], sort_keys=True)))
+        if s is not None:
+            same.append({"kind": r["kind"], "params": r["params"], "real_recall_at_10": r["recall_at_10"],
+                         "synthetic_recall_at_10": s["recall_at_10"], "real_speedup": r["speedup_vs_flat"],
+                         "synthetic_speedup": s["speedup_vs_flat"]})
+    flat = next((r for r in syn_rows if r["kind"] == "flat"), {})
+    return {"file": str(path.relative_to(RESULTS.parent.parent)) if path.is_relative_to(RESULTS.parent.parent)
+            else str(path), "date": syn.get("date"), "n": n_syn, "best": best, "same_settings": same,
+            "synthetic_flat": {k: flat.get(k) for k in ("qps", "near_tie_queries", "top1_cos", "top10_cos")}}
+
+
+def markdown_real(payload: dict) -> str:
+    samp, emb, cmp_ = payload["sentences"], payload["embedding"], payload.get("synthetic_comparison")
+    n, flat = payload["n"], next(r for r in payload["rows"] if r["kind"] == "flat")
+
+    def cell(text: str, width: int = 80) -> str:
+        text = text if len(text) <= width else text[: width - 1] + "\u2026"
+        return text.replace("|", "\\|")
+
+    src = ["| source | distinct sentences | in the collection | queries | example (from the collection) |",
+           "|---|---|---|---|---|"]
+    src += ["| %s | {:,} | {:,} | {:,} | %s |".format(s["pool"], s["collection"], s["queries"])
+            % (s["source"], cell(s["example"])) for s in samp["sources"]]
+    src.append("| **all** | {:,} | {:,} | {:,} | |".format(samp["pool"], n, payload["n_queries"]))
+    choice = emb.get("precision_choice") or "precision %r" % emb["precision"]
+    cost = ("%s: %s. Sentence vectors: %s. %s texts (collection and queries), %s tokens (special tokens included, "
+            "padding excluded) embedded in %.1f s (tokenize + encode + pool, `Embedder.embed_sentences`): %s tokens/s, "
+            "%s sentences/s on %s with %d torch threads (%s). Loading the model and auto's choice took %.1f s%s." % (
+                emb["model"], choice, emb["sentence_vectors"], "{:,}".format(emb["texts"]),
+                "{:,}".format(emb["tokens"]), emb["embed_s"], "{:,.0f}".format(emb["tokens_per_s"]),
+                "{:,.0f}".format(emb["sentences_per_s"]), emb["machine"]["cpu"], emb["machine"]["threads"],
+                emb["date"], emb["load_model_s"],
+                " in this run; its vectors came from the cache, embedded on the date above"
+                if payload["embedding_from_cache"] else ""))
+    out = [
+        "# SemanticIndex benchmark on real sentence embeddings",
+        "",
+        "Generated by `benchmarks/search.py --real %s` on %s: the synthetic benchmark's measurements "
+        "(`benchmarks/results/search.md`) on %s real English sentences instead of the Gaussian mixture." % (
+            n, payload["date"], "{:,}".format(n)),
+        "",
+        "## Sentences",
+        "",
+        "The pool is every distinct sentence (exact duplicates removed after collapsing whitespace; a sentence in "
+        "several sources counts for the first) of %d-%d whitespace-separated words from the sources below; a "
+        "permutation seeded with %d gives the %s queries (the first) and the %s indexed sentences (the next), so "
+        "every query is new text, absent from the collection. %s" % (
+            samp["min_words"], samp["max_words"], samp["seed"], "{:,}".format(payload["n_queries"]),
+            "{:,}".format(n), samp["note"]),
+        "",
+        "\n".join(src),
+        "",
+        "## Embedding cost",
+        "",
+        cost,
+        "",
+        "## Search",
+        "",
+    ] + machine_paragraphs(payload) + [
+        "Neighbours: the mean cosine of a query's nearest indexed sentence is %.3f, of its 10th %.3f%s." % (
+            flat["top1_cos"], flat["top10_cos"],
+            " (synthetic mixture at n=%s: %s and %s)" % ("{:,}".format(cmp_["n"]), cmp_["synthetic_flat"]["top1_cos"],
+                                                        cmp_["synthetic_flat"]["top10_cos"])
+            if cmp_ and cmp_["synthetic_flat"].get("top1_cos") is not None else ""),
+        "",
+    ]
+    if cmp_:
+        out += [
+            "## Real vs synthetic",
+            "",
+            "Beside the synthetic mixture's rows at n=%s from `%s` (%s; read, not re-run, so the two ran at different "
+            "times on a shared machine: compare speed-ups, each against its own exact search (real %s q/s, "
+            "synthetic %s q/s), rather than q/s). Fastest setting of each kind with recall@10 >= %.2f (the most "
+            "accurate one where none reaches it):" % (
+                "{:,}".format(cmp_["n"]), cmp_["file"], cmp_["date"], "{:,.0f}".format(flat["qps"]),
+                "{:,.0f}".format(cmp_["synthetic_flat"]["qps"] or float("nan")), payload["target_recall"]),
+            "",
+            table([r for r in cmp_["best"] if r["kind"] != "flat"],
+                  columns=["kind", "real_params", "real_recall_at_10", "real_speedup", "real_meets",
+                           "synthetic_params", "synthetic_recall_at_10", "synthetic_speedup", "synthetic_meets"]),
+            "",
+        ]
+        if cmp_["same_settings"]:
+            out += ["Recall@10 at the same settings (HNSW; IVF-PQ with k_factor 10):", "",
+                    table(cmp_["same_settings"], columns=["kind", "params", "real_recall_at_10",
+                                                          "synthetic_recall_at_10", "real_speedup",
+                                                          "synthetic_speedup"]), ""]
+    out += [
+        "## Fastest setting with recall@10 >= %.2f (per kind)" % payload["target_recall"],
+        "",
+        table(payload["best"], extra=["meets_target"]),
+        "",
+        "**Target** (HNSW or IVF-PQ at recall@10 >= %.2f and >= %gx the exact QPS): %s"
+        % (payload["target_recall"], payload["target_speedup"], payload["target_summary"]),
+        "",
+        "## All settings",
+        "",
+        table(payload["rows"]),
+        "",
+        "## Stage times (wall seconds, this run)",
+        "",
+        "| stage | seconds |",
+        "|---|---|",
+    ] + ["| %s | %s |" % (k, v) for k, v in payload["stage_seconds"].items()] + [""]
+    return "\n".join(out)
+
+
+def environment(args, load_start: str) -> dict:
+    env = {
+        "cpu": platform.processor() or platform.machine(),
+        "cpu_count": os.cpu_count(),
+        "faiss_threads": args.threads,
+        "faiss": faiss.__version__,
+        "numpy": np.__version__,
+        "python": platform.python_version(),
+        "load_start": load_start,
+    }
+    try:
+        with open("/proc/cpuinfo") as f:
+            env["cpu"] = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    return env
+
+
+def write_outputs(args, payload: dict, text: str) -> None:
+    args.out.mkdir(parents=True, exist_ok=True)
+    with atomic_write(args.out / ("%s.json" % args.name)) as f:
+        json.dump(payload, f, indent=2)
+    with atomic_write(args.out / ("%s.md" % args.name)) as f:
+        f.write(text)
+
+
+def run_real(args, load_start: str) -> str:
+    stage: dict[str, float] = {}
+    t0 = time.perf_counter()
+    sample = sample_real(args.real, args.queries, args.seed, args.min_words, args.max_words)
+    stage["collect sentences"] = round(time.perf_counter() - t0, 1)
+    logger.info("%d sentences in the pool; collection %s", sample["pool"],
+                {s["source"]: s["collection"] for s in sample["sources"]})
+    t0 = time.perf_counter()
+    vectors, emb = embed_real(sample["queries"] + sample["collection"], args)
+    stage["load model + auto choice"] = emb["load_model_s"]
+    stage["embed (this run)"] = 0.0 if emb["vectors_from_cache"] else emb["embed_s"]
+    stage["embedding step in all"] = round(time.perf_counter() - t0, 1)
+    vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+    queries, x = vectors[: args.queries], vectors[args.queries:]
+    env = environment(args, load_start)
+    env["cpu"] = emb["machine"]["cpu"]
+    faiss.omp_set_num_threads(args.threads)  # again: torch (set to --embed-threads) may share the OpenMP runtime
+    with tempfile.TemporaryDirectory(prefix="ctxemb-search-bench-", dir=args.workdir) as tmp:
+        rows = bench_collection(x, queries, args, Path(tmp), stage_seconds=stage)
+    env["load_end"] = "%.1f" % os.getloadavg()[0]
+    comparison = synthetic_comparison(rows, args.synthetic_results, args.target_recall)
+    sample_info = {k: v for k, v in sample.items() if k not in ("queries", "collection")}
+    from _common import REAL_SOURCES_NOTE
+
+    sample_info["note"] = REAL_SOURCES_NOTE
+    emb_from_cache = emb.pop("vectors_from_cache")
+    payload = {
+        "date": time.strftime("%Y-%m-%d %H:%M"),
+        "n": args.real,
+        "n_queries": args.queries,
+        "k": args.k,
+        "repeats": args.repeats,
+        "sentences": sample_info,
+        "embedding": emb,
+        "embedding_from_cache": emb_from_cache,
+        "environment": env,
+        "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
+        "target_recall": args.target_recall,
+        "target_speedup": args.target_speedup,
+        "rows": rows,
+        "best": best_rows(rows, args.target_recall),
+        "target_summary": target_summary(rows, args.real, args.target_recall, args.target_speedup),
+        "synthetic_comparison": comparison,
+        "stage_seconds": stage,
+    }
+    text = markdown_real(payload)
+    write_outputs(args, payload, text)
+    return text
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000, 1_000_000])
+    ap.add_argument("--sizes", type=int, nargs="+", default=None,
+                    help="synthetic collection sizes (default: 10000 100000 1000000)")
+    ap.add_argument("--real", type=int, default=None, metavar="N",
+                    help="real-data mode: N real sentences embedded with --model instead of the synthetic mixture")
+    ap.add_argument("--model", default="all-MiniLM-L6-v2", help="real-data mode: the sentence encoder")
+    ap.add_argument("--seed", type=int, default=0, help="real-data mode: seed of the sentence sample")
+    ap.add_argument("--min-words", type=int, default=5, help="real-data mode: shortest sentence kept (words)")
+    ap.add_argument("--max-words", type=int, default=60, help="real-data mode: longest sentence kept (words)")
+    ap.add_argument("--embed-cache", type=Path, default=None,
+                    help="real-data mode: folder of cached sentence vectors (default: $CTXEMB_CACHE/benchmarks/"
+                         "search_real, i.e. ~/.cache/ctxemb/...)")
+    ap.add_argument("--embed-threads", type=int, default=None,
+                    help="real-data mode: torch threads for embedding (default: torch's own, OMP_NUM_THREADS)")
+    ap.add_argument("--synthetic-results", type=Path, default=RESULTS / "search.json",
+                    help="real-data mode: the synthetic run to compare against (read, not re-run)")
     ap.add_argument("--dim", type=int, default=384)
     ap.add_argument("--queries", type=int, default=1000)
     ap.add_argument("--k", type=int, default=10)
@@ -420,33 +782,36 @@ def main(argv=None):
     ap.add_argument("--target-speedup", type=float, default=10.0)
     ap.add_argument("--workdir", type=Path, default=None, help="scratch folder for saved indexes (default: a temp dir)")
     ap.add_argument("--out", type=Path, default=RESULTS)
-    ap.add_argument("--name", default="search")
+    ap.add_argument("--name", default=None,
+                    help="results file stem (default: search; real-data mode: search_real at N=100000, else "
+                         "search_real_<N>, plus _quick with --quick)")
     ap.add_argument("--quick", action="store_true", help="fewer settings, for a smoke run")
     ap.add_argument("--calibrate-npy", type=Path, default=None,
                     help="(N, H) .npy of real embeddings to compare the synthetic mixture against")
     args = ap.parse_args(argv)
+    if args.real is not None:
+        if args.sizes is not None or args.calibrate_npy is not None:
+            ap.error("--real replaces the synthetic data: leave out --sizes and --calibrate-npy")
+        if args.real < 1 or args.queries < 1:
+            ap.error("--real and --queries must be >= 1")
+        if args.name is None:
+            args.name = "search_real" + ("" if args.real == 100_000 else "_%d" % args.real) + (
+                "_quick" if args.quick else "")
+    else:
+        args.sizes = args.sizes or [10_000, 100_000, 1_000_000]
+        args.name = args.name or "search"
     if args.quick:
         args.ef_search, args.nprobe, args.k_factor, args.repeats = [32, 128], [8, 32], [10], 1
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr)
     faiss.omp_set_num_threads(args.threads)
     load_start = "%.1f" % os.getloadavg()[0]
+    if args.real is not None:
+        print(run_real(args, load_start))
+        return
     calibration = calibrate(args.calibrate_npy, args.dim) if args.calibrate_npy else None
     rows: list[dict] = []
-    env = {
-        "cpu": platform.processor() or platform.machine(),
-        "cpu_count": os.cpu_count(),
-        "faiss_threads": args.threads,
-        "faiss": faiss.__version__,
-        "numpy": np.__version__,
-        "python": platform.python_version(),
-        "load_start": load_start,
-    }
-    try:
-        with open("/proc/cpuinfo") as f:
-            env["cpu"] = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
+    env = environment(args, load_start)
 
     def write(sizes_done: list[int]) -> str:
         env["load_end"] = "%.1f" % os.getloadavg()[0]
@@ -467,12 +832,8 @@ def main(argv=None):
             "target_summary": target_summary(rows, max(sizes_done), args.target_recall, args.target_speedup),
             "calibration": calibration,
         }
-        args.out.mkdir(parents=True, exist_ok=True)
-        with atomic_write(args.out / ("%s.json" % args.name)) as f:
-            json.dump(payload, f, indent=2)
         text = markdown(payload)
-        with atomic_write(args.out / ("%s.md" % args.name)) as f:
-            f.write(text)
+        write_outputs(args, payload, text)
         return text
 
     done: list[int] = []
