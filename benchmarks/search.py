@@ -404,6 +404,23 @@ def machine_paragraphs(payload: dict) -> list[str]:
     ]
 
 
+def result_sections(payload: dict, grouping: str, target_scope: str) -> list[str]:
+    """The best-setting table, the target line and the table of all settings (synthetic and real reports)."""
+    return [
+        "## Fastest setting with recall@10 >= %.2f (%s)" % (payload["target_recall"], grouping),
+        "",
+        table(payload["best"], extra=["meets_target"]),
+        "",
+        "**Target** (HNSW or IVF-PQ at recall@10 >= %.2f and >= %gx the exact QPS%s): %s"
+        % (payload["target_recall"], payload["target_speedup"], target_scope, payload["target_summary"]),
+        "",
+        "## All settings",
+        "",
+        table(payload["rows"]),
+        "",
+    ]
+
+
 def markdown(payload: dict) -> str:
     out = [
         "# SemanticIndex benchmark",
@@ -412,19 +429,7 @@ def markdown(payload: dict) -> str:
             payload["date"], "" if payload.get("complete", True) else " (partial: sizes %s so far)" % payload["sizes"],
             payload["data"]),
         "",
-    ] + machine_paragraphs(payload) + [
-        "## Fastest setting with recall@10 >= %.2f (per size and kind)" % payload["target_recall"],
-        "",
-        table(payload["best"], extra=["meets_target"]),
-        "",
-        "**Target** (HNSW or IVF-PQ at recall@10 >= %.2f and >= %gx the exact QPS at the largest size): %s"
-        % (payload["target_recall"], payload["target_speedup"], payload["target_summary"]),
-        "",
-        "## All settings",
-        "",
-        table(payload["rows"]),
-        "",
-    ]
+    ] + machine_paragraphs(payload) + result_sections(payload, "per size and kind", " at the largest size")
     if payload.get("calibration"):
         cal = payload["calibration"]
         c = list(cal[0])
@@ -650,18 +655,7 @@ def markdown_real(payload: dict) -> str:
                     table(cmp_["same_settings"], columns=["kind", "params", "real_recall_at_10",
                                                           "synthetic_recall_at_10", "real_speedup",
                                                           "synthetic_speedup"]), ""]
-    out += [
-        "## Fastest setting with recall@10 >= %.2f (per kind)" % payload["target_recall"],
-        "",
-        table(payload["best"], extra=["meets_target"]),
-        "",
-        "**Target** (HNSW or IVF-PQ at recall@10 >= %.2f and >= %gx the exact QPS): %s"
-        % (payload["target_recall"], payload["target_speedup"], payload["target_summary"]),
-        "",
-        "## All settings",
-        "",
-        table(payload["rows"]),
-        "",
+    out += result_sections(payload, "per kind", "") + [
         "## Stage times (wall seconds, this run)",
         "",
         "| stage | seconds |",

@@ -36,7 +36,6 @@ import importlib.util
 import json
 import logging
 import math
-import os
 import platform
 import sys
 import time
@@ -54,7 +53,6 @@ from ctxemb.evaluation.similarity.data import load_wic  # noqa: E402
 from ctxemb.evaluation.similarity.results import select_best_layer  # noqa: E402
 from ctxemb.evaluation.similarity.wic import evaluate_wic  # noqa: E402
 from ctxemb.evaluation.wsd import evaluate_wsd  # noqa: E402
-from ctxemb.inference import cpu_info
 from ctxemb.paths import atomic_write, shared_data_dir  # noqa: E402
 from ctxemb.protocols import embedder_config_dict  # noqa: E402
 from ctxemb.training.loop import TrainConfig  # noqa: E402
@@ -312,8 +310,7 @@ def run(args) -> dict:
     wsd_bench = _wsd_benchmark()
     results = {"model": args.model, "held_out_fraction": args.held_out_fraction, "seed": args.seed,
                "max_minutes": args.max_minutes, "configs": args.configs,
-               "machine": {**machine(), "cpu": cpu_info().name, "cpu_count": os.cpu_count(),
-                           "platform": platform.platform(),
+               "machine": {**machine(), "platform": platform.platform(),
                            "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None},
                "smoke": bool(args.max_train_sentences or args.max_eval_sentences or args.max_wic),
                "training": {}, "encoders": {}}

@@ -47,7 +47,7 @@ from typing import Sequence
 
 import numpy as np
 
-from ctxemb._validation import check_bool, check_choice, check_int, decode_utf8
+from ctxemb._validation import check_bool, check_choice, check_int, check_string_batch, decode_utf8
 from ctxemb.embedding import SENTENCE_POOLINGS, Embedder, PlannedBatch
 from ctxemb.paths import atomic_path
 from ctxemb.tokenization import check_no_surrogates, check_texts
@@ -281,19 +281,12 @@ def _check_out_path(out_path, overwrite: bool) -> Path:
 
 def _text_list(texts) -> tuple[list[str], Path | None]:
     """The texts, checked, and the file they came from (None for a list)."""
-    if isinstance(texts, str):
-        raise TypeError("texts is a single str; pass a list of texts, or a pathlib.Path to a file of one text per line")
     if isinstance(texts, os.PathLike):
         return read_text_lines(texts), Path(texts)
-    if texts is None or isinstance(texts, (bytes, dict, set, frozenset)):
+    if isinstance(texts, (dict, set, frozenset)):  # unordered: row i would not be text i
         raise TypeError(f"texts must be a list of str or a pathlib.Path, got {type(texts).__name__}")
-    try:
-        texts = list(texts)
-    except TypeError:
-        raise TypeError(f"texts must be a list of str or a pathlib.Path, got {type(texts).__name__}") from None
-    if not texts:
-        raise ValueError("texts is empty: expected at least one text")
-    check_texts(texts, "texts")
+    texts = check_string_batch(texts, "texts")
+    check_texts(texts, "texts")  # also refuses empty and whitespace-only texts
     return texts, None
 
 
