@@ -1,0 +1,77 @@
+"""What the whole ``Embedder`` costs over the bare encoder: the two fp32 rows of ``encode_throughput.py`` alone.
+
+``encode_throughput.py`` times twelve rows in two alternating rounds; on a shared 2-core machine that leaves the
+Embedder-vs-encoder gap (a few percent) inside the noise. This script times only those two, in more alternating
+rounds: the bare fp32 encoder over ctxemb's length-sorted batches, its last four layers averaged and subwords
+pooled (``encode_throughput.word_pass``), against ``Embedder.embed_words`` on the same sentences (tokenizing,
+planning batches, encoding, pooling, converting to numpy). Writes ``embedder_overhead_<model>.md`` and ``.json``.
+
+Usage::
+
+    python benchmarks/embedder_overhead.py --model all-MiniLM-L6-v2 --repeats 4
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks._common import machine, markdown_table, wikitext_sentences, write_results  # noqa: E402
+from benchmarks.encode_throughput import LAST_FOUR, build_batches, word_pass  # noqa: E402
+from ctxemb import backends  # noqa: E402
+from ctxemb.embedding import Embedder  # noqa: E402
+from ctxemb.loading import load_encoder, load_tokenizer  # noqa: E402
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--model", default="all-MiniLM-L6-v2")
+    ap.add_argument("--sentences", type=int, default=2000)
+    ap.add_argument("--batch-size", type=int, default=32)
+    ap.add_argument("--repeats", type=int, default=4, help="alternating timed rounds (best kept)")
+    args = ap.parse_args()
+
+    sentences = [t.split() for t in wikitext_sentences(args.sentences)]
+    tok = load_tokenizer(args.model)
+    items = tok.tokenize_words(sentences)
+    batches = build_batches(tok, items, args.batch_size)
+    n_tokens = sum(int(b.mask.sum()) for b in batches)
+    enc = load_encoder(args.model).eval()
+    backend = backends.load_backend(enc, "fp32", model_name=args.model)
+    layers = enc.resolve_layers(LAST_FOUR)
+    embedder = Embedder(enc, tok, batch_size=args.batch_size, max_tokens_per_batch=None)
+    rows = {
+        "bare encoder (batches prebuilt; last four layers averaged, subwords pooled)":
+            lambda: word_pass(batches, items, lambda i, m: backend.hidden_states(i, m, layers)),
+        "Embedder.embed_words (tokenize, batch, encode, pool, to numpy)":
+            lambda: embedder.embed_words(sentences, show_progress_bar=False),
+    }
+    for fn in rows.values():  # warm-up
+        fn()
+    best = {name: float("inf") for name in rows}
+    for r in range(args.repeats):
+        for name, fn in rows.items():
+            t0 = time.perf_counter()
+            fn()
+            best[name] = min(best[name], time.perf_counter() - t0)
+        print(f"round {r + 1}/{args.repeats}: " + ", ".join(f"{v:.2f} s" for v in best.values()), flush=True)
+    bare = next(iter(best.values()))
+    table = [{"row": name, "seconds": s, "tokens_per_s": n_tokens / s, "x_bare_time": s / bare}
+             for name, s in best.items()]
+    m = machine()
+    overhead = table[1]["seconds"] / bare - 1
+    md = (f"# Embedder overhead over the bare encoder: {args.model}\n\n"
+          f"{m['cpu']}, {m['threads']} threads, fp32. {len(sentences):,} WikiText-2 sentences, {n_tokens:,} tokens, "
+          f"batches of {args.batch_size}; best of {args.repeats} alternating rounds after a warm-up.\n\n"
+          + markdown_table(table, ["row", "seconds", "tokens_per_s", "x_bare_time"])
+          + f"\n\nThe whole Embedder costs {overhead:+.1%} over the bare encoder.\n")
+    write_results(f"embedder_overhead_{args.model}", {"meta": {**m, "repeats": args.repeats, "tokens": n_tokens},
+                                                      "rows": table, "overhead": overhead}, md)
+    print(md)
+
+
+if __name__ == "__main__":
+    main()
