@@ -14,13 +14,12 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks._common import machine, markdown_table, wikitext_sentences, write_results  # noqa: E402
-from benchmarks.encode_throughput import LAST_FOUR, build_batches, word_pass  # noqa: E402
+from benchmarks.encode_throughput import LAST_FOUR, alternating_best, build_batches, word_pass  # noqa: E402
 from ctxemb import backends  # noqa: E402
 from ctxemb.embedding import Embedder  # noqa: E402
 from ctxemb.loading import load_encoder, load_tokenizer  # noqa: E402
@@ -51,13 +50,7 @@ def main() -> None:
     }
     for fn in rows.values():  # warm-up
         fn()
-    best = {name: float("inf") for name in rows}
-    for r in range(args.repeats):
-        for name, fn in rows.items():
-            t0 = time.perf_counter()
-            fn()
-            best[name] = min(best[name], time.perf_counter() - t0)
-        print(f"round {r + 1}/{args.repeats}: " + ", ".join(f"{v:.2f} s" for v in best.values()), flush=True)
+    best = alternating_best(rows, args.repeats)
     bare = next(iter(best.values()))
     table = [{"row": name, "seconds": s, "tokens_per_s": n_tokens / s, "x_bare_time": s / bare}
              for name, s in best.items()]

@@ -132,6 +132,19 @@ def best_seconds(fn: Callable[[], object], repeats: int) -> float:
     return best
 
 
+def alternating_best(runs: dict[str, Callable[[], object]], repeats: int) -> dict[str, float]:
+    """Best wall seconds of each run over ``repeats`` rounds that alternate between them (one slow spell of a shared
+    machine then costs every run a round, not one run all of its)."""
+    best = {name: float("inf") for name in runs}
+    for r in range(repeats):
+        for name, fn in runs.items():
+            t0 = time.perf_counter()
+            fn()
+            best[name] = min(best[name], time.perf_counter() - t0)
+        print(f"  round {r + 1}/{repeats}: " + ", ".join(f"{v:.2f} s" for v in best.values()), flush=True)
+    return best
+
+
 def measure_peaks(threads: int, onnx_ok: bool) -> dict[str, dict]:
     """Best FLOP/s of square matrix products for each runtime and type used by some row."""
     peaks: dict[str, dict] = {}
@@ -385,13 +398,7 @@ def main():
             cos = torch.nn.functional.cosine_similarity(words, reference, dim=-1)
         cosines[row.name] = cos.numpy()
         print(f"  {row.name}: cosine to exact mean {cos.mean():.5f} min {cos.min():.5f}", flush=True)
-    best = {row.name: float("inf") for row in rows}
-    for r in range(args.repeats):
-        for row in rows:
-            t0 = time.perf_counter()
-            row.run()
-            best[row.name] = min(best[row.name], time.perf_counter() - t0)
-        print(f"  round {r + 1}/{args.repeats} done", flush=True)
+    best = alternating_best({row.name: row.run for row in rows}, args.repeats)
 
     # The peaks again, after the rows: a machine busy at the start would otherwise lower them (and raise the shares).
     print("matrix-multiply peaks, again:", flush=True)
