@@ -59,6 +59,7 @@ from ctxemb.wsd.disambiguate import Disambiguator  # noqa: E402
 from ctxemb.wsd.glosses import embed_glosses  # noqa: E402
 from ctxemb.wsd.propagation import propagation_targets  # noqa: E402
 from ctxemb.wsd.sense_store import SenseStore, directory_size  # noqa: E402
+from ctxemb.wsd.training import check_held_out_documents  # noqa: E402
 
 logger = logging.getLogger("benchmarks.wsd")
 
@@ -196,6 +197,7 @@ def run(args: argparse.Namespace) -> dict:
     held = None
     if args.held_out_fraction:
         train, held = split_corpus_by_document(train, args.held_out_fraction, args.seed)
+        check_held_out_documents(args.model, [d.id for d in held.documents])  # a fine-tuned encoder saw none of them
         if args.held_out_dir:
             write_dataset(held, args.held_out_dir)
     eval_sets = _eval_sets(args, held)

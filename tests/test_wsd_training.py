@@ -22,8 +22,9 @@ from ctxemb.wsd.build import BuildConfig, build_sense_store
 from ctxemb.wsd.corpus import Corpus, Document, Instance, Sentence, regex_tokenize
 from ctxemb.wsd.disambiguate import Disambiguator
 from ctxemb.wsd.sense_store import SenseStore
-from ctxemb.wsd.training import (TRAINING_FILE, SenseTrainConfig, build_features, make_batch_source,
-                                 run_sense_training, trained_embedder_options)
+from ctxemb.wsd.training import (SETTINGS_FILE, TRAINING_FILE, SenseTrainConfig, build_features,
+                                 check_held_out_documents, make_batch_source, run_sense_training,
+                                 trained_embedder_options)
 from tests.helpers import write_tiny_model
 
 # ---- a planted task: the sense of "bank" / "plant" is told by one cue word somewhere in the sentence -------------
@@ -204,6 +205,20 @@ def test_bem_batches_keep_the_gold_sense_and_cap_candidates_and_targets(base_mod
         assert len(batch["target_rows"]) == batch["input_ids"].shape[0]  # one target per sentence
 
 
+def test_bem_leaves_out_targets_without_a_negative_and_keeps_room_for_one(base_model, tmp_path):
+    cfg = config("bem", tmp_path, model=str(base_model), max_candidates=2)
+    tok = load_tokenizer(base_model)
+    both_plants = Sentence("x.s0", ("plant", "and", "bank"), (None,) * 3, (None,) * 3,
+                           (Instance("x.t0", 0, "plant", "NOUN", ("plant%1:03:00::", "plant%1:06:01::")),
+                            Instance("x.t1", 2, "bank", "NOUN", ("bank%1:17:01::", "bank%1:14:00::"))))
+    features = build_features(Corpus("c", (Document("x", (both_plants,)),)), tok, cfg, PlantedInventory())
+    assert features.stats["skipped"]["all_candidates_gold"] == 1  # plant: both candidates are gold, no loss
+    assert features.n_targets == 1
+    batch = next(iter(make_batch_source(features, tok, cfg)))
+    # bank: two gold senses of three, two candidates allowed -> one gold and the negative
+    assert batch["gold"].tolist() == [[True, False]]
+
+
 def test_supcon_batches_hold_each_lemmas_senses_together(base_model, tmp_path):
     cfg = config("supcon", tmp_path, model=str(base_model), senses_per_group=2, occurrences_per_sense=3,
                  max_items_per_batch=12)
@@ -250,9 +265,36 @@ def test_config_checks_and_round_trip(tmp_path):
     again = SenseTrainConfig.from_dict(json.loads(json.dumps(cfg.to_dict())))
     assert again.to_dict() == cfg.to_dict() and again.layers == (-2, -1)
     for bad, match in (({"recipe": "knn"}, "recipe"), ({"score": "l2"}, "score"), ({"max_candidates": 1}, "max_candidates"),
-                       ({"held_out_fraction": 1.0}, "held_out_fraction"), ({"temperature": 0}, "temperature")):
+                       ({"held_out_fraction": 1.0}, "held_out_fraction"), ({"temperature": 0}, "temperature"),
+                       ({"trainable_layers": 0}, "trainable_layers"),
+                       ({"recipe": "supcon", "senses_per_group": 4, "occurrences_per_sense": 8,
+                         "max_items_per_batch": 16}, "max_items_per_batch")):
         with pytest.raises(ValueError, match=match):
             config(**{"recipe": "bem", "out_dir": tmp_path, **bad})
+
+
+def test_settings_that_the_model_or_run_directory_refuse_fail_before_the_corpus_is_read(base_model, tmp_path):
+    missing = str(tmp_path / "no-corpus")  # reading it would raise FileNotFoundError
+    for bad, error, match in (({"trainable_layers": 4}, ValueError, "trainable_layers=4, but .* has 3 layers"),
+                              ({"layers": (-5, 4)}, ValueError, "layer")):
+        with pytest.raises(error, match=match):
+            run_sense_training(config("bem", tmp_path / "run", model=str(base_model), corpus=missing, **bad))
+    (tmp_path / "run" / "checkpoint-2").mkdir(parents=True)
+    (tmp_path / "run" / "checkpoint-2" / "trainer_state.json").write_text("{}")
+    with pytest.raises(FileExistsError, match="already holds checkpoints"):
+        run_sense_training(config("bem", tmp_path / "run", model=str(base_model), corpus=missing))
+
+
+def test_an_evaluation_cannot_hold_out_documents_the_encoder_was_trained_on(tmp_path):
+    check_held_out_documents("all-MiniLM-L6-v2", ["d000"])  # not a trained directory: nothing to check
+    info = {"held_out": {"fraction": 0.25, "seed": 0, "documents": ["d001"]}}
+    (tmp_path / TRAINING_FILE).write_text(json.dumps(info))
+    check_held_out_documents(tmp_path, ["d001"])
+    with pytest.raises(ValueError, match="fraction 0.25 and seed 0, so 1 of the 2 documents .* d002"):
+        check_held_out_documents(tmp_path, ["d001", "d002"])
+    (tmp_path / TRAINING_FILE).write_text(json.dumps({"held_out": None}))
+    with pytest.raises(ValueError, match="no held-out documents"):
+        check_held_out_documents(tmp_path, ["d001"])
 
 
 # ---- the recipes learn ----------------------------------------------------------------------------------------
@@ -358,23 +400,26 @@ class StopAt(Callback):
         return step >= self.step
 
 
-def test_resume_gives_the_uninterrupted_run(base_model, tmp_path):
+@pytest.mark.parametrize("recipe", ["bem", "supcon"])
+def test_resume_gives_the_uninterrupted_run(base_model, recipe, tmp_path):
     dropout = shutil.copytree(base_model, tmp_path / "dropout")  # dropout: the generators must be restored too
     cfg_json = json.loads((dropout / "config.json").read_text())
     cfg_json.update(hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1)
     (dropout / "config.json").write_text(json.dumps(cfg_json))
+    shape = (dict(max_targets_per_sentence=1, max_candidates=2, max_items_per_batch=4) if recipe == "bem" else
+             dict(senses_per_group=2, occurrences_per_sense=2, max_items_per_batch=8))
+    corpus = SMALL if recipe == "bem" else TRAIN.head(60)
     runs = {}
     for name in ("straight", "split"):
-        kw = dict(model=str(dropout), max_steps=6, max_targets_per_sentence=1, max_candidates=2,
-                  max_items_per_batch=4, held_out_fraction=0.25, eval_sentences=8,
+        kw = dict(model=str(dropout), max_steps=6, held_out_fraction=0.25, eval_sentences=8, **shape,
                   train={"save_every": 2, "eval_every": 3, "grad_accumulation_steps": 2})
         if name == "split":
-            first = run_sense_training(config("bem", tmp_path / name, **kw), corpus=SMALL,
+            first = run_sense_training(config(recipe, tmp_path / name, **kw), corpus=corpus,
                                        inventory=PlantedInventory(), callbacks=[StopAt(3)])
             assert first.train.step == 3 and first.train.stopped_early
             random.seed(99), np.random.seed(99), torch.manual_seed(99)
             kw["train"] = dict(kw["train"], resume=True)
-        runs[name] = run_sense_training(config("bem", tmp_path / name, **kw), corpus=SMALL,
+        runs[name] = run_sense_training(config(recipe, tmp_path / name, **kw), corpus=corpus,
                                         inventory=PlantedInventory())
     straight, resumed = runs["straight"], runs["split"]
     assert resumed.train.start_step == 3
@@ -382,6 +427,22 @@ def test_resume_gives_the_uninterrupted_run(base_model, tmp_path):
     assert resumed.train.eval_metrics == straight.train.eval_metrics
     assert (resumed.model_dir / "model.safetensors").read_bytes() == (straight.model_dir / "model.safetensors").read_bytes()
     assert resumed.training_run == straight.training_run  # the identity follows the (identical) weights
+
+
+def test_a_resume_with_other_recipe_settings_is_flagged_and_a_time_budget_stops(base_model, tmp_path, caplog):
+    kw = dict(model=str(base_model), max_steps=50, max_targets_per_sentence=1, max_candidates=2)
+    first = run_sense_training(config("bem", tmp_path / "run", max_minutes=1e-9, **kw), corpus=SMALL,
+                               inventory=PlantedInventory())
+    assert first.train.step == 1 and first.train.stopped_early  # the budget ran out after the first step
+    info = json.loads((first.model_dir / TRAINING_FILE).read_text())
+    assert info["training"]["time_budget_hit"] is True
+    assert json.loads((tmp_path / "run" / SETTINGS_FILE).read_text())["max_candidates"] == 2
+    with caplog.at_level("WARNING", logger="ctxemb.wsd.training"):
+        again = run_sense_training(config("bem", tmp_path / "run", max_minutes=1e-9, **{**kw, "max_candidates": 3},
+                                          train={"resume": True}), corpus=SMALL, inventory=PlantedInventory())
+    assert again.train.start_step == 1 and again.train.step == 2
+    assert "changed recipe settings" in caplog.text and "max_candidates 2 -> 3" in caplog.text
+    assert "max_minutes" not in caplog.text  # a budget may change between sessions
 
 
 # ---- the command line -----------------------------------------------------------------------------------------
@@ -399,9 +460,15 @@ def test_cli_trains_on_a_raganato_corpus_with_wordnet(wordnet, base_model, tmp_p
         out = capsys.readouterr().out
         assert f"{recipe}: 2 steps" in out and f"training run wsd-{recipe}-" in out
         assert Embedder.from_pretrained(tmp_path / recipe / "model").config.training_run.startswith(f"wsd-{recipe}-")
+    # trained on every document: a store that holds some out to evaluate this encoder is refused
+    assert main(["wsd", "build", str(corpus), str(tmp_path / "store"), "--model", str(tmp_path / "bem" / "model"),
+                 "--held-out-fraction", "0.5", "--no-progress"]) == 1
+    assert "trained with no held-out documents" in capsys.readouterr().err
     assert main(["wsd", "train", "--recipe", "bem", "--corpus", str(tmp_path / "none"), "--model", str(base_model),
                  "--out", str(tmp_path / "x")]) == 1
     assert "ctxemb wsd: error:" in capsys.readouterr().err
-    with pytest.raises(SystemExit) as e:
-        main(["wsd", "train", "--recipe", "knn", "--out", str(tmp_path / "x")])
-    assert e.value.code == 2
+    for bad in (["--recipe", "knn"], ["--recipe", "bem", "--max-minutes", "0"],
+                ["--recipe", "bem", "--trainable-layers", "0"], ["--recipe", "supcon", "--temperature", "0"]):
+        with pytest.raises(SystemExit) as e:
+            main(["wsd", "train", *bad, "--out", str(tmp_path / "x")])
+        assert e.value.code == 2

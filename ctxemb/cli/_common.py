@@ -60,6 +60,13 @@ def non_negative_float(text: str) -> float:
     return value
 
 
+def positive_float(text: str) -> float:
+    value = non_negative_float(text)
+    if value == 0:
+        raise argparse.ArgumentTypeError("expected a number > 0; got %r" % text)
+    return value
+
+
 def fraction(text: str) -> float:
     """A float in [0, 1)."""
     value = non_negative_float(text)

@@ -30,6 +30,7 @@ from ctxemb.cli._common import (
     fraction,
     load_embedder,
     non_negative_float,
+    positive_float,
     positive_int,
     write_json,
 )
@@ -44,7 +45,7 @@ from ctxemb.wsd.disambiguate import BACK_OFFS, Disambiguator
 from ctxemb.wsd.glosses import GLOSS_MODES
 from ctxemb.wsd.propagation import PROPAGATION_SCOPES
 from ctxemb.wsd.sense_store import SenseStore
-from ctxemb.wsd.training import RECIPES, SenseTrainConfig, run_sense_training
+from ctxemb.wsd.training import RECIPES, SenseTrainConfig, check_held_out_documents, run_sense_training
 
 logger = logging.getLogger(__name__)
 
@@ -167,17 +168,21 @@ def _add_train_parser(sub) -> None:
                    help="hidden-state indices; 0 = embedding output, -1 = last layer (default -4 -3 -2 -1)")
     g.add_argument("--layer-pooling", choices=LAYER_POOLINGS, default=d.layer_pooling)
     g.add_argument("--subword-pooling", choices=("mean", "first", "last"), default=d.subword_pooling)
+    g.add_argument("--multiword", choices=MULTIWORD_MODES, default=d.multiword,
+                   help="how multiword tokens (a_b) reach the tokenizer, as `wsd build --multiword` "
+                        "(default %(default)s)")
     b = r.add_argument_group("batches and budget")
-    b.add_argument("--epochs", type=non_negative_float, default=d.epochs)
+    b.add_argument("--epochs", type=positive_float, default=d.epochs)
     b.add_argument("--max-steps", type=positive_int, default=None, help="optimizer steps (overrides --epochs)")
-    b.add_argument("--max-minutes", type=non_negative_float, default=None,
+    b.add_argument("--max-minutes", type=positive_float, default=None,
                    help="stop at this time budget (a checkpoint is written; --resume continues)")
     b.add_argument("--max-tokens-per-batch", type=positive_int, default=d.max_tokens_per_batch)
     b.add_argument("--max-items-per-batch", type=positive_int, default=d.max_items_per_batch,
                    help="sentences (bem) or occurrences (supcon) per batch (default %(default)s)")
     b.add_argument("--max-length", type=positive_int, default=None,
                    help="tokens per context input (default: the tokenizer's, as the Embedder)")
-    b.add_argument("--trainable-layers", type=int, default=None, help="train only the top k layers (default all)")
+    b.add_argument("--trainable-layers", type=positive_int, default=None,
+                   help="train only the top k layers (default all)")
     e = r.add_argument_group("bem")
     e.add_argument("--max-candidates", type=positive_int, default=d.max_candidates)
     e.add_argument("--max-targets-per-sentence", type=positive_int, default=d.max_targets_per_sentence)
@@ -185,7 +190,7 @@ def _add_train_parser(sub) -> None:
     e.add_argument("--score", choices=SCORES, default=d.score)
     e.add_argument("--max-gloss-length", type=positive_int, default=d.max_gloss_length)
     c = r.add_argument_group("supcon")
-    c.add_argument("--temperature", type=non_negative_float, default=d.temperature,
+    c.add_argument("--temperature", type=positive_float, default=d.temperature,
                    help="also bem's with --score cosine (default %(default)s)")
     c.add_argument("--negatives", choices=NEGATIVES, default=d.negatives)
     c.add_argument("--senses-per-group", type=positive_int, default=d.senses_per_group)
@@ -216,7 +221,7 @@ def train_config_from_args(args: argparse.Namespace) -> SenseTrainConfig:
         split_seed=args.split_seed, max_train_sentences=args.max_sentences, eval_sentences=args.eval_sentences,
         layers=tuple(args.layers), layer_pooling=args.layer_pooling, subword_pooling=args.subword_pooling,
         max_length=args.max_length, max_gloss_length=args.max_gloss_length, epochs=args.epochs,
-        max_steps=args.max_steps, max_minutes=args.max_minutes or None,
+        multiword=args.multiword, max_steps=args.max_steps, max_minutes=args.max_minutes,
         max_tokens_per_batch=args.max_tokens_per_batch, max_items_per_batch=args.max_items_per_batch,
         trainable_layers=args.trainable_layers, max_targets_per_sentence=args.max_targets_per_sentence,
         max_candidates=args.max_candidates, gloss_encoder=args.gloss_encoder, score=args.score,
@@ -252,6 +257,7 @@ def run_build(args: argparse.Namespace) -> int:
     corpus = read_dataset(args.train)
     if args.held_out_fraction is not None:
         corpus, held = split_corpus_by_document(corpus, args.held_out_fraction, args.seed)
+        check_held_out_documents(args.model, [d.id for d in held.documents])
         if args.held_out_dir:
             out = write_dataset(held, args.held_out_dir)
             print(f"held-out split: {held.n_sentences} sentences, {held.n_instances} instances -> {out}")

@@ -29,7 +29,7 @@ from ctxemb.wsd.sense_store import SenseStore
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["GLOSS_MODES", "GlossMode", "gloss_text", "embed_glosses", "combine_with_glosses"]
+__all__ = ["GLOSS_MODES", "GlossMode", "gloss_text", "gloss_words", "embed_glosses", "combine_with_glosses"]
 
 GlossMode = Literal["none", "concat", "average"]
 GLOSS_MODES: tuple[GlossMode, ...] = ("none", "concat", "average")
@@ -39,6 +39,11 @@ def gloss_text(key: str) -> str:
     """The text embedded for a sense's gloss: ``"<lemma> - <definition>"`` (``bank - sloping land ...``)."""
     info = wnu.sense_info(key)
     return "%s - %s" % (info.lemma.replace("_", " "), info.gloss)
+
+
+def gloss_words(key: str) -> list[str]:
+    """The words of :func:`gloss_text`, as they are embedded (the lemma alone if the text has no word)."""
+    return regex_tokenize(gloss_text(key)) or [wnu.sense_info(key).lemma]
 
 
 def embed_glosses(
@@ -70,7 +75,7 @@ def embed_glosses(
     bar = tqdm(total=len(keys), desc="embedding glosses", unit="gloss", disable=not show_progress_bar)
     for start in range(0, len(keys), chunk_sentences):
         chunk = keys[start : start + chunk_sentences]
-        words = [regex_tokenize(gloss_text(k)) or [wnu.sense_info(k).lemma] for k in chunk]
+        words = [gloss_words(k) for k in chunk]
         vecs = embedder.embed_words(words, batch_size=batch_size, show_progress_bar=False)
         check_word_vectors(vecs, words)
         out[start : start + len(chunk)] = np.stack([v.mean(axis=0) for v in vecs])

@@ -64,17 +64,17 @@ from ctxemb.modeling.checkpoint import save_pretrained, stamp_training_run
 from ctxemb.modeling.wsd_heads import (GLOSS_ENCODERS, LAYER_POOLINGS, NEGATIVES, SCORES, ContextGlossBiEncoder,
                                        SupConSenseEncoder)
 from ctxemb.inference import cpu_info
-from ctxemb.paths import atomic_directory, shared_data_dir
+from ctxemb.paths import atomic_directory, atomic_write, shared_data_dir
 from ctxemb.registry import DEFAULT_MODEL, resolve_model_dir
 from ctxemb.tokenization import Tokenizer, copy_tokenizer_files, plan_windows
 from ctxemb.training.data import PlannedBatches, pack_batches
 from ctxemb.training.distributed import distributed_session
 from ctxemb.training.loop import Callback, TrainConfig, TrainResult, epochs_to_steps, seed_everything, train
-from ctxemb.wsd import wordnet as wnu
-from ctxemb.wsd.corpus import Corpus, read_dataset, regex_tokenize, split_corpus_by_document
+from ctxemb.training.state import list_checkpoints
+from ctxemb.wsd.corpus import Corpus, read_dataset, split_corpus_by_document
 from ctxemb.wsd.corpus_pass import MULTIWORD_MODES, embedder_words
 from ctxemb.wsd.disambiguate import Disambiguator
-from ctxemb.wsd.glosses import gloss_text
+from ctxemb.wsd.glosses import gloss_words
 
 logger = logging.getLogger(__name__)
 
@@ -89,6 +89,7 @@ RECIPES: tuple[str, ...] = ("bem", "supcon")
 MODEL_DIR = "model"
 GLOSS_ENCODER_DIR = "gloss_encoder"
 TRAINING_FILE = "wsd_training.json"
+SETTINGS_FILE = "wsd_settings.json"  # in the run directory: the recipe settings a resumed run is compared with
 _SUBWORD_POOLINGS = ("mean", "first", "last")
 _BUCKET_BATCHES = 50  # batches' worth of examples sorted by length together (less padding, still shuffled)
 
@@ -115,7 +116,7 @@ class WordNetInventory:
         return tuple(Disambiguator._target(0, word, lemma, pos)[3])
 
     def gloss_words(self, key: str) -> list[str]:
-        return regex_tokenize(gloss_text(key)) or [wnu.sense_info(key).lemma]
+        return gloss_words(key)
 
 
 # --------------------------------------------------------------------------------------------------- config
@@ -142,10 +143,12 @@ class SenseTrainConfig:
             and logged).
         epochs: passes over the training data (an epoch of ``supcon`` is the balanced sample described above).
         max_steps: optimizer steps, overriding ``epochs``.
-        max_minutes: stop after this many minutes of this call (a checkpoint is written; None: no limit).
+        max_minutes: stop once this call's training loop has run this many minutes (reading the corpus and building
+            features do not count; a checkpoint is written; None: no limit).
         max_tokens_per_batch: token budget of a batch (see the module docstring).
-        max_items_per_batch: most sentences (``bem``) or occurrences (``supcon``) per batch.
-        trainable_layers: train only the top k layers, 0..L (None: all; with any k the embeddings are frozen).
+        max_items_per_batch: most sentences (``bem``) or occurrences (``supcon``; at least one lemma group,
+            ``senses_per_group * occurrences_per_sense``) per batch.
+        trainable_layers: train only the top k layers, 1..L (None: all; with any k the embeddings are frozen).
         max_targets_per_sentence: ``bem``: targets drawn per sentence and batch.
         max_candidates: ``bem``: candidates per target (gold senses + a random sample of the others).
         gloss_encoder: ``bem``: ``"shared"`` weights or a ``"separate"`` gloss encoder.
@@ -157,6 +160,7 @@ class SenseTrainConfig:
 
     Raises:
         ValueError: an unknown option or an out-of-range number (naming the field); no ``train.out_dir``.
+        TypeError: a count that is not an integer, or ``train`` that is not a TrainConfig (or a mapping of one).
     """
 
     recipe: Recipe
@@ -216,7 +220,7 @@ class SenseTrainConfig:
         check_int(self.senses_per_group, "senses_per_group", low=2)
         for name in ("max_train_sentences", "max_length", "max_steps", "trainable_layers"):
             if getattr(self, name) is not None:
-                check_int(getattr(self, name), name, low=0 if name == "trainable_layers" else 1)
+                check_int(getattr(self, name), name, low=1)
         if self.max_length is not None and self.max_length < 4:
             raise ValueError(f"max_length must be >= 4 tokens, got {self.max_length}")
         if self.max_gloss_length < 3:
@@ -227,6 +231,10 @@ class SenseTrainConfig:
                 raise ValueError(f"{name} must be a positive number, got {v!r}")
         if self.max_minutes is not None and not (isinstance(self.max_minutes, (int, float)) and self.max_minutes > 0):
             raise ValueError(f"max_minutes must be a positive number or None, got {self.max_minutes!r}")
+        if self.recipe == "supcon" and self.senses_per_group * self.occurrences_per_sense > self.max_items_per_batch:
+            raise ValueError(f"max_items_per_batch={self.max_items_per_batch} cannot hold one lemma group of "
+                             f"senses_per_group x occurrences_per_sense = {self.senses_per_group} x "
+                             f"{self.occurrences_per_sense} occurrences; raise it or shrink the group")
         if not self.train.out_dir:
             raise ValueError("train.out_dir is required: checkpoints, metrics and the model go there")
 
@@ -247,10 +255,7 @@ class SenseTrainConfig:
         unknown = sorted(set(d) - known)
         if unknown:
             raise ValueError(f"unknown SenseTrainConfig field(s) {unknown}; known: {sorted(known)}")
-        d = dict(d)
-        if "train" in d and isinstance(d["train"], Mapping):
-            d["train"] = TrainConfig.from_dict({"max_steps": 1, **d["train"]})
-        return cls(**d)
+        return cls(**d)  # __post_init__ turns a ``train`` mapping into a TrainConfig
 
     def embedder_options(self) -> dict[str, Any]:
         """The :class:`~ctxemb.embedding.EmbedderConfig` fields that pool as this run trained."""
@@ -297,16 +302,16 @@ class SenseFeatures:
         inputs: the context inputs (sentences or windows) that hold at least one usable target.
         keys: sense keys; targets and glosses index them.
         lemmas: (lemma, POS) pairs; targets index them.
-        gloss_ids: ``bem``: per key index, its gloss's content token ids (None for keys with no gloss needed).
-        gloss_spans: ``bem``: per key index, the gloss's word spans over those ids.
+        gloss_ids: ``bem``: per key index, its gloss's content token ids; empty for ``supcon``.
+        gloss_spans: ``bem``: per key index, the gloss's word spans over those ids; empty for ``supcon``.
         stats: counts (sentences, inputs, targets, skipped targets by reason, windows, cut glosses, seconds).
     """
 
     inputs: list[ContextInput]
     keys: list[str]
     lemmas: list[tuple[str, str | None]]
-    gloss_ids: list[list[int] | None] = field(default_factory=list)
-    gloss_spans: list[list[tuple[int, int]] | None] = field(default_factory=list)
+    gloss_ids: list[list[int]] = field(default_factory=list)
+    gloss_spans: list[list[tuple[int, int]]] = field(default_factory=list)
     stats: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -326,8 +331,9 @@ def build_features(corpus: Corpus, tokenizer: Tokenizer, config: SenseTrainConfi
     """Tokenise a corpus's annotated sentences (and, for ``bem``, the glosses of every candidate sense) once.
 
     A target is kept when it has gold keys and, for ``bem``, when at least one gold key is among its candidates and
-    it has at least two candidates (one candidate gives no loss); for ``supcon`` only lemmas with at least two
-    distinct gold senses in the corpus are kept. The reasons for dropping targets are counted in ``stats``.
+    at least one candidate is not gold (otherwise the loss is zero); for ``supcon`` only lemmas with at least two
+    distinct gold senses in the corpus are kept, and an occurrence with several gold keys counts as its first one
+    (SemCor has none). The reasons for dropping targets are counted in ``stats``.
 
     Args:
         corpus: the training sentences.
@@ -351,7 +357,7 @@ def build_features(corpus: Corpus, tokenizer: Tokenizer, config: SenseTrainConfi
     key_index: dict[str, int] = {}
     lemmas: list[tuple[str, str | None]] = []
     lemma_index: dict[tuple[str, str | None], int] = {}
-    skipped = {"no_gold_key": 0, "gold_not_a_candidate": 0, "one_candidate": 0, "one_sense_lemma": 0}
+    skipped = {"no_gold_key": 0, "gold_not_a_candidate": 0, "all_candidates_gold": 0, "one_sense_lemma": 0}
     n_cut_targets = 0
 
     def key_id(k: str) -> int:
@@ -378,8 +384,8 @@ def build_features(corpus: Corpus, tokenizer: Tokenizer, config: SenseTrainConfi
                 if not gold:
                     skipped["gold_not_a_candidate"] += 1
                     continue
-                if len(cand_keys) < 2:
-                    skipped["one_candidate"] += 1
+                if len(set(cand_keys) - set(gold)) == 0:  # one candidate, or every candidate gold: no loss
+                    skipped["all_candidates_gold"] += 1
                     continue
                 cands = tuple(key_id(k) for k in cand_keys)
             lp = (inst.lemma, inst.pos)
@@ -421,17 +427,16 @@ def build_features(corpus: Corpus, tokenizer: Tokenizer, config: SenseTrainConfi
     features = SenseFeatures(inputs=inputs, keys=keys, lemmas=lemmas)
     n_cut_glosses = 0
     if bem:
-        features.gloss_ids = [None] * len(keys)
-        features.gloss_spans = [None] * len(keys)
         words = [inventory.gloss_words(k) for k in keys]
-        for i, tok in enumerate(_tokenize_in_chunks(tokenizer, words)):
+        limit = config.max_gloss_length - tokenizer.num_special_tokens
+        for tok in _tokenize_in_chunks(tokenizer, words):
             ids, spans = list(tok.ids), list(tok.word_spans)
-            limit = config.max_gloss_length - tokenizer.num_special_tokens
             if len(ids) > limit:
                 n_cut_glosses += 1
                 spans = [(a, min(b, limit)) for a, b in spans if a < limit]
                 ids = ids[:limit]
-            features.gloss_ids[i], features.gloss_spans[i] = ids, spans
+            features.gloss_ids.append(ids)
+            features.gloss_spans.append(spans)
         if n_cut_glosses:
             logger.warning("%d of %d glosses are longer than max_gloss_length=%d tokens: their last words are left "
                            "out in training", n_cut_glosses, len(keys), config.max_gloss_length)
@@ -489,7 +494,7 @@ class _BemCollator:
                 chosen = sorted(rng.choice(len(x.targets), cfg.max_targets_per_sentence, replace=False).tolist())
             for j in chosen:
                 t = x.targets[j]
-                gold = list(dict.fromkeys(t.gold))[:cfg.max_candidates]
+                gold = list(dict.fromkeys(t.gold))[:cfg.max_candidates - 1]  # room for a negative
                 others = [c for c in t.candidates if c not in gold]
                 room = cfg.max_candidates - len(gold)
                 if len(others) > room:
@@ -613,8 +618,9 @@ def _supcon_plan(features: SenseFeatures, items: list[tuple[int, int]], groups: 
             raise ValueError("no lemma has two senses with occurrences to contrast")
         costs = [sum(lengths[i] for i in c) for c in chunks]
         sizes = [len(c) for c in chunks]
+        # a chunk never exceeds max_items_per_batch (the config checks senses_per_group x occurrences_per_sense)
         batches = pack_batches(rng.permutation(len(chunks)).tolist(), costs, max_cost=config.max_tokens_per_batch,
-                               max_items=max(config.max_items_per_batch, max(sizes)), sizes=sizes)
+                               max_items=config.max_items_per_batch, sizes=sizes)
         return [[i for c in b for i in chunks[c]] for b in batches]
 
     return plan
@@ -694,6 +700,47 @@ def _machine() -> dict[str, Any]:
             "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None}
 
 
+def _build_model(config: SenseTrainConfig) -> ContextGlossBiEncoder | SupConSenseEncoder:
+    """The recipe's model around ``config.model``, in training mode, with ``trainable_layers`` applied."""
+    encoder = load_encoder(config.model)
+    if config.trainable_layers is not None and config.trainable_layers > encoder.num_layers:
+        raise ValueError(f"trainable_layers={config.trainable_layers}, but {config.model} has {encoder.num_layers} "
+                         "layers")
+    if config.recipe == "bem":
+        gloss_encoder = load_encoder(config.model) if config.gloss_encoder == "separate" else None
+        model = ContextGlossBiEncoder(encoder, gloss_encoder=gloss_encoder, layers=config.layers,
+                                      layer_pooling=config.layer_pooling, score=config.score,
+                                      temperature=config.temperature)
+    else:
+        model = SupConSenseEncoder(encoder, layers=config.layers, layer_pooling=config.layer_pooling,
+                                   temperature=config.temperature, negatives=config.negatives)
+    model.train()
+    if config.trainable_layers is not None:
+        model.freeze_all_but_last(config.trainable_layers)
+    return model
+
+
+# Settings that may change when a run is resumed without changing what it computes (the loop checks ``train``).
+_RESUME_FREE = {"epochs", "max_steps", "max_minutes", "eval_sentences", "train"}
+
+
+def _record_or_compare_settings(config: SenseTrainConfig, out_dir: Path) -> None:
+    """A fresh run writes its settings to ``out_dir/SETTINGS_FILE``; a resumed one warns about every setting that
+    differs from them (the resumed run then does not match an uninterrupted one)."""
+    path = out_dir / SETTINGS_FILE
+    now = config.to_dict()
+    if config.train.resume is not False and path.is_file():
+        saved = json.loads(path.read_text(encoding="utf-8"))
+        changed = sorted(k for k in set(saved) | set(now) if k not in _RESUME_FREE and saved.get(k) != now.get(k))
+        if changed:
+            logger.warning("resuming %s with changed recipe settings (the run will not match an uninterrupted one): "
+                           "%s", out_dir, ", ".join(f"{k} {saved.get(k)!r} -> {now.get(k)!r}" for k in changed))
+        return
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with atomic_write(path, encoding="utf-8") as f:
+        f.write(json.dumps(now, indent=2, default=str) + "\n")
+
+
 def run_sense_training(config: SenseTrainConfig, *, corpus: Corpus | None = None,
                        inventory: SenseInventory | None = None,
                        callbacks: Iterable[Callback] | None = None) -> SenseTrainResult:
@@ -715,6 +762,13 @@ def run_sense_training(config: SenseTrainConfig, *, corpus: Corpus | None = None
     if not isinstance(config, SenseTrainConfig):
         raise TypeError(f"config must be a SenseTrainConfig, got {type(config).__name__}")
     t_start = time.perf_counter()
+    # Settings that can only be checked against the run directory or the model are checked before the corpus is read.
+    out_dir = Path(config.train.out_dir)
+    if config.train.resume is False and list_checkpoints(out_dir):
+        raise FileExistsError(f"{out_dir} already holds checkpoints of a run; resume it (--resume, train.resume=True) "
+                              "or choose another output directory")
+    seed_everything(config.train.seed)
+    model = _build_model(config)
     if corpus is None:
         corpus = read_dataset(config.corpus or default_corpus_path())
     held = None
@@ -735,27 +789,16 @@ def run_sense_training(config: SenseTrainConfig, *, corpus: Corpus | None = None
         else:
             stats["eval"] = held_features.stats
 
-    seed_everything(config.train.seed)
-    encoder = load_encoder(config.model)
-    if config.recipe == "bem":
-        gloss_encoder = load_encoder(config.model) if config.gloss_encoder == "separate" else None
-        model = ContextGlossBiEncoder(encoder, gloss_encoder=gloss_encoder, layers=config.layers,
-                                      layer_pooling=config.layer_pooling, score=config.score,
-                                      temperature=config.temperature)
-    else:
-        model = SupConSenseEncoder(encoder, layers=config.layers, layer_pooling=config.layer_pooling,
-                                   temperature=config.temperature, negatives=config.negatives)
-    model.train()
-    if config.trainable_layers is not None:
-        model.freeze_all_but_last(config.trainable_layers)
     cbs = list(callbacks or [])
     budget = TimeBudget(config.max_minutes) if config.max_minutes else None
     if budget is not None:
         cbs.append(budget)
 
-    model_dir = Path(config.train.out_dir) / MODEL_DIR
+    model_dir = out_dir / MODEL_DIR
     run_id = None
     with distributed_session(config.train.device) as ctx:
+        if ctx.is_main:
+            _record_or_compare_settings(config, out_dir)
         source = make_batch_source(features, tokenizer, config, seed=config.train.seed, rank=ctx.rank,
                                    world_size=ctx.world_size)
         steps = config.max_steps or epochs_to_steps(config.epochs, source.batches_per_epoch,
@@ -793,6 +836,30 @@ def run_sense_training(config: SenseTrainConfig, *, corpus: Corpus | None = None
             logger.info("saved the %s encoder (%s) to %s", config.recipe, run_id, model_dir)
     return SenseTrainResult(train=result, model_dir=model_dir, training_run=run_id,
                             embedder_options=config.embedder_options(), stats=stats)
+
+
+def check_held_out_documents(model: str | os.PathLike, held_out: Sequence[str]) -> None:
+    """Refuse to evaluate an encoder trained by :func:`run_sense_training` on documents it was trained on.
+
+    Args:
+        model: a model name or directory (only directories with a ``wsd_training.json`` are checked).
+        held_out: the ids of the documents an evaluation holds out.
+
+    Raises:
+        ValueError: the encoder's training data include some of ``held_out`` (it was trained with another split,
+            or on every document); the message gives the split it was trained with.
+    """
+    path = Path(model) / TRAINING_FILE
+    if not path.is_file():
+        return
+    info = json.loads(path.read_text(encoding="utf-8")).get("held_out")
+    seen = set(held_out) - set(info["documents"] if info else [])
+    if seen:
+        how = (f"held-out fraction {info['fraction']} and seed {info['seed']}" if info else
+               "no held-out documents")
+        raise ValueError(f"the encoder {model} was trained with {how}, so {len(seen)} of the {len(held_out)} "
+                         f"documents held out here (e.g. {sorted(seen)[0]}) are in its training data; hold out the "
+                         f"same documents (the same fraction and seed) or evaluate another encoder")
 
 
 def trained_embedder_options(model_dir: str | os.PathLike) -> dict[str, Any]:
