@@ -50,8 +50,9 @@ from ctxemb.tokenization import Tokenizer
 
 logger = logging.getLogger(__name__)
 
-# Bumped whenever the probe (text, batches, statistic) changes, so that cached choices are made again.
-_PROBE_VERSION = 1
+# Bumped whenever the probe (text, batches, statistic) or a path's kernel changes, so that cached choices are made
+# again (2: int8 with one activation scale per token instead of one per batch).
+_PROBE_VERSION = 2
 PROBE_BATCH_SIZE = 16
 
 PROBE_SENTENCES: tuple[str, ...] = (

@@ -12,11 +12,11 @@ path          what runs                                                         
 fp32          the encoder in float32: exact (hidden states equal transformers' within 1e-5)    (reference)
 bf16          autocast to bfloat16 for the matrix products, LayerNorm and softmax in float32;  >= 0.999
               pays only where the CPU multiplies bf16 in hardware (AVX512-BF16 or AMX)
-int8          every Linear quantized to int8 (per output channel); activations quantized per   >= 0.99
-              batch (dynamic), over the full 8-bit range; attention products stay float32
+int8          every Linear in int8: weights per output channel, activations with one scale     >= 0.99
+              per token (dynamic), int32 sums (torch._int_mm); attention products stay float32
 onnx-fp32     the encoder exported to ONNX and run by ONNX Runtime in float32                  >= 0.9999
 onnx-int8     that export with ONNX Runtime's dynamic int8 quantization of its weight          >= 0.99
-              matrix products (per output channel, full-range activations)
+              matrix products (per output channel; activations with one scale per batch)
 ============  ===============================================================================  ============
 
 Shapes: B batch, T tokens of a model input, T_i content tokens of text i, W_i words of text i, n requested layers,

@@ -65,6 +65,38 @@ def test_each_path_is_close_to_exact_within_its_bound(tiny, exact, precision):
     assert emb.backend.precision == precision and emb.config.precision == precision
 
 
+def test_int8_linear_is_per_channel_weights_times_per_token_activations_summed_exactly():
+    torch.manual_seed(0)
+    linear = torch.nn.Linear(48, 24)
+    x = torch.randn(2, 7, 48)
+    x[1, 3] *= 1000  # an outlier token
+    got = backends.quantize_int8(torch.nn.Sequential(linear))(x)
+    # brute force in float64: quantize each weight row and each token by its own max, multiply, rescale
+    w = linear.weight.double()
+    sw = w.abs().amax(1) / 127
+    qw = torch.round(w / sw[:, None])
+    rows = x.reshape(-1, 48).double()
+    sx = rows.abs().amax(1, keepdim=True) / 127
+    qx = torch.round(rows / sx)
+    want = ((qx @ qw.T) * sx * sw + linear.bias.double()).reshape(2, 7, 24)
+    torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-4 * float(want.abs().max()))
+    # one scale per token: the outlier token does not cost the others their resolution
+    exact = linear(x).detach()
+    cos = torch.nn.functional.cosine_similarity(got, exact, dim=-1)
+    assert cos.min() > 0.999, cos
+    assert not any(p.requires_grad for p in backends.quantize_int8(linear).parameters())
+    assert linear.weight.dtype == torch.float32 and isinstance(linear, torch.nn.Linear)  # the original is untouched
+
+
+def test_int8_vectors_do_not_depend_on_the_rest_of_the_batch(tiny):
+    # one activation scale per token: a sentence's int8 vectors are the same alone and batched with others
+    emb = Embedder.from_pretrained(tiny, precision="int8")
+    batched = emb.embed_words(SENTS, batch_size=4, show_progress_bar=False)
+    alone = [emb.embed_words([s], batch_size=1, show_progress_bar=False)[0] for s in SENTS]
+    for a, b in zip(alone, batched):
+        np.testing.assert_allclose(a, b, atol=1e-5, rtol=1e-5)
+
+
 def test_fp32_path_is_still_the_encoder_itself(tiny, exact):
     enc = load_encoder(tiny)
     [item] = exact.tokenizer.tokenize_words([SENTS[0]])
