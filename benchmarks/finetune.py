@@ -249,7 +249,11 @@ def main() -> None:
     args = parser.parse_args()
     results_path = WORK / "rows.json"
     WORK.mkdir(parents=True, exist_ok=True)
-    saved = json.loads(results_path.read_text()) if results_path.is_file() else {}  # parts run earlier
+    # parts run earlier: this machine's working rows, else the committed results (so one part run on a fresh machine
+    # does not drop the other parts' rows from the report)
+    committed = Path(__file__).resolve().parent / "results" / "finetune.json"
+    source = results_path if results_path.is_file() else committed if committed.is_file() else None
+    saved = json.loads(source.read_text()) if source else {}
     rows, embedder_rows = saved.get("rows", []), saved.get("embedder_rows", [])
     token_rows = saved.get("token_rows", [])
     for part in args.parts:
