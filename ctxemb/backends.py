@@ -85,19 +85,26 @@ def load_backend(encoder: Encoder, precision: str, *, model_name: str | None = N
 
 
 # ---- int8 dynamic quantization ---------------------------------------------------------------------------------
+_TINY = torch.finfo(torch.float32).tiny
+
 class PerTokenInt8Linear(nn.Module):
     """An ``nn.Linear`` in int8: weights quantized once (symmetric, one scale per output channel), activations
-    quantized on the fly with one scale per token (row), products summed exactly in int32 by ``torch._int_mm``.
+    quantized on the fly with one scale per token (row), products summed exactly in int32 by ``torch._int_mm``;
+    input features where some token exceeds ``outlier_threshold`` in magnitude go through float32 instead (the
+    mixed-precision decomposition of LLM.int8(), Dettmers et al. 2022, who use the same threshold, 6).
 
-    y[t] = (s_x[t] * s_w) * (q(x[t]) @ q(W).T) + b, with s_x[t] = max|x[t]| / 127 and s_w[o] = max|W[o]| / 127.
+    y[t] = (s_x[t] * s_w) * (q(x[t]) @ q(W).T) + x[t, O] @ W'[:, O].T + b, with s_x[t] = max|x[t, not O]| / 127,
+    s_w[o] = max|W[o]| / 127, O the outlier features of this input and W' the dequantized int8 weights.
 
     Shapes: x (..., in_features) float -> (..., out_features) float32.
     """
 
+    outlier_threshold = 6.0
+
     def __init__(self, linear: nn.Linear):
         super().__init__()
         weight = linear.weight.detach().float()
-        scale = weight.abs().amax(dim=1).clamp_min(torch.finfo(torch.float32).tiny) / 127
+        scale = weight.abs().amax(dim=1).clamp_min(_TINY) / 127
         self.in_features, self.out_features = linear.in_features, linear.out_features
         # (in, out) contiguous: the layout torch._int_mm multiplies fastest as its right operand
         self.register_buffer("weight_int8", torch.round(weight / scale[:, None]).to(torch.int8).t().contiguous())
@@ -105,10 +112,24 @@ class PerTokenInt8Linear(nn.Module):
         self.register_buffer("bias", None if linear.bias is None else linear.bias.detach().float().clone())
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        rows = x.reshape(-1, self.in_features).float()
-        scale = rows.abs().amax(dim=1, keepdim=True).clamp_min_(torch.finfo(torch.float32).tiny).div_(127)
-        q = torch.round(rows / scale).to(torch.int8)  # |rows / scale| <= 127: no clamp needed
+        rows = x.reshape(-1, self.in_features).float()  # may be a view of x: never written to
+        magnitude = rows.abs()
+        amax = magnitude.amax(dim=1, keepdim=True)
+        outliers = None
+        if float(amax.max()) > self.outlier_threshold:
+            # Outlier features are found on the tokens that exceed the threshold; every token's scale is then taken
+            # without them (an outlier feature is usually large on many tokens, just not always above it).
+            big = (amax.squeeze(1) > self.outlier_threshold).nonzero().squeeze(1)
+            outliers = (magnitude.index_select(0, big).amax(dim=0) > self.outlier_threshold).nonzero().squeeze(1)
+            amax = magnitude.index_fill_(1, outliers, 0.0).amax(dim=1, keepdim=True)
+        scale = amax.clamp_min_(_TINY).div_(127)
+        q = torch.round(rows / scale).to(torch.int8)  # |rows / scale| <= 127 outside the outlier features
+        if outliers is not None:
+            q.index_fill_(1, outliers, 0)  # (their values overflowed int8 above; they go through float32 below)
         y = torch._int_mm(q, self.weight_int8).float().mul_(scale).mul_(self.weight_scale)
+        if outliers is not None:
+            w = self.weight_int8.index_select(0, outliers).float().mul_(self.weight_scale)  # (|O|, out)
+            y.addmm_(rows.index_select(1, outliers), w)
         if self.bias is not None:
             y.add_(self.bias)
         return y.reshape(*x.shape[:-1], self.out_features)

@@ -65,27 +65,43 @@ def test_each_path_is_close_to_exact_within_its_bound(tiny, exact, precision):
     assert emb.backend.precision == precision and emb.config.precision == precision
 
 
-def test_int8_linear_is_per_channel_weights_times_per_token_activations_summed_exactly():
-    torch.manual_seed(0)
-    linear = torch.nn.Linear(48, 24)
-    x = torch.randn(2, 7, 48)
-    x[1, 3] *= 1000  # an outlier token
-    got = backends.quantize_int8(torch.nn.Sequential(linear))(x)
-    # brute force in float64: quantize each weight row and each token by its own max, multiply, rescale
+def _int8_linear_brute_force(linear, x, threshold):
+    """The int8 Linear's formula in float64: outlier features (|x| > threshold on some token) in full precision, the
+    rest quantized per token; weights quantized per output channel."""
     w = linear.weight.double()
     sw = w.abs().amax(1) / 127
     qw = torch.round(w / sw[:, None])
-    rows = x.reshape(-1, 48).double()
-    sx = rows.abs().amax(1, keepdim=True) / 127
-    qx = torch.round(rows / sx)
-    want = ((qx @ qw.T) * sx * sw + linear.bias.double()).reshape(2, 7, 24)
+    rows = x.reshape(-1, x.shape[-1]).double()
+    outliers = (rows.abs() > threshold).any(0)
+    inliers = rows.masked_fill(outliers, 0.0)
+    sx = inliers.abs().amax(1, keepdim=True).clamp_min(1e-300) / 127
+    y = (torch.round(inliers / sx) @ qw.T) * sx * sw + rows[:, outliers] @ (qw * sw[:, None])[:, outliers].T
+    return (y + linear.bias.double()).reshape(*x.shape[:-1], -1)
+
+
+def test_int8_linear_is_per_channel_weights_times_per_token_activations_with_outlier_features_in_float():
+    torch.manual_seed(0)
+    linear = torch.nn.Linear(48, 24)
+    x = torch.randn(2, 7, 48)
+    x[1, 3, 5] = 300.0  # a massive activation on one token ...
+    x[..., 11] *= 5  # ... and a feature that is large on every token, above the threshold only on some
+    x[0, 2, 11] = 40.0
+    quantized = backends.quantize_int8(torch.nn.Sequential(linear))
+    assert backends.PerTokenInt8Linear.outlier_threshold == 6.0
+    got = quantized(x)
+    want = _int8_linear_brute_force(linear, x, 6.0)
     torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-4 * float(want.abs().max()))
-    # one scale per token: the outlier token does not cost the others their resolution
     exact = linear(x).detach()
-    cos = torch.nn.functional.cosine_similarity(got, exact, dim=-1)
-    assert cos.min() > 0.999, cos
+    assert torch.nn.functional.cosine_similarity(got, exact, dim=-1).min() > 0.999
+    # without the decomposition the outlier token's other features get a step of 300/127 and are lost
+    plain = _int8_linear_brute_force(linear, x, float("inf")).float()
+    assert (plain - exact)[1, 3].norm() > 3 * (got - exact)[1, 3].norm()
+    # no outlier at all: plain per-token int8, and the same output as the brute force
+    small = torch.randn(3, 48)
+    torch.testing.assert_close(quantized(small).double(), _int8_linear_brute_force(linear, small, 6.0),
+                               rtol=1e-5, atol=1e-4)
     assert not any(p.requires_grad for p in backends.quantize_int8(linear).parameters())
-    assert linear.weight.dtype == torch.float32 and isinstance(linear, torch.nn.Linear)  # the original is untouched
+    assert isinstance(linear, torch.nn.Linear) and linear.weight.dtype == torch.float32  # the original is untouched
 
 
 def test_int8_vectors_do_not_depend_on_the_rest_of_the_batch(tiny):

@@ -79,9 +79,9 @@ from ctxemb.wsd.glosses import gloss_words
 logger = logging.getLogger(__name__)
 
 __all__ = [
-    "RECIPES", "MODEL_DIR", "TRAINING_FILE", "SenseFeatures", "SenseInventory", "SenseTrainConfig",
-    "SenseTrainResult", "TimeBudget", "WordNetInventory", "build_features", "make_batch_source",
-    "run_sense_training", "trained_embedder_options",
+    "RECIPES", "MODEL_DIR", "SETTINGS_FILE", "TRAINING_FILE", "SenseFeatures", "SenseInventory", "SenseTrainConfig",
+    "SenseTrainResult", "TimeBudget", "WordNetInventory", "build_features", "check_held_out_documents",
+    "make_batch_source", "run_sense_training", "trained_embedder_options",
 ]
 
 Recipe = Literal["bem", "supcon"]
