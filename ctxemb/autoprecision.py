@@ -51,8 +51,8 @@ from ctxemb.tokenization import Tokenizer
 logger = logging.getLogger(__name__)
 
 # Bumped whenever the probe (text, batches, statistic) or a path's kernel changes, so that cached choices are made
-# again (2: int8 with one activation scale per token instead of one per batch; 3: outlier features in float32).
-_PROBE_VERSION = 3
+# again (2: int8 with one activation scale per token instead of one per batch; 3, 4: outlier features in float32).
+_PROBE_VERSION = 4
 PROBE_BATCH_SIZE = 16
 
 PROBE_SENTENCES: tuple[str, ...] = (
