@@ -481,6 +481,18 @@ def _resume_path(config: TrainConfig) -> Path | None:
     return path
 
 
+def check_fresh_out_dir(config: TrainConfig) -> None:
+    """A fresh run (``resume=False``) must not write into an ``out_dir`` that holds another run's checkpoints.
+
+    Raises:
+        FileExistsError: it does (the message says how to continue that run instead).
+    """
+    if config.resume is False and config.out_dir is not None and list_checkpoints(config.out_dir):
+        raise FileExistsError(f"{config.out_dir} already holds checkpoints "
+                              f"({list_checkpoints(config.out_dir)[-1][1].name} ...); set resume=True to continue that "
+                              f"run, or choose another out_dir")
+
+
 # Fields that may change between a run and its resumption without changing what is computed.
 _RESUME_FREE = {"resume", "out_dir", "progress_bar", "log_every", "eval_every", "save_every",
                 "keep_last_checkpoints", "device"}
@@ -551,10 +563,8 @@ def _train(model: nn.Module, train_data: Any, config: TrainConfig, ctx: Distribu
         raise ValueError(f"train_data was built for world_size={data_world}, but this run has {ctx.world_size} "
                          f"processes (pass rank=ctx.rank, world_size=ctx.world_size)")
     out_dir = Path(config.out_dir) if config.out_dir else None
+    check_fresh_out_dir(config)
     resume_from = _resume_path(config)
-    if resume_from is None and out_dir is not None and list_checkpoints(out_dir):
-        raise FileExistsError(f"{out_dir} already holds checkpoints ({list_checkpoints(out_dir)[-1][1].name} ...); "
-                              f"set resume=True to continue that run, or choose another out_dir")
 
     seed_everything(config.seed + ctx.rank)
     raw = unwrap_model(model).to(device)

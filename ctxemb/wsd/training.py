@@ -69,8 +69,8 @@ from ctxemb.registry import DEFAULT_MODEL, resolve_model_dir
 from ctxemb.tokenization import Tokenizer, copy_tokenizer_files, plan_windows
 from ctxemb.training.data import PlannedBatches, pack_batches
 from ctxemb.training.distributed import distributed_session
-from ctxemb.training.loop import Callback, TrainConfig, TrainResult, epochs_to_steps, seed_everything, train
-from ctxemb.training.state import list_checkpoints
+from ctxemb.training.loop import (Callback, TrainConfig, TrainResult, check_fresh_out_dir, epochs_to_steps,
+                                  seed_everything, train)
 from ctxemb.wsd.corpus import Corpus, read_dataset, split_corpus_by_document
 from ctxemb.wsd.corpus_pass import MULTIWORD_MODES, embedder_words
 from ctxemb.wsd.disambiguate import Disambiguator
@@ -764,9 +764,7 @@ def run_sense_training(config: SenseTrainConfig, *, corpus: Corpus | None = None
     t_start = time.perf_counter()
     # Settings that can only be checked against the run directory or the model are checked before the corpus is read.
     out_dir = Path(config.train.out_dir)
-    if config.train.resume is False and list_checkpoints(out_dir):
-        raise FileExistsError(f"{out_dir} already holds checkpoints of a run; resume it (--resume, train.resume=True) "
-                              "or choose another output directory")
+    check_fresh_out_dir(config.train)
     seed_everything(config.train.seed)
     model = _build_model(config)
     if corpus is None:
