@@ -156,9 +156,9 @@ class Tokenizer:
         and ``special_tokens_map.json`` when present.
         """
         model_dir = Path(model_dir)
-        config = _read_json(model_dir / "config.json", "config file") or {}
-        tok_config = _read_json(model_dir / "tokenizer_config.json", "tokenizer config") or {}
-        specials_map = _read_json(model_dir / "special_tokens_map.json", "special tokens map") or {}
+        config = _optional_json(model_dir / "config.json", "config file") or {}
+        tok_config = _optional_json(model_dir / "tokenizer_config.json", "tokenizer config") or {}
+        specials_map = _optional_json(model_dir / "special_tokens_map.json", "special tokens map") or {}
         _check_fields(config, model_dir / "config.json", model_type=str, max_position_embeddings=int,
                       pad_token_id=int)
         _check_fields(tok_config, model_dir / "tokenizer_config.json", do_lower_case=bool)
@@ -384,10 +384,9 @@ def _preview(text: str, n: int = 40) -> str:
     return repr(text if len(text) <= n else text[:n] + "...")
 
 
-def _read_json(path: Path, what: str) -> dict | None:
-    if not path.is_file():
-        return None
-    return read_json_file(path, what)
+def _optional_json(path: Path, what: str) -> dict | None:
+    """The JSON object in ``path`` (:func:`~ctxemb._validation.read_json_file`), or None when there is no such file."""
+    return read_json_file(path, what) if path.is_file() else None
 
 
 def _check_fields(d: dict, path: Path, **types: type) -> None:

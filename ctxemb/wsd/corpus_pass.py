@@ -27,7 +27,7 @@ from typing import Any, Iterable, Literal, Sequence
 
 import numpy as np
 
-from ctxemb._validation import check_choice
+from ctxemb._validation import check_choice, read_json_file
 from ctxemb.geometry.postprocessing import Standardizer
 from ctxemb.paths import atomic_directory, resolve_saved_directory
 from ctxemb.protocols import EmbedderLike, embedder_config_dict
@@ -125,12 +125,13 @@ class CorpusEmbeddings:
 
         Raises:
             FileNotFoundError: ``directory`` or its ``corpus.json`` is missing.
+            CorruptFileError: (a ValueError) ``corpus.json`` is not UTF-8 JSON holding an object.
             ValueError: an unsupported format version.
         """
         directory = resolve_saved_directory(directory)  # restores a save a crash interrupted
         if not (directory / "corpus.json").is_file():
             raise FileNotFoundError("%s is not a saved CorpusEmbeddings directory: corpus.json is missing" % directory)
-        info = json.loads((directory / "corpus.json").read_text(encoding="utf-8"))
+        info = read_json_file(directory / "corpus.json", "CorpusEmbeddings manifest")
         if info.get("format_version") != CORPUS_FORMAT_VERSION:
             raise ValueError("%s has CorpusEmbeddings format version %r; this ctxemb reads version %d"
                              % (directory, info.get("format_version"), CORPUS_FORMAT_VERSION))

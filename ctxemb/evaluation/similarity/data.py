@@ -583,8 +583,7 @@ def load_corpus_sentences(name: str = "wikitext-2", splits: Iterable[str] | None
     base = Path(data_dir) if data_dir is not None else shared_data_dir()
     sentences: list[tuple[str, ...]] = []
     for split in splits:
-        if split not in ("train", "valid", "test"):
-            raise ValueError("corpus split must be train, valid or test; got %r" % (split,))
+        check_choice(split, "corpus split", ("train", "valid", "test"))
         sentences.extend(read_sentences(_require_file(base / folder / ("%s.txt" % split), "%s %s" % (name, split))))
     if max_words is not None:
         kept = [s for s in sentences if len(s) <= max_words]
