@@ -15,7 +15,7 @@ import numbers
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Mapping, Sequence
 
 from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import models, normalizers, pre_tokenizers
@@ -149,14 +149,27 @@ class Tokenizer:
 
     # ---- construction -------------------------------------------------------------------------------------
     @classmethod
-    def from_pretrained(cls, model_dir: str | os.PathLike, max_length: int | None = None) -> "Tokenizer":
+    def from_pretrained(cls, model_dir: str | os.PathLike, max_length: int | None = None, *,
+                        config: Mapping[str, Any] | None = None) -> "Tokenizer":
         """Load from a model directory: ``tokenizer.json`` if present, else ``vocab.txt`` (WordPiece, BERT rules).
 
         ``model_type`` comes from ``config.json``; lower-casing and special tokens from ``tokenizer_config.json``
         and ``special_tokens_map.json`` when present.
+
+        Args:
+            model_dir: an HF-format directory (or a bare tokenizer folder).
+            max_length: most tokens per model input, special tokens included (None: the model's).
+            config: the directory's ``config.json`` when the caller has read it already
+                (:func:`ctxemb.loading.load_model` does), so it is not read twice; None reads it (if present).
+
+        Raises:
+            FileNotFoundError: no ``tokenizer.json`` or ``vocab.txt``.
+            CorruptFileError: a file is not UTF-8, not valid JSON, not a tokenizer, has a field of the wrong type,
+                or lacks a special token; the message names the file.
         """
         model_dir = Path(model_dir)
-        config = _optional_json(model_dir / "config.json", "config file") or {}
+        if config is None:
+            config = _optional_json(model_dir / "config.json", "config file") or {}
         tok_config = _optional_json(model_dir / "tokenizer_config.json", "tokenizer config") or {}
         specials_map = _optional_json(model_dir / "special_tokens_map.json", "special tokens map") or {}
         _check_fields(config, model_dir / "config.json", model_type=str, max_position_embeddings=int,
