@@ -11,7 +11,6 @@ Shapes: T subword tokens of one text (no special tokens), W words.
 from __future__ import annotations
 
 import logging
-import numbers
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,7 +19,7 @@ from typing import Any, Mapping, Sequence
 from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import models, normalizers, pre_tokenizers
 
-from ctxemb._validation import CorruptFileError, check_no_surrogates, decode_utf8, read_json_file
+from ctxemb._validation import CorruptFileError, check_no_surrogates, decode_utf8, is_int, read_json_file
 
 logger = logging.getLogger(__name__)
 
@@ -62,7 +61,7 @@ class TokenizedText:
         if self.offsets is None or self.text is None:
             raise ValueError("character spans need raw-text input; this text was given as a word list")
         for name, v in (("begin", begin), ("end", end)):
-            if isinstance(v, bool) or not isinstance(v, numbers.Integral):
+            if not is_int(v):
                 raise TypeError(f"{name} must be an int character offset, got {v!r} ({type(v).__name__})")
         begin, end = int(begin), int(end)
         if not 0 <= begin < end <= len(self.text):

@@ -33,7 +33,7 @@ import numpy as np
 from sklearn.base import clone
 from tqdm.auto import tqdm
 
-from ctxemb._validation import check_bool, check_int
+from ctxemb._validation import check_bool, check_int, is_int
 from ctxemb.geometry.isotropy import _check_seed, anisotropy
 from ctxemb.geometry.plots import require_matplotlib, write_plots
 from ctxemb.geometry.postprocessing import POSTPROCESSORS, make_postprocessor
@@ -258,8 +258,7 @@ def analyze(
         raise TypeError("out_dir must be a path or None; got %s" % type(out_dir).__name__)
     num_layers = int(embedder.num_layers)
     n_states = num_layers + 1
-    if projection_layer is not None and (isinstance(projection_layer, bool)
-                                         or not isinstance(projection_layer, (int, np.integer))):
+    if projection_layer is not None and not is_int(projection_layer):
         raise TypeError("projection_layer must be an int or None; got %r" % (projection_layer,))
     if projection_layer is not None and not -n_states <= projection_layer < n_states:
         raise ValueError(
