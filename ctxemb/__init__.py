@@ -1,7 +1,8 @@
 """ctxemb: contextual embeddings from bidirectional transformer encoders.
 
 The main entry points are imported lazily, so that ``import ctxemb`` stays cheap:
-``Embedder``, ``EmbedderConfig``, ``load_encoder``, ``load_tokenizer``, ``Encoder``, ``EncoderConfig``, and
+``Embedder``, ``EmbedderConfig``, ``load_model`` (encoder, tokenizer and training run of a model name),
+``load_encoder``, ``load_tokenizer``, ``Encoder``, ``EncoderConfig``, and
 ``CorruptFileError`` (a ``ValueError``: a file the library reads is damaged; its message and ``path`` name it).
 """
 
@@ -14,6 +15,8 @@ from ctxemb._version import __version__  # noqa: F401  (re-exported: ctxemb.__ve
 _EXPORTS = {
     "Embedder": "ctxemb.embedding",
     "EmbedderConfig": "ctxemb.embedding",
+    "load_model": "ctxemb.loading",
+    "LoadedModel": "ctxemb.loading",
     "load_encoder": "ctxemb.loading",
     "load_tokenizer": "ctxemb.loading",
     "Encoder": "ctxemb.modeling.encoder",

@@ -1,4 +1,5 @@
-"""Argument checks shared by every public entry point: choices, integers, (N, H) matrices, unit rows, string batches.
+"""Argument checks shared by every public entry point: choices, integers, (N, H) matrices, unit rows, string batches;
+and the library's one JSON/UTF-8 file reader, :func:`read_json_file`.
 
 One message style everywhere: the argument's name, what was expected and what arrived. This module sits at the
 bottom of the package (it imports only numpy), so every layer can use it.
@@ -108,6 +109,15 @@ def check_vectors(X, name: str = "X", *, min_rows: int = 2) -> np.ndarray:
     return arr
 
 
+def is_int(value) -> bool:
+    """Whether ``value`` is an integer: a Python or numpy integer, not a bool (``True`` is no count).
+
+    The predicate behind :func:`check_int`, for code that validates many fields and words its own message (e.g. a
+    JSON record's fields).
+    """
+    return isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_))
+
+
 def check_int(value, name: str, *, low: int, high: int | None = None, high_text: str = "") -> int:
     """Return ``value`` as an int after checking ``low <= value <= high``.
 
@@ -122,7 +132,7 @@ def check_int(value, name: str, *, low: int, high: int | None = None, high_text:
         TypeError: if ``value`` is not an integer (bools are refused).
         ValueError: if it lies outside the range.
     """
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+    if not is_int(value):
         raise TypeError("%s must be an int; got %r (%s)" % (name, value, type(value).__name__))
     value = int(value)
     if value < low:
@@ -290,24 +300,34 @@ def decode_utf8(data: bytes, path: str | os.PathLike, what: str = "file") -> str
         ) from None
 
 
-def read_json_file(path: str | os.PathLike, what: str = "JSON file", *, expect: type | None = dict) -> Any:
-    """Read a UTF-8 JSON file; every way it can be unreadable is one :class:`CorruptFileError` naming it.
+def read_json_file(path: str | os.PathLike, what: str = "JSON file", *, expected: type | None = dict) -> Any:
+    """Read a UTF-8 JSON file: the library's one reader of JSON files (configs, manifests, metadata, results).
+
+    Every way the file can be unreadable is one error that names it, what it is and what was expected.
 
     Args:
         path: the file.
-        what: what the file is, for messages (e.g. "config file").
-        expect: the type the top-level value must have (None: any).
+        what: what the file is, for messages (e.g. "config file", "index manifest").
+        expected: the type the top-level value must have (None: any JSON value).
+
+    Returns:
+        The parsed value (a dict when ``expected`` is dict).
 
     Raises:
-        FileNotFoundError, PermissionError, IsADirectoryError: as ``open`` raises them (they name the path).
-        CorruptFileError: the file is not UTF-8, not JSON (truncated, garbage), or not of the ``expect`` type.
+        FileNotFoundError: "<what> not found: <path>".
+        PermissionError, IsADirectoryError: as ``open`` raises them (they name the path).
+        CorruptFileError: (a ValueError) the file is empty, not UTF-8 (names the line and byte), not JSON (truncated
+            or garbage; names the line and column), or its top level is not of the ``expected`` type.
     """
     path = Path(path)
-    with open(path, "rb") as f:
-        data = f.read()
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except FileNotFoundError:
+        raise FileNotFoundError("%s not found: %s" % (what, path)) from None
     text = decode_utf8(data, path, what)
     if not text.strip():
-        raise CorruptFileError("%s %s is empty; expected a JSON %s" % (what, path, _json_kind(expect)), path)
+        raise CorruptFileError("%s %s is empty; expected a JSON %s" % (what, path, _json_kind(expected)), path)
     try:
         value = json.loads(text)
     except json.JSONDecodeError as e:
@@ -315,9 +335,9 @@ def read_json_file(path: str | os.PathLike, what: str = "JSON file", *, expect: 
                                % (what, path, e.msg, e.lineno, e.colno), path) from None
     except RecursionError:
         raise CorruptFileError("%s %s is nested too deeply to be read" % (what, path), path) from None
-    if expect is not None and not isinstance(value, expect):
+    if expected is not None and not isinstance(value, expected):
         raise CorruptFileError("%s %s must hold a JSON %s; it holds %s"
-                               % (what, path, _json_kind(expect), _json_kind(type(value), article=True)), path)
+                               % (what, path, _json_kind(expected), _json_kind(type(value), article=True)), path)
     return value
 
 

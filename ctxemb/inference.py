@@ -35,7 +35,7 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
-from ctxemb._validation import check_int
+from ctxemb._validation import check_choice, check_int
 from ctxemb.modeling.encoder import Encoder
 from ctxemb.tokenization import TokenizedText, Tokenizer, Window
 
@@ -96,8 +96,7 @@ def cpu_has_native_bf16() -> bool | None:
 def precision_context(precision: str, device: torch.device) -> contextlib.AbstractContextManager:
     """bf16 runs the matrix products in bfloat16 (AMX on recent Intel CPUs) while autocast keeps LayerNorm and
     softmax in float32; the other paths run as their modules are (fp32: exact)."""
-    if precision not in PRECISIONS:
-        raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
+    check_choice(precision, "precision", PRECISIONS)
     if precision == "bf16":
         if device.type == "cpu" and cpu_has_native_bf16() is False:
             _warn_slow_bf16()
@@ -235,8 +234,7 @@ def run_encoder(
     """
     layer_idx = encoder.resolve_layers(list(layers))
     if backend is None:  # checked before any work, not at the first batch
-        if precision not in PRECISIONS:
-            raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
+        check_choice(precision, "precision", PRECISIONS)
         if precision not in ("fp32", "bf16"):
             raise ValueError(f"precision {precision!r} needs a backend: pass "
                              f"backend=ctxemb.backends.load_backend(encoder, {precision!r})")

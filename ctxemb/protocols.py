@@ -14,6 +14,8 @@ from typing import Any, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
+from ctxemb._validation import check_int
+
 
 @runtime_checkable
 class EmbedderLike(Protocol):
@@ -37,6 +39,21 @@ class EmbedderLike(Protocol):
     def embed_sentences(self, texts: Sequence[str], **kwargs) -> np.ndarray:
         """(N, H) sentence vectors."""
         ...
+
+
+def batch_size_kwargs(batch_size: int | None) -> dict[str, int]:
+    """The ``batch_size`` keyword to pass to an embedder: ``{}`` for None (the embedder's own batching, e.g.
+    :attr:`ctxemb.embedding.Embedder.batch_size`), else ``{"batch_size": batch_size}`` after checking it.
+
+    Harnesses above the embedder take ``batch_size: int | None = None`` and pass it on through this, so that the
+    embedder owns batching unless the caller chose otherwise.
+
+    Raises:
+        TypeError, ValueError: ``batch_size`` is not None and not an int >= 1.
+    """
+    if batch_size is None:
+        return {}
+    return {"batch_size": check_int(batch_size, "batch_size", low=1)}
 
 
 def embedder_config_dict(embedder) -> dict[str, Any]:

@@ -11,16 +11,15 @@ Shapes: T subword tokens of one text (no special tokens), W words.
 from __future__ import annotations
 
 import logging
-import numbers
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Mapping, Sequence
 
 from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import models, normalizers, pre_tokenizers
 
-from ctxemb._validation import CorruptFileError, check_no_surrogates, decode_utf8, read_json_file
+from ctxemb._validation import CorruptFileError, check_no_surrogates, decode_utf8, is_int, read_json_file
 
 logger = logging.getLogger(__name__)
 
@@ -62,7 +61,7 @@ class TokenizedText:
         if self.offsets is None or self.text is None:
             raise ValueError("character spans need raw-text input; this text was given as a word list")
         for name, v in (("begin", begin), ("end", end)):
-            if isinstance(v, bool) or not isinstance(v, numbers.Integral):
+            if not is_int(v):
                 raise TypeError(f"{name} must be an int character offset, got {v!r} ({type(v).__name__})")
         begin, end = int(begin), int(end)
         if not 0 <= begin < end <= len(self.text):
@@ -149,16 +148,29 @@ class Tokenizer:
 
     # ---- construction -------------------------------------------------------------------------------------
     @classmethod
-    def from_pretrained(cls, model_dir: str | os.PathLike, max_length: int | None = None) -> "Tokenizer":
+    def from_pretrained(cls, model_dir: str | os.PathLike, max_length: int | None = None, *,
+                        config: Mapping[str, Any] | None = None) -> "Tokenizer":
         """Load from a model directory: ``tokenizer.json`` if present, else ``vocab.txt`` (WordPiece, BERT rules).
 
         ``model_type`` comes from ``config.json``; lower-casing and special tokens from ``tokenizer_config.json``
         and ``special_tokens_map.json`` when present.
+
+        Args:
+            model_dir: an HF-format directory (or a bare tokenizer folder).
+            max_length: most tokens per model input, special tokens included (None: the model's).
+            config: the directory's ``config.json`` when the caller has read it already
+                (:func:`ctxemb.loading.load_model` does), so it is not read twice; None reads it (if present).
+
+        Raises:
+            FileNotFoundError: no ``tokenizer.json`` or ``vocab.txt``.
+            CorruptFileError: a file is not UTF-8, not valid JSON, not a tokenizer, has a field of the wrong type,
+                or lacks a special token; the message names the file.
         """
         model_dir = Path(model_dir)
-        config = _read_json(model_dir / "config.json", "config file") or {}
-        tok_config = _read_json(model_dir / "tokenizer_config.json", "tokenizer config") or {}
-        specials_map = _read_json(model_dir / "special_tokens_map.json", "special tokens map") or {}
+        if config is None:
+            config = _optional_json(model_dir / "config.json", "config file") or {}
+        tok_config = _optional_json(model_dir / "tokenizer_config.json", "tokenizer config") or {}
+        specials_map = _optional_json(model_dir / "special_tokens_map.json", "special tokens map") or {}
         _check_fields(config, model_dir / "config.json", model_type=str, max_position_embeddings=int,
                       pad_token_id=int)
         _check_fields(tok_config, model_dir / "tokenizer_config.json", do_lower_case=bool)
@@ -384,10 +396,9 @@ def _preview(text: str, n: int = 40) -> str:
     return repr(text if len(text) <= n else text[:n] + "...")
 
 
-def _read_json(path: Path, what: str) -> dict | None:
-    if not path.is_file():
-        return None
-    return read_json_file(path, what)
+def _optional_json(path: Path, what: str) -> dict | None:
+    """The JSON object in ``path`` (:func:`~ctxemb._validation.read_json_file`), or None when there is no such file."""
+    return read_json_file(path, what) if path.is_file() else None
 
 
 def _check_fields(d: dict, path: Path, **types: type) -> None:

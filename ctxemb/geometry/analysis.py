@@ -33,14 +33,14 @@ import numpy as np
 from sklearn.base import clone
 from tqdm.auto import tqdm
 
-from ctxemb._validation import check_bool, check_int
+from ctxemb._validation import check_bool, check_int, is_int
 from ctxemb.geometry.isotropy import _check_seed, anisotropy
 from ctxemb.geometry.plots import require_matplotlib, write_plots
 from ctxemb.geometry.postprocessing import POSTPROCESSORS, make_postprocessor
 from ctxemb.geometry.results import AnalysisResult, LayerGeometry, WordInstance
 from ctxemb.geometry.rogue import informativity, rogue_dimensions
 from ctxemb.paths import atomic_write, repo_data_dir
-from ctxemb.protocols import EmbedderLike
+from ctxemb.protocols import EmbedderLike, batch_size_kwargs
 
 logger = logging.getLogger(__name__)
 
@@ -206,7 +206,7 @@ def analyze(
     projection_layer: int | None = -1,
     n_pairs: int = 20_000,
     seed: int = 0,
-    batch_size: int = 32,
+    batch_size: int | None = None,
     plot: bool = True,
     show_progress_bar: bool = True,
 ) -> AnalysisResult:
@@ -226,7 +226,7 @@ def analyze(
             None re-embeds the sentences that hold the words with the embedder's own layers and layer pooling.
         n_pairs: the most vector pairs used for informativity (all pairs when there are fewer).
         seed: seed for the pair sample.
-        batch_size: passed to ``embed_words``.
+        batch_size: texts per ``embed_words`` forward pass; None (default): the embedder's own batching.
         plot: write the PNGs (needs matplotlib, the ``plot`` extra) when ``out_dir`` is given.
         show_progress_bar: show progress bars for embedding and for the layers.
 
@@ -250,7 +250,7 @@ def analyze(
         raise TypeError("words must be non-empty strings; got %r" % (words,))
     words = [w.strip().lower() for w in words]
     check_int(n_pairs, "n_pairs", low=2)  # before the expensive embedding
-    check_int(batch_size, "batch_size", low=1)
+    batch_kwargs = batch_size_kwargs(batch_size)  # checked before the expensive embedding
     _check_seed(seed)
     check_bool(plot, "plot")
     check_bool(show_progress_bar, "show_progress_bar")
@@ -258,8 +258,7 @@ def analyze(
         raise TypeError("out_dir must be a path or None; got %s" % type(out_dir).__name__)
     num_layers = int(embedder.num_layers)
     n_states = num_layers + 1
-    if projection_layer is not None and (isinstance(projection_layer, bool)
-                                         or not isinstance(projection_layer, (int, np.integer))):
+    if projection_layer is not None and not is_int(projection_layer):
         raise TypeError("projection_layer must be an int or None; got %r" % (projection_layer,))
     if projection_layer is not None and not -n_states <= projection_layer < n_states:
         raise ValueError(
@@ -271,7 +270,7 @@ def analyze(
 
     outputs = embedder.embed_words(
         sentences,
-        batch_size=batch_size,
+        **batch_kwargs,
         show_progress_bar=show_progress_bar,
         layers=list(range(n_states)),
         layer_pooling="stack",
@@ -333,7 +332,7 @@ def _project_words(embedder, sentences, vectors, positions, words, projection_la
         # The embedder's own layers and pooling: embed again, only the sentences that hold a chosen word.
         wanted = sorted({positions[r][0] for rows in hits.values() for r in rows})
         pooled = embedder.embed_words(
-            [sentences[i] for i in wanted], batch_size=batch_size, show_progress_bar=show_progress_bar
+            [sentences[i] for i in wanted], **batch_size_kwargs(batch_size), show_progress_bar=show_progress_bar
         )
         by_sentence = dict(zip(wanted, pooled))
         pick = lambda rows: np.stack([by_sentence[positions[r][0]][positions[r][1]] for r in rows])  # noqa: E731

@@ -27,7 +27,7 @@ import logging
 
 import numpy as np
 
-from ctxemb._validation import check_int, check_vectors, unit_rows
+from ctxemb._validation import check_int, check_vectors, is_int, unit_rows
 
 logger = logging.getLogger(__name__)
 
@@ -193,7 +193,7 @@ def _check_seed(seed):
     """A seed for ``numpy.random.default_rng``: None or a non-negative int."""
     if seed is None:
         return None
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
+    if not is_int(seed):
         raise TypeError("seed must be an int or None; got %r (%s)" % (seed, type(seed).__name__))
     if seed < 0:
         raise ValueError("seed must be >= 0; got %d" % seed)

@@ -81,7 +81,7 @@ class BuildConfig:
         multiword: one of :data:`~ctxemb.wsd.corpus_pass.MULTIWORD_MODES` (``"space"``, ``"underscore"``): how
             ``_``-joined multiword tokens are passed to the embedder.
         max_sentences: use only the first N training sentences (None = all); for quick runs.
-        batch_size: the embedder's batch size.
+        batch_size: texts per forward pass; None (default): the embedder's own batching.
         chunk_sentences: sentences per ``embed_words`` call (the embedder sorts each chunk by length).
 
     Raises:
@@ -98,7 +98,7 @@ class BuildConfig:
     prior_weight: float = 0.03
     multiword: MultiwordMode = "space"
     max_sentences: int | None = None
-    batch_size: int = 32
+    batch_size: int | None = None
     chunk_sentences: int = 1024
 
     def __post_init__(self):
@@ -112,7 +112,8 @@ class BuildConfig:
         check_prior_weight(self.prior_weight)
         if self.max_sentences is not None:
             check_int(self.max_sentences, "max_sentences", low=1)
-        check_int(self.batch_size, "batch_size", low=1)
+        if self.batch_size is not None:
+            check_int(self.batch_size, "batch_size", low=1)
         check_int(self.chunk_sentences, "chunk_sentences", low=1)
 
     @property

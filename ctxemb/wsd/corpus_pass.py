@@ -27,10 +27,10 @@ from typing import Any, Iterable, Literal, Sequence
 
 import numpy as np
 
-from ctxemb._validation import check_choice
+from ctxemb._validation import check_choice, read_json_file
 from ctxemb.geometry.postprocessing import Standardizer
 from ctxemb.paths import atomic_directory, resolve_saved_directory
-from ctxemb.protocols import EmbedderLike, embedder_config_dict
+from ctxemb.protocols import EmbedderLike, batch_size_kwargs, embedder_config_dict
 from ctxemb.wsd.corpus import Corpus, Sentence
 from ctxemb.wsd.sense_store import SenseStore
 
@@ -125,12 +125,13 @@ class CorpusEmbeddings:
 
         Raises:
             FileNotFoundError: ``directory`` or its ``corpus.json`` is missing.
+            CorruptFileError: (a ValueError) ``corpus.json`` is not UTF-8 JSON holding an object.
             ValueError: an unsupported format version.
         """
         directory = resolve_saved_directory(directory)  # restores a save a crash interrupted
         if not (directory / "corpus.json").is_file():
             raise FileNotFoundError("%s is not a saved CorpusEmbeddings directory: corpus.json is missing" % directory)
-        info = json.loads((directory / "corpus.json").read_text(encoding="utf-8"))
+        info = read_json_file(directory / "corpus.json", "CorpusEmbeddings manifest")
         if info.get("format_version") != CORPUS_FORMAT_VERSION:
             raise ValueError("%s has CorpusEmbeddings format version %r; this ctxemb reads version %d"
                              % (directory, info.get("format_version"), CORPUS_FORMAT_VERSION))
@@ -216,7 +217,7 @@ def embed_corpus(
     multiword: MultiwordMode = "space",
     standardize: bool = True,
     max_sentences: int | None = None,
-    batch_size: int = 32,
+    batch_size: int | None = None,
     chunk_sentences: int = 1024,
     show_progress_bar: bool = True,
 ) -> CorpusEmbeddings:
@@ -234,7 +235,7 @@ def embed_corpus(
         standardize: also fit standardisation statistics on all word vectors (cheap; needed for
             ``BuildConfig(standardize=True)``).
         max_sentences: stop after this many sentences with instances.
-        batch_size: passed to the embedder.
+        batch_size: texts per forward pass; None (default): the embedder's own batching.
         chunk_sentences: sentences per ``embed_words`` call.
         show_progress_bar: tqdm bar over sentences.
 
@@ -265,7 +266,7 @@ def embed_corpus(
     for start in range(0, len(sentences), chunk_sentences):
         chunk = sentences[start : start + chunk_sentences]
         words = [embedder_words(s.words, multiword) for s in chunk]
-        out = embedder.embed_words(words, batch_size=batch_size, show_progress_bar=False)
+        out = embedder.embed_words(words, show_progress_bar=False, **batch_size_kwargs(batch_size))
         check_word_vectors(out, words)
         ni, nw = _accumulate(chunk, out, store, standardizer, lemma_pos)
         n_instances += ni

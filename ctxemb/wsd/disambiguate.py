@@ -31,7 +31,7 @@ from typing import Literal, Sequence
 import numpy as np
 
 from ctxemb._validation import check_choice
-from ctxemb.protocols import EmbedderLike, embedder_config_dict
+from ctxemb.protocols import EmbedderLike, batch_size_kwargs, embedder_config_dict
 from ctxemb.search.index import embedder_config_differences
 from ctxemb.wsd import wordnet as wnu
 from ctxemb.wsd.corpus import Corpus, Sentence, regex_tokenize
@@ -185,7 +185,7 @@ class Disambiguator:
             embedder; default the store's setting (else ``"space"``).
         prior_weight: weight of the log sense-frequency prior (see the module docstring); default the store's
             setting (else 0, the plain nearest sense).
-        batch_size: the embedder's batch size.
+        batch_size: texts per forward pass; None (default): the embedder's own batching.
 
     Raises:
         ValueError: unknown ``back_off`` or ``multiword``, negative or non-finite ``prior_weight``; an embedder whose
@@ -201,7 +201,7 @@ class Disambiguator:
         back_off: BackOff | None = None,
         multiword: MultiwordMode | None = None,
         prior_weight: float | None = None,
-        batch_size: int = 32,
+        batch_size: int | None = None,
     ):
         self._store = store
         self._embedder = None
@@ -212,6 +212,7 @@ class Disambiguator:
         self.prior_weight = check_prior_weight(
             store.metadata.get("prior_weight", 0.0) if prior_weight is None else prior_weight
         )
+        batch_size_kwargs(batch_size)  # checked now, not at the first query
         self.batch_size = batch_size
 
     @property
@@ -237,7 +238,8 @@ class Disambiguator:
     # ---- core ---------------------------------------------------------------------------------------------
     def _embed(self, sentences: Sequence[Sequence[str]], show_progress_bar: bool) -> list[np.ndarray]:
         words = [embedder_words(s, self.multiword) for s in sentences]
-        out = self.embedder.embed_words(words, batch_size=self.batch_size, show_progress_bar=show_progress_bar)
+        out = self.embedder.embed_words(words, show_progress_bar=show_progress_bar,
+                                       **batch_size_kwargs(self.batch_size))
         check_word_vectors(out, words)
         return out
 

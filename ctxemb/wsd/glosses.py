@@ -21,7 +21,7 @@ from typing import Literal, Mapping, Sequence
 import numpy as np
 
 from ctxemb._validation import check_choice, unit_rows
-from ctxemb.protocols import EmbedderLike
+from ctxemb.protocols import EmbedderLike, batch_size_kwargs
 from ctxemb.wsd import wordnet as wnu
 from ctxemb.wsd.corpus import regex_tokenize
 from ctxemb.wsd.corpus_pass import check_word_vectors
@@ -50,7 +50,7 @@ def embed_glosses(
     keys: Sequence[str],
     embedder: EmbedderLike,
     *,
-    batch_size: int = 32,
+    batch_size: int | None = None,
     chunk_sentences: int = 1024,
     show_progress_bar: bool = True,
 ) -> np.ndarray:
@@ -59,7 +59,7 @@ def embed_glosses(
     Args:
         keys: K sense keys.
         embedder: see :func:`~ctxemb.wsd.corpus_pass.embed_corpus`.
-        batch_size: passed to the embedder.
+        batch_size: texts per forward pass; None (default): the embedder's own batching.
         chunk_sentences: glosses per ``embed_words`` call.
         show_progress_bar: tqdm bar over the glosses.
 
@@ -76,7 +76,7 @@ def embed_glosses(
     for start in range(0, len(keys), chunk_sentences):
         chunk = keys[start : start + chunk_sentences]
         words = [gloss_words(k) for k in chunk]
-        vecs = embedder.embed_words(words, batch_size=batch_size, show_progress_bar=False)
+        vecs = embedder.embed_words(words, show_progress_bar=False, **batch_size_kwargs(batch_size))
         check_word_vectors(vecs, words)
         out[start : start + len(chunk)] = np.stack([v.mean(axis=0) for v in vecs])
         bar.update(len(chunk))
@@ -93,7 +93,7 @@ def combine_with_glosses(
     gloss_vectors: Mapping[str, np.ndarray] | None = None,
     mean: np.ndarray | None = None,
     scale: np.ndarray | None = None,
-    batch_size: int = 32,
+    batch_size: int | None = None,
     show_progress_bar: bool = True,
 ) -> SenseStore:
     """A new store that joins each sense's vector in ``store`` with its gloss embedding (see the module docstring).
@@ -105,7 +105,7 @@ def combine_with_glosses(
         embedder: embeds the glosses that ``gloss_vectors`` does not hold.
         gloss_vectors: precomputed raw gloss embeddings (key -> (H,)), e.g. shared by several configurations.
         mean, scale: (H,) standardisation applied to the raw gloss embeddings (both None: none).
-        batch_size: passed to the embedder.
+        batch_size: texts per forward pass; None (default): the embedder's own batching.
         show_progress_bar: tqdm bar while embedding glosses.
 
     Returns:

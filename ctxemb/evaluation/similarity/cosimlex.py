@@ -25,7 +25,7 @@ from ctxemb.protocols import EmbedderLike
 def evaluate_cosimlex(embedder: EmbedderLike, examples: Sequence[CoSimLexExample], *, postprocess="none",
                       n_components: int | None = None, fit_corpus: Sequence[Sequence[str]] | None = None,
                       fit_corpus_name: str | None = None, layers: LayerMode = "sweep", split: str = "test",
-                      max_fit_tokens: int = 8192, batch_size: int = 32, show_progress_bar: bool = True,
+                      max_fit_tokens: int = 8192, batch_size: int | None = None, show_progress_bar: bool = True,
                       seed: int = 0) -> list[SimilarityResult]:
     """CoSimLex (SemEval-2020 Task 3): similarity of two words inside each of two contexts.
 

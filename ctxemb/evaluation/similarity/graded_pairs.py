@@ -29,7 +29,7 @@ class GradedPair(Protocol):
 def evaluate_graded_pairs(embedder: EmbedderLike, splits: Mapping[str, Sequence[GradedPair]], *, task: str,
                           postprocess="none", n_components: int | None = None,
                           fit_corpus: Sequence[Sequence[str]] | None = None, fit_corpus_name: str | None = None,
-                          layers: LayerMode = "sweep", max_fit_tokens: int = 8192, batch_size: int = 32,
+                          layers: LayerMode = "sweep", max_fit_tokens: int = 8192, batch_size: int | None = None,
                           show_progress_bar: bool = True, seed: int = 0) -> list[SimilarityResult]:
     """Graded similarity of a word in two contexts (CoInCo usage similarity, SCWS): Spearman of the cosine of the
     two target vectors against the gold score, per split ("spearman").

@@ -16,6 +16,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
+from ctxemb._validation import CorruptFileError, read_json_file
 from ctxemb.paths import atomic_write
 
 logger = logging.getLogger(__name__)
@@ -128,11 +129,15 @@ def save_results_json(rows: Iterable[SimilarityResult], path: str | os.PathLike,
 
 
 def load_results_json(path: str | os.PathLike) -> tuple[list[SimilarityResult], dict[str, Any]]:
-    """Read a file written by :func:`save_results_json`: (rows, metadata)."""
-    with open(path, encoding="utf-8") as f:
-        payload = json.load(f)
-    if not isinstance(payload, dict) or "results" not in payload:
-        raise ValueError("%s is not a similarity results file (no 'results' key)" % path)
+    """Read a file written by :func:`save_results_json`: (rows, metadata).
+
+    Raises:
+        FileNotFoundError: no such file.
+        CorruptFileError: (a ValueError) the file is not UTF-8 JSON holding an object with a ``results`` key.
+    """
+    payload = read_json_file(path, "similarity results file")
+    if "results" not in payload:
+        raise CorruptFileError("%s is not a similarity results file (no 'results' key)" % path, path)
     return [SimilarityResult.from_dict(d) for d in payload["results"]], dict(payload.get("metadata") or {})
 
 

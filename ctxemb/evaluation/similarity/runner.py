@@ -84,7 +84,8 @@ class SimilarityOptions:
 
     Fit samples and running:
         max_fit_tokens, max_fit_sentences: fit sample sizes (word vectors / sentence vectors).
-        batch_size, show_progress_bar, seed: as elsewhere.
+        batch_size: texts per forward pass; None (default): the embedder's own batching.
+        show_progress_bar, seed: as elsewhere.
 
     Raises:
         ValueError: for an unknown option value, before anything is embedded.
@@ -109,7 +110,7 @@ class SimilarityOptions:
 
     max_fit_tokens: int = 8192
     max_fit_sentences: int = 20000
-    batch_size: int = 32
+    batch_size: int | None = None
     show_progress_bar: bool = True
     seed: int = 0
 

@@ -193,7 +193,7 @@ def score_word_spans(embedder: EmbedderLike, spans: Sequence[WordInContext], *, 
                      default_fit: tuple[list[tuple[str, ...]] | None, str | None] = (None, None),
                      postprocess="none", n_components: int | None = None,
                      fit_corpus: Sequence[Sequence[str]] | None = None, fit_corpus_name: str | None = None,
-                     layers: LayerMode = "sweep", max_fit_tokens: int = 8192, batch_size: int = 32,
+                     layers: LayerMode = "sweep", max_fit_tokens: int = 8192, batch_size: int | None = None,
                      show_progress_bar: bool = True, seed: int = 0) -> list[SimilarityResult]:
     """Score words in context: embed ``spans`` and a fit sample in one pass, then run :func:`score_layer_views`
     with pooling "target".

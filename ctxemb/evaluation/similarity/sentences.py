@@ -35,7 +35,7 @@ from ctxemb.evaluation.similarity.views import (
     needs_fit,
     postprocess_options,
 )
-from ctxemb.protocols import EmbedderLike
+from ctxemb.protocols import EmbedderLike, batch_size_kwargs
 
 SentencePooling = Literal["cls", "mean", "layers"]
 SENTENCE_POOLINGS: tuple[SentencePooling, ...] = get_args(SentencePooling)
@@ -45,8 +45,8 @@ def evaluate_sentence_similarity(embedder: EmbedderLike, splits: Mapping[str, Se
                                  poolings: Sequence[SentencePooling] = SENTENCE_POOLINGS, postprocess="none",
                                  n_components: int | None = None, fit_texts: Sequence[str] | None = None,
                                  fit_name: str | None = None, layers: LayerMode = "sweep",
-                                 max_fit_sentences: int = 20000, batch_size: int = 32, show_progress_bar: bool = True,
-                                 seed: int = 0) -> list[SimilarityResult]:
+                                 max_fit_sentences: int = 20000, batch_size: int | None = None,
+                                 show_progress_bar: bool = True, seed: int = 0) -> list[SimilarityResult]:
     """Sentence similarity (STS-B, SICK-R): Spearman and Pearson (x 100) of the cosine of two sentence vectors.
 
     Poolings:
@@ -96,7 +96,7 @@ def evaluate_sentence_similarity(embedder: EmbedderLike, splits: Mapping[str, Se
     rows: list[SimilarityResult] = []
     for pooling in poolings:
         if pooling in ("cls", "mean"):
-            vectors = np.asarray(embedder.embed_sentences(texts, pooling=pooling, batch_size=batch_size,
+            vectors = np.asarray(embedder.embed_sentences(texts, pooling=pooling, **batch_size_kwargs(batch_size),
                                                           show_progress_bar=show_progress_bar, layers=(-1,),
                                                           layer_pooling="mean"), dtype=np.float32)
             if vectors.ndim != 2 or vectors.shape[0] != len(texts):

@@ -14,14 +14,14 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from ctxemb.evaluation.similarity.records import WordInContext
-from ctxemb.protocols import EmbedderLike
+from ctxemb.protocols import EmbedderLike, batch_size_kwargs
 
 _CHUNK_SENTENCES = 512  # unique sentences per embed_words call: bounds the memory of stacked outputs
 
 
 def embed_spans(embedder: EmbedderLike, spans: Sequence[WordInContext], *, stack_layers: tuple[int, ...] | None,
-                batch_size: int, show_progress_bar: bool, desc: str = "embedding", groups: np.ndarray | None = None,
-                n_groups: int | None = None) -> np.ndarray:
+                batch_size: int | None, show_progress_bar: bool, desc: str = "embedding",
+                groups: np.ndarray | None = None, n_groups: int | None = None) -> np.ndarray:
     """Contextual vectors of word spans, each sentence run through the encoder once.
 
     A span's vector is the mean of its word vectors. With ``groups`` (P,) the span vectors are summed per group
@@ -32,7 +32,8 @@ def embed_spans(embedder: EmbedderLike, spans: Sequence[WordInContext], *, stack
         spans: the word spans.
         stack_layers: hidden states to stack (0 = embedding output ... L = last layer), or None for the embedder's
             own configuration (S = 1).
-        batch_size, show_progress_bar: passed on to the embedder / the progress bar.
+        batch_size: texts per forward pass; None leaves it to the embedder (its own batching).
+        show_progress_bar: show a progress bar.
         desc: the progress bar's label.
         groups, n_groups: sum the span vectors into ``n_groups`` rows, span p into row ``groups[p]``.
 
@@ -59,8 +60,8 @@ def embed_spans(embedder: EmbedderLike, spans: Sequence[WordInContext], *, stack
     bar = tqdm(total=len(order), desc=desc, unit="sent", disable=not show_progress_bar)
     for lo in range(0, len(order), _CHUNK_SENTENCES):
         chunk = order[lo : lo + _CHUNK_SENTENCES]
-        embs = embedder.embed_words([list(sentences[i]) for i in chunk], batch_size=batch_size,
-                                    show_progress_bar=False, **kwargs)
+        embs = embedder.embed_words([list(sentences[i]) for i in chunk], show_progress_bar=False,
+                                    **batch_size_kwargs(batch_size), **kwargs)
         if len(embs) != len(chunk):
             raise RuntimeError("embed_words returned %d arrays for %d sentences" % (len(embs), len(chunk)))
         for i, e in zip(chunk, embs):

@@ -27,7 +27,7 @@ from ctxemb.protocols import EmbedderLike
 def evaluate_wic(embedder: EmbedderLike, train: Sequence[WicExample], dev: Sequence[WicExample], *,
                  postprocess="none", n_components: int | None = None, fit_corpus: Sequence[Sequence[str]] | None = None,
                  fit_corpus_name: str | None = None, layers: LayerMode = "sweep", logreg: bool = True,
-                 max_fit_tokens: int = 8192, batch_size: int = 32, show_progress_bar: bool = True,
+                 max_fit_tokens: int = 8192, batch_size: int | None = None, show_progress_bar: bool = True,
                  seed: int = 0) -> list[SimilarityResult]:
     """WiC: cosine of the target's two contextual vectors, thresholded at the value best on train.
 
@@ -47,7 +47,8 @@ def evaluate_wic(embedder: EmbedderLike, train: Sequence[WicExample], dev: Seque
             (the embedder's configuration).
         logreg: add the logistic-regression variant.
         max_fit_tokens: word vectors sampled from the fit corpus to fit each post-processor.
-        batch_size, show_progress_bar: passed on to the embedder / progress bars.
+        batch_size: texts per forward pass; None (default): the embedder's own batching.
+        show_progress_bar: show progress bars.
         seed: for the fit sample.
 
     Raises:

@@ -56,7 +56,7 @@ class DecontextualizedVectors:
 
 def decontextualized_word_vectors(embedder: EmbedderLike, words: Iterable[str], corpus: Sequence[Sequence[str]], *,
                                   max_occurrences: int = 100, layers: LayerMode = "sweep", lowercase: bool = True,
-                                  extra_spans: Sequence[WordInContext] = (), batch_size: int = 32,
+                                  extra_spans: Sequence[WordInContext] = (), batch_size: int | None = None,
                                   show_progress_bar: bool = True,
                                   seed: int = 0) -> tuple[DecontextualizedVectors, np.ndarray]:
     """Average each word's contextual vectors over up to ``max_occurrences`` corpus sentences that contain it.
@@ -130,7 +130,7 @@ def evaluate_word_similarity(embedder: EmbedderLike, datasets: Mapping[str, Mapp
                              postprocess="none", n_components: int | None = None,
                              fit_corpus: Sequence[Sequence[str]] | None = None, fit_corpus_name: str | None = None,
                              layers: LayerMode = "sweep", lowercase: bool = True, max_fit_tokens: int = 8192,
-                             batch_size: int = 32, show_progress_bar: bool = True,
+                             batch_size: int | None = None, show_progress_bar: bool = True,
                              seed: int = 0) -> list[SimilarityResult]:
     """Word similarity out of context with decontextualised vectors (:func:`decontextualized_word_vectors`):
     Spearman (x 100) of the cosine of the two words' vectors against the gold scores.
