@@ -25,12 +25,16 @@ replaces them); ``remove`` guarantees the id is never returned again: exact and 
 HNSW and in-memory IVF-PQ (whose FAISS structures cannot delete) keep a tombstone that every search excludes via
 an ``IDSelectorBitmap`` until ``compact()`` rebuilds them.
 
-A saved index is a directory (``ctxemb.search.storage``): ``manifest.json``, ``index.<gen>.faiss`` and
-``items.<gen>.json``, written as a new generation and committed by replacing the manifest atomically, so a crash
-leaves the previous save loadable. An on-disk index changes its live files in place: once changed and not saved
-again (a crash), its directory no longer matches its manifest and loading it raises ``CorruptFileError`` (rebuild
-it) instead of returning wrong results. Every corrupt, truncated or inconsistent file read by ``load`` raises
-``CorruptFileError`` (a ``ValueError``) naming the file.
+A saved index is a directory (``ctxemb.search.storage``): ``manifest.json``, ``index.<gen>-<token>.faiss`` and
+``items.<gen>-<token>.json``, written as a new generation under the directory's lock and committed by replacing the
+manifest atomically, so a crash leaves the previous save loadable, a second writer is told (``DirectoryLockedError``)
+and a reader loads the old save or the new one. An on-disk index never changes the files of a committed save: it
+copies its inverted lists before its first change after a save. Every corrupt, truncated or inconsistent file read
+by ``load`` raises ``CorruptFileError`` (a ``ValueError``) naming the file.
+
+Threads: every method takes the index's readers-writer lock, so searches run concurrently with each other and
+``add``/``upsert``/``remove``/``train``/``compact`` run alone (for every kind; FAISS's HNSW graph would otherwise
+crash the process when searched while it grows).
 
 Shape legend:
     N  vectors (items) added
@@ -42,8 +46,10 @@ Shape legend:
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import logging
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -52,29 +58,61 @@ import faiss
 import numpy as np
 from tqdm.auto import tqdm
 
-from ctxemb._validation import check_choice, check_int, unit_rows
-from ctxemb.paths import resolve_saved_directory
+from ctxemb._validation import check_int, unit_rows
+from ctxemb.atomic import resolve_saved_directory
+from ctxemb.locks import DirectoryLock, ReadWriteLock
 from ctxemb.search._backends import Backend, make_backend
-from ctxemb.search.params import METRICS, IndexKind, IndexParams, IVFPQParams, Metric, resolve_params
+from ctxemb.search.inputs import (  # noqa: F401  (apply_layer_overrides, check_id_list: for ctxemb.search.text)
+    CHUNK,
+    apply_layer_overrides,
+    check_id_list,
+    check_matrix,
+    check_metadata,
+    check_spec,
+    embedder_config_differences,
+    json_dict,
+    preview,
+)
+from ctxemb.search.params import IndexKind, IndexParams, IVFPQParams, Metric
 from ctxemb.search.storage import (
     CorruptFileError,
     SavedIndex,
-    mark_unsaved_changes,
+    clean_directory,
+    directory_lock,
     prepare_on_disk_directory,
     read_index_directory,
+    read_manifest,
     write_index_directory,
 )
 
 logger = logging.getLogger(__name__)
 
 # Vectors are validated, normalised and handed to FAISS in chunks so a large add never needs a second full copy.
-_ADD_CHUNK = 65_536
+_ADD_CHUNK = CHUNK
 # The smallest default IVF-PQ training sample (the PQ codebooks want ~39 points per centroid, 2**8 centroids).
 _MIN_DEFAULT_TRAIN = 10_000
 # The search-time overrides and the kind each applies to.
 _SEARCH_OPTIONS: dict[str, IndexKind] = {"ef_search": "hnsw", "nprobe": "ivfpq", "k_factor": "ivfpq"}
-# The smallest magnitude that rounds to infinity in float32 (FLT_MAX plus half an ulp).
-_FLOAT32_OVERFLOW = 2.0**128 - 2.0**103
+# How long load keeps starting again when saves by another process keep deleting the files it is about to read.
+_LOAD_RETRY_SECONDS = 30.0
+
+
+def _reading(method):
+    """Run ``method`` holding the index's lock for reading (concurrently with other readers)."""
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        with self._rw.read():
+            return method(self, *args, **kwargs)
+    return wrapper
+
+
+def _writing(method):
+    """Run ``method`` holding the index's lock for writing (alone)."""
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        with self._rw.write():
+            return method(self, *args, **kwargs)
+    return wrapper
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,110 +129,6 @@ class Hit:
     score: float
     metadata: dict | None
 
-
-# ---------------------------------------------------------------------------------------------------------------
-# argument checks
-
-
-def _json_dict(value, name: str) -> dict | None:
-    """A JSON-able dict, normalised through a JSON round trip (tuples become lists) so comparisons are stable."""
-    if value is None:
-        return None
-    if not isinstance(value, Mapping) and hasattr(value, "to_dict"):
-        value = value.to_dict()
-    if not isinstance(value, Mapping):
-        raise TypeError("%s must be a dict (or have a to_dict() method); got %s" % (name, type(value).__name__))
-    try:
-        return json.loads(json.dumps(dict(value), allow_nan=False))
-    except (TypeError, ValueError) as e:
-        raise TypeError("%s must be JSON-serialisable: %s" % (name, e)) from None
-
-
-def apply_layer_overrides(config: Mapping | None, recipe: Mapping | None) -> dict | None:
-    """The embedder configuration that a recipe's per-call layer choice gives: ``layers``/``layer_pooling`` replaced.
-
-    ``layer_weights`` only count for ``"weighted"`` pooling, so another pooling makes them None (as the embedder
-    ignores them then). A copy; None stays None.
-    """
-    if config is None:
-        return None
-    out = dict(config)
-    recipe = recipe or {}
-    if recipe.get("layers") is not None:
-        out["layers"] = list(recipe["layers"])
-    if recipe.get("layer_pooling") is not None:
-        out["layer_pooling"] = recipe["layer_pooling"]
-        if out["layer_pooling"] != "weighted" and out.get("layer_weights") is not None:
-            out["layer_weights"] = None
-    return out
-
-
-def embedder_config_differences(stored: Mapping | Any, given: Mapping | Any, *, stored_name: str = "index"
-                                ) -> list[str]:
-    """One line per field where two embedder configurations differ, ``"  field: index has X, given Y"``.
-
-    The comparison every store of embeddings uses (``SemanticIndex.check_config``, the WSD ``Disambiguator``): all
-    fields, after a JSON round trip (tuples and lists compare equal); a field present on one side only differs.
-    ``precision`` alone is not a difference but a logged warning: every path stays within its documented bound of
-    the exact vectors, and ``precision="auto"`` may choose another path on another machine.
-
-    Args:
-        stored: the configuration recorded with the vectors (dict, or an object with ``to_dict()``).
-        given: the configuration of the embedder about to make queries.
-        stored_name: what recorded ``stored``, for the lines ("index", "store").
-    """
-    a_all, b_all = _json_dict(stored, "stored config"), _json_dict(given, "config")
-    missing = object()
-    diffs = []
-    for key in sorted(set(a_all) | set(b_all)):
-        a, b = a_all.get(key, missing), b_all.get(key, missing)
-        if a != b:
-            shown = ["(absent)" if v is missing else json.dumps(v) for v in (a, b)]
-            line = "  %s: %s has %s, given %s" % (key, stored_name, shown[0], shown[1])
-            if key in _NEAR_EQUAL_FIELDS and missing not in (a, b):
-                logger.warning("the embedder differs from the %s's in a way that changes vectors only within a "
-                               "documented bound:%s", stored_name, line)
-            else:
-                diffs.append(line)
-    return diffs
-
-
-# Fields whose values give vectors equal up to a documented bound (ctxemb.inference.ACCURACY_BOUNDS).
-_NEAR_EQUAL_FIELDS = frozenset({"precision"})
-
-
-def check_id_list(ids, name: str = "ids") -> list[str]:
-    """Return ``ids`` as a list of str; a single str (or bytes) and non-str items are refused.
-
-    Raises:
-        TypeError: naming ``name`` and the first offending item.
-    """
-    if isinstance(ids, (str, bytes)):
-        raise TypeError(
-            "%s must be a sequence of strings; got a single %s (wrap one id in a list)" % (name, type(ids).__name__)
-        )
-    try:
-        ids = list(ids)
-    except TypeError:
-        raise TypeError("%s must be a sequence of strings; got %s" % (name, type(ids).__name__)) from None
-    for i, x in enumerate(ids):
-        if not isinstance(x, str):
-            raise TypeError("%s must hold strings; %s[%d] is %r (%s)" % (name, name, i, x, type(x).__name__))
-    return ids
-
-
-def _preview(items: Sequence, limit: int = 5) -> str:
-    shown = ", ".join(repr(x) for x in list(items)[:limit])
-    return "[%s%s]" % (shown, ", ... (%d in all)" % len(items) if len(items) > limit else "")
-
-
-def _check_spec(dim, kind, metric, params) -> tuple[int, IndexKind, IndexParams]:
-    """Check an index's dimension, kind, metric and parameters together (a new index, or one being loaded)."""
-    dim = check_int(dim, "dim", low=1)
-    kind, params = resolve_params(kind, params)
-    check_choice(metric, "metric", METRICS)
-    params.check_dim(dim)
-    return dim, kind, params
 
 
 class SemanticIndex:
@@ -215,8 +149,9 @@ class SemanticIndex:
     Attributes:
         dim, kind, metric, params, directory, embedder_config, recipe: as given (``params`` filled in).
 
-    Searches may run concurrently from several threads; ``add``/``upsert``/``remove``/``compact``/``save`` need
-    the caller's lock. One process at a time may write an on-disk index directory.
+    Thread-safe: searches run concurrently, mutations alone (a readers-writer lock). One writer at a time per
+    directory, across processes: ``save`` holds the directory's lock, and an on-disk index holds it from its first
+    change until ``save`` or ``close`` (another writer gets ``DirectoryLockedError``).
 
     Raises:
         TypeError / ValueError: for an argument of the wrong type or out of range, or ``params`` of another kind
@@ -235,15 +170,20 @@ class SemanticIndex:
         embedder_config: Mapping | Any | None = None,
         recipe: Mapping | None = None,
     ):
-        dim, kind, params = _check_spec(dim, kind, metric, params)
-        embedder_config = _json_dict(embedder_config, "embedder_config")
-        recipe = _json_dict(recipe, "recipe")
+        dim, kind, params = check_spec(dim, kind, metric, params)
+        embedder_config = json_dict(embedder_config, "embedder_config")
+        recipe = json_dict(recipe, "recipe")
         if isinstance(params, IVFPQParams) and params.on_disk:
             if directory is None:
                 raise ValueError("on_disk=True needs directory=, the folder that will hold the inverted lists")
             directory = prepare_on_disk_directory(directory)
         self._init_state(dim, kind, metric, params, embedder_config, recipe,
                          None if directory is None else Path(directory))
+        if self.on_disk:  # the generation its first change will check the directory is still at
+            try:
+                self._generation = _manifest_generation(self.directory)
+            except (OSError, ValueError):
+                self._generation = 0
 
     def _init_state(self, dim, kind, metric, params, embedder_config, recipe, directory) -> None:
         self.dim: int = dim
@@ -261,7 +201,9 @@ class SemanticIndex:
         # tombstoned labels of kinds whose FAISS index cannot delete (hnsw, in-memory ivfpq)
         self._dead: set[int] = set()
         self._selector_cache = None  # (bitmap array kept alive, faiss.IDSelectorBitmap)
-        self._live_marked = False  # on-disk: unsaved_changes.json written since the last save
+        self._rw = ReadWriteLock()
+        self._generation: int | None = None  # the generation of self.directory that this index was loaded/saved as
+        self._dir_lock: DirectoryLock | None = None  # on-disk: held from the first change until save/close
 
     @property
     def on_disk(self) -> bool:
@@ -286,6 +228,7 @@ class SemanticIndex:
         )
 
     @property
+    @_reading
     def ids(self) -> list[str]:
         """The ids of all items, in insertion order."""
         return [i for i in self._ids if i is not None]
@@ -308,6 +251,7 @@ class SemanticIndex:
         except KeyError:
             raise KeyError("id %r is not in the index" % item_id) from None
 
+    @_reading
     def get_metadata(self, item_id: str) -> dict | None:
         """The metadata stored for ``item_id`` (a fresh copy), or None. Raises KeyError for an unknown id."""
         return self._decode_meta(self._label(item_id))
@@ -322,6 +266,7 @@ class SemanticIndex:
             raise CorruptFileError("the metadata of item %r is not valid JSON; the items file of %s is corrupt"
                                    % (self._ids[label], self.directory)) from None
 
+    @_reading
     def get_vector(self, item_id: str) -> np.ndarray:
         """The stored (H,) float32 vector of ``item_id`` (L2-normalised for ``metric="cosine"``).
 
@@ -333,40 +278,6 @@ class SemanticIndex:
     # ----------------------------------------------------------------------------------------------------------
     # input preparation
 
-    def _check_matrix(self, value, name: str, *, allow_1d: bool) -> tuple[np.ndarray, bool]:
-        """Validate a (N, H) numeric array-like without copying; returns it and whether it was a single 1-D row."""
-        arr = value if isinstance(value, np.ndarray) else np.asarray(value)
-        if arr.dtype.kind not in "iuf":
-            raise TypeError("%s must be a real numeric array; got dtype %s" % (name, arr.dtype))
-        single = arr.ndim == 1 and allow_1d
-        if single:
-            arr = arr[None, :]
-        if arr.ndim != 2:
-            raise ValueError(
-                "%s must be a 2-D array of shape (N, %d)%s; got shape %s"
-                % (name, self.dim, " or a single (%d,) vector" % self.dim if allow_1d else "", arr.shape)
-            )
-        if arr.shape[1] != self.dim:
-            raise ValueError(
-                "%s have dimension %d, but this index holds %d-dimensional vectors (shape %s)"
-                % (name, arr.shape[1], self.dim, arr.shape)
-            )
-        if arr.dtype.kind == "f":
-            # Everything that could make a row unusable is checked here, before an add or upsert changes anything.
-            for start in range(0, len(arr), _ADD_CHUNK):
-                block = arr[start : start + _ADD_CHUNK]
-                finite = np.isfinite(block)
-                if not finite.all():
-                    r, c = np.argwhere(~finite)[0]
-                    raise ValueError("%s contains NaN or infinity (first at row %d, column %d)" % (name, start + r, c))
-                if arr.dtype.itemsize > 4 and block.size and (
-                    block.max() >= _FLOAT32_OVERFLOW or block.min() <= -_FLOAT32_OVERFLOW  # two passes, no copy
-                ):
-                    r, c = np.argwhere(np.abs(block) >= _FLOAT32_OVERFLOW)[0]
-                    raise ValueError("%s overflows float32 (values beyond +-3.4e38; first at row %d, column %d)"
-                                     % (name, start + r, c))
-        return arr, single
-
     def _prepare(self, arr: np.ndarray, name: str) -> np.ndarray:
         """A float32 C-contiguous copy of rows checked by ``_check_matrix``, L2-normalised for the cosine metric
         (zero rows stay zero)."""
@@ -374,30 +285,9 @@ class SemanticIndex:
             return unit_rows(arr, name, zero="keep", dtype=np.float32)  # (N, H)
         return np.array(arr, dtype=np.float32, order="C", copy=True)  # (N, H)
 
-    def _check_metadata(self, metadata, n: int) -> list[str | None]:
-        if metadata is None:
-            return [None] * n
-        if isinstance(metadata, Mapping):
-            raise TypeError("metadata must be a sequence of dicts (one per id) or None; got a single dict")
-        metadata = list(metadata)
-        if len(metadata) != n:
-            raise ValueError("metadata has %d entries but there are %d ids" % (len(metadata), n))
-        out: list[str | None] = []
-        for i, m in enumerate(metadata):
-            if m is None:
-                out.append(None)
-                continue
-            if not isinstance(m, Mapping):
-                raise TypeError("metadata[%d] must be a dict or None; got %s" % (i, type(m).__name__))
-            try:
-                out.append(json.dumps(dict(m), allow_nan=False, separators=(",", ":")))
-            except (TypeError, ValueError) as e:
-                raise TypeError("metadata[%d] is not JSON-serialisable: %s" % (i, e)) from None
-        return out
-
     def _check_batch(self, ids, vectors, metadata) -> tuple[list[str], np.ndarray, list[str | None]]:
         ids = check_id_list(ids)
-        arr, _ = self._check_matrix(vectors, "vectors", allow_1d=False)
+        arr, _ = check_matrix(vectors, "vectors", self.dim, allow_1d=False)
         if len(arr) != len(ids):
             raise ValueError("vectors has %d rows but there are %d ids" % (len(arr), len(ids)))
         if len(set(ids)) != len(ids):
@@ -406,8 +296,8 @@ class SemanticIndex:
                 if i in seen:
                     dup.append(i)
                 seen.add(i)
-            raise ValueError("ids must be unique within a call; repeated: %s" % _preview(dup))
-        return ids, arr, self._check_metadata(metadata, len(ids))
+            raise ValueError("ids must be unique within a call; repeated: %s" % preview(dup))
+        return ids, arr, check_metadata(metadata, len(ids))
 
     # ----------------------------------------------------------------------------------------------------------
     # training and adding
@@ -429,6 +319,7 @@ class SemanticIndex:
             )
         return self._prepare(arr, "training vectors")
 
+    @_writing
     def train(self, vectors) -> "SemanticIndex":
         """Train the IVF-PQ quantisers on (N, H) ``vectors`` (a sample of the collection). No-op for flat/hnsw.
 
@@ -441,14 +332,17 @@ class SemanticIndex:
         Raises:
             ValueError: too few vectors, a wrong dimension, or the index already trained and holding items.
         """
-        arr, _ = self._check_matrix(vectors, "vectors", allow_1d=False)
+        arr, _ = check_matrix(vectors, "vectors", self.dim, allow_1d=False)
         if self.kind != "ivfpq":
             return self
         if self._backend.is_trained and self._backend.ntotal:
             raise ValueError("this IVF-PQ index is already trained and holds %d vectors" % self._backend.ntotal)
-        self._backend.train(self._train_sample(arr), len(arr))
+        sample = self._train_sample(arr)
+        self._begin_change()
+        self._backend.train(sample, len(arr))
         return self
 
+    @_writing
     def add(self, ids: Sequence[str], vectors, metadata: Sequence[Mapping | None] | None = None, *,
             show_progress_bar: bool = True) -> "SemanticIndex":
         """Add new items.
@@ -472,10 +366,11 @@ class SemanticIndex:
         ids, arr, meta = self._check_batch(ids, vectors, metadata)
         present = [i for i in ids if i in self._label_of]
         if present:
-            raise ValueError("ids already in the index: %s; use upsert() to replace them" % _preview(present))
+            raise ValueError("ids already in the index: %s; use upsert() to replace them" % preview(present))
         self._add_rows(ids, arr, meta, show_progress_bar)
         return self
 
+    @_writing
     def upsert(self, ids: Sequence[str], vectors, metadata: Sequence[Mapping | None] | None = None, *,
                show_progress_bar: bool = True) -> "SemanticIndex":
         """Add items, replacing the vector and metadata of ids already present (metadata None clears it).
@@ -496,9 +391,9 @@ class SemanticIndex:
         n = len(ids)
         if n == 0:
             return
+        self._begin_change()
         if not self._backend.is_trained:
             self._backend.train(self._train_sample(arr), n)
-        self._before_live_change()
         with tqdm(total=n, desc="indexing", unit="vec", disable=not show_progress_bar or n <= _ADD_CHUNK) as bar:
             for start in range(0, n, _ADD_CHUNK):
                 stop = min(start + _ADD_CHUNK, n)
@@ -516,6 +411,7 @@ class SemanticIndex:
     # ----------------------------------------------------------------------------------------------------------
     # removal
 
+    @_writing
     def remove(self, ids: Sequence[str]) -> "SemanticIndex":
         """Remove items; a removed id is never returned by a search again (until it is added anew).
 
@@ -531,7 +427,7 @@ class SemanticIndex:
         ids = list(dict.fromkeys(check_id_list(ids)))
         missing = [i for i in ids if i not in self._label_of]
         if missing:
-            raise KeyError("ids not in the index: %s" % _preview(missing))
+            raise KeyError("ids not in the index: %s" % preview(missing))
         self._remove_labels([self._label_of[i] for i in ids])
         return self
 
@@ -539,7 +435,7 @@ class SemanticIndex:
         if not labels:
             return
         if self._backend.physical_remove:
-            self._before_live_change()
+            self._begin_change()
             self._backend.remove(np.array(sorted(labels), dtype=np.int64))
         else:
             self._dead.update(labels)
@@ -549,14 +445,47 @@ class SemanticIndex:
             self._ids[label] = None
             self._meta[label] = None
 
-    def _before_live_change(self) -> None:
-        """Before an on-disk index first changes its live files after a save, record that they will differ from it
-        (``unsaved_changes.json``; see ``ctxemb.search.storage``), so that loading the directory after a crash
-        raises instead of returning wrong results."""
-        if self.on_disk and not self._live_marked:
-            mark_unsaved_changes(self._backend.directory)
-            self._live_marked = True
+    def _begin_change(self) -> None:
+        """Before an on-disk index changes its files: hold its directory's lock (kept until ``save``/``close``),
+        check that no other writer saved the directory since this index read it, and copy inverted lists that a
+        committed save names (see ``ctxemb.search.storage``).
 
+        Raises:
+            DirectoryLockedError: another process (or object) is writing the directory.
+            RuntimeError: the directory was saved by another writer since this index was loaded or saved.
+        """
+        if not self.on_disk:
+            return
+        if self._dir_lock is None or not self._dir_lock.held:
+            lock = directory_lock(self._backend.directory)
+            lock.acquire(timeout=0)
+            try:
+                current = _manifest_generation(self._backend.directory)
+                if current != (self._generation or 0):
+                    raise RuntimeError(
+                        "%s was saved by another writer (generation %d) since this on-disk index was loaded or saved "
+                        "(generation %d): changing it would corrupt that save. Load the directory again."
+                        % (self._backend.directory, current, self._generation or 0)
+                    )
+            except BaseException:
+                lock.release()
+                raise
+            self._dir_lock = lock
+        self._backend.copy_lists_on_write()
+
+    @_writing
+    def close(self) -> None:
+        """Release the directory lock that an on-disk index holds since its first change after a save.
+
+        Changes not saved are abandoned: the directory keeps its last save (the copied lists and rows appended to
+        ``vectors.f32`` are unused; the next save or load deletes the copy). The index must not be used after.
+        """
+        if self._dir_lock is not None:
+            while self._dir_lock.held:
+                self._dir_lock.release()
+            self._dir_lock = None
+
+    @_writing
     def compact(self, *, show_progress_bar: bool = True) -> "SemanticIndex":
         """Rebuild the FAISS index without tombstoned vectors (hnsw, in-memory ivfpq) and renumber labels.
 
@@ -608,7 +537,7 @@ class SemanticIndex:
                     "%s applies to kind=%r indexes; this index is kind=%r" % (name, _SEARCH_OPTIONS[name], self.kind)
                 )
         params = dataclasses.replace(self.params, **given) if given else self.params  # checks the values
-        arr, single = self._check_matrix(queries, "queries", allow_1d=True)
+        arr, single = check_matrix(queries, "queries", self.dim, allow_1d=True)
         if len(self) == 0:
             raise ValueError("the index is empty: add items before searching")
         x = self._prepare(arr, "queries")
@@ -633,6 +562,7 @@ class SemanticIndex:
                 j += 1
         return out, ids
 
+    @_reading
     def search(self, queries, k: int = 10, *, ef_search: int | None = None, nprobe: int | None = None,
                k_factor: float | None = None) -> list[list[Hit]] | list[Hit]:
         """The ``k`` nearest items of each query, best first.
@@ -666,6 +596,7 @@ class SemanticIndex:
             results.append(row)
         return results[0] if single else results
 
+    @_reading
     def search_array(self, queries, k: int = 10, *, ef_search: int | None = None, nprobe: int | None = None,
                      k_factor: float | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Array form of ``search``: scores and string ids.
@@ -702,7 +633,7 @@ class SemanticIndex:
             ValueError: listing each differing field with the index's and the given value, or saying that the
                 index stores no configuration to compare against.
         """
-        given = _json_dict(config, "config")
+        given = json_dict(config, "config")
         if self.embedder_config is None:
             raise ValueError(
                 "this index stores no embedder configuration, so queries cannot be checked against it; pass "
@@ -722,42 +653,63 @@ class SemanticIndex:
     # ----------------------------------------------------------------------------------------------------------
     # persistence
 
-    def save(self, directory: str | Path | None = None) -> Path:
+    @_writing
+    def save(self, directory: str | Path | None = None, *, lock_timeout: float | None = 0.0) -> Path:
         """Save to a directory atomically (a new generation of files, then the manifest replaced in one step).
+
+        The directory's lock is held while saving: a save by another process or object at the same time fails
+        with ``DirectoryLockedError`` (or waits for it up to ``lock_timeout`` seconds), never mixing the two.
 
         Args:
             directory: target folder (created if needed); defaults to the index's own ``directory``. An on-disk
                 index saved elsewhere copies its data files there.
+            lock_timeout: seconds to wait for another writer of the directory; 0 (the default) fails at once,
+                None waits as long as it takes.
 
         Returns:
             The directory.
 
         Raises:
             ValueError: no directory given and the index has none.
+            DirectoryLockedError: another writer holds the directory (a ``TimeoutError``).
+            RuntimeError: an on-disk index saving its own directory, which another writer saved since this index
+                was loaded or saved.
         """
         if directory is None:
             if self.directory is None:
                 raise ValueError("save() needs a directory (this index was not created or loaded with one)")
             directory = self.directory
         directory = Path(directory)
+        own = self.on_disk and directory.resolve() == self._backend.directory.resolve()
         state = SavedIndex(
             kind=self.kind, dim=self.dim, metric=self.metric, params=self.params,
             embedder_config=self.embedder_config, recipe=self.recipe, ids=self._ids, metadata=self._meta,
             ntotal=self._backend.ntotal,
         )
-        gen = write_index_directory(
-            directory, state,
-            write_faiss=self._backend.write if self._backend.is_trained else None,
-            live_dir=self._backend.directory if self.on_disk else None,
-        )
-        if self.on_disk and directory.resolve() == self._backend.directory.resolve():
-            self._live_marked = False  # the save cleared the marker
+        lock = self._dir_lock if own and self._dir_lock is not None else directory_lock(directory)
+        with lock.hold(lock_timeout):
+            gen, _ = write_index_directory(
+                directory, state,
+                write_faiss=self._backend.write if self._backend.is_trained else None,
+                live_dir=self._backend.directory if self.on_disk else None,
+                lists_name=self._backend.lists_name if self.on_disk else None,
+                expected_generation=(self._generation or 0) if own else None,
+            )
+        if own:  # the lists are a committed save's now; the next change copies them and takes the lock again
+            self._backend.lists_committed = True
+            self._generation = gen
+            while self._dir_lock is not None and self._dir_lock.held:
+                self._dir_lock.release()
         logger.info("saved %r to %s (generation %d)", self, directory, gen)
         return directory
 
     @classmethod
     def load(cls, directory: str | Path, *, expected_config: Mapping | Any | None = None) -> "SemanticIndex":
         """Load an index saved by ``save``.
+
+        Takes no lock: when another process saves the directory meanwhile, the load sees that save or the previous
+        one, complete (if a file it is about to read is deleted by a save committing, it starts again from the new
+        manifest). Leftovers of interrupted saves are deleted first when no writer is at work (logged).
 
         Args:
             directory: the index directory.
@@ -770,22 +722,42 @@ class SemanticIndex:
         Raises:
             FileNotFoundError: no manifest in ``directory``, or a file it names is missing.
             CorruptFileError: a file that is corrupt, truncated, not UTF-8 (JSON) or not a FAISS index, files that
-                disagree with each other, or an on-disk index changed after its last save and never saved again;
+                disagree with each other, or an on-disk index changed in place by an earlier ctxemb and never saved;
                 the message names the file. A ``ValueError``.
             ValueError: another format version, or a configuration mismatch.
         """
         directory = resolve_saved_directory(directory)  # restores a directory save a crash interrupted
+        clean_directory(directory)
+        deadline = time.monotonic() + _LOAD_RETRY_SECONDS
+        while True:
+            before = _manifest_generation(directory, strict=False)
+            try:
+                self = cls._load_once(directory)
+                break
+            except (FileNotFoundError, CorruptFileError):
+                after = _manifest_generation(directory, strict=False)
+                if after is None or after == before or time.monotonic() > deadline:
+                    raise
+                logger.debug("%s was saved again while loading it (generation %s -> %s): loading the new save",
+                             directory, before, after)
+        if expected_config is not None:
+            self.check_config(expected_config)
+        return self
+
+    @classmethod
+    def _load_once(cls, directory: Path) -> "SemanticIndex":
         saved = read_index_directory(directory)
         try:
-            dim, kind, params = _check_spec(saved.dim, saved.kind, saved.metric, saved.params)
+            dim, kind, params = check_spec(saved.dim, saved.kind, saved.metric, saved.params)
         except (TypeError, ValueError) as e:
             raise CorruptFileError("index manifest %s: %s" % (directory / "manifest.json", e)) from None
         self = cls.__new__(cls)
         self._init_state(dim, kind, saved.metric, params, saved.embedder_config, saved.recipe, directory)
+        self._generation = saved.generation
         if saved.faiss_file is not None:
             if self.on_disk:
                 self._backend.n_rows = saved.n_labels
-            self._backend.load(saved.faiss_file, directory)
+            self._backend.load(saved.faiss_file, directory, saved.lists_file)
         self._ids, self._meta = saved.ids, saved.metadata
         self._label_of = {i: label for label, i in enumerate(saved.ids) if i is not None}
         expected_ntotal = len(self._label_of) if self._backend.physical_remove else saved.n_labels
@@ -796,6 +768,16 @@ class SemanticIndex:
             )
         if not self._backend.physical_remove:
             self._dead = {label for label, i in enumerate(saved.ids) if i is None}
-        if expected_config is not None:
-            self.check_config(expected_config)
         return self
+
+
+def _manifest_generation(directory: Path, *, strict: bool = True) -> int | None:
+    """The generation of the save in ``directory`` (0 for none); with ``strict=False``, None if unreadable."""
+    try:
+        m = read_manifest(Path(directory), required=False)
+    except (OSError, ValueError):
+        if strict:
+            raise
+        return None
+    gen = (m or {}).get("generation", 0)
+    return gen if isinstance(gen, int) and not isinstance(gen, bool) else 0

@@ -46,7 +46,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from ctxemb._validation import check_choice, check_finite_matrix, check_int, check_string_batch, unit_rows
-from ctxemb.paths import atomic_directory, resolve_saved_directory
+from ctxemb.atomic import atomic_directory, resolve_saved_directory
 from ctxemb.search.storage import CorruptFileError, read_faiss_file, read_json
 
 logger = logging.getLogger(__name__)
