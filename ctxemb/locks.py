@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import os
 import threading
 import time
@@ -31,7 +32,8 @@ try:
 except ImportError:  # Windows
     fcntl = None
 
-__all__ = ["DirectoryLock", "DirectoryLockedError", "ReadWriteLock", "lock_file_beside", "lock_file_inside"]
+__all__ = ["DirectoryLock", "DirectoryLockedError", "ReadWriteLock", "lock_file_beside", "lock_file_inside", "reads",
+           "writes"]
 
 #: The name of the lock file inside a directory that is written in place (a search index, a training run).
 LOCK_FILE = ".ctxemb.lock"
@@ -249,3 +251,21 @@ class ReadWriteLock:
                 if self._writer_depth == 0:
                     self._writer = None
                     self._cond.notify_all()
+
+
+def reads(method):
+    """Decorator: run the method holding ``self._rw`` (a :class:`ReadWriteLock`) for reading."""
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        with self._rw.read():
+            return method(self, *args, **kwargs)
+    return wrapper
+
+
+def writes(method):
+    """Decorator: run the method holding ``self._rw`` (a :class:`ReadWriteLock`) for writing (alone)."""
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        with self._rw.write():
+            return method(self, *args, **kwargs)
+    return wrapper

@@ -46,7 +46,6 @@ Shape legend:
 from __future__ import annotations
 
 import dataclasses
-import functools
 import json
 import logging
 import time
@@ -60,7 +59,7 @@ from tqdm.auto import tqdm
 
 from ctxemb._validation import check_int, unit_rows
 from ctxemb.atomic import resolve_saved_directory
-from ctxemb.locks import DirectoryLock, ReadWriteLock
+from ctxemb.locks import DirectoryLock, ReadWriteLock, reads, writes
 from ctxemb.search._backends import Backend, make_backend
 from ctxemb.search.inputs import (  # noqa: F401  (apply_layer_overrides, check_id_list: for ctxemb.search.text)
     CHUNK,
@@ -95,24 +94,6 @@ _MIN_DEFAULT_TRAIN = 10_000
 _SEARCH_OPTIONS: dict[str, IndexKind] = {"ef_search": "hnsw", "nprobe": "ivfpq", "k_factor": "ivfpq"}
 # How long load keeps starting again when saves by another process keep deleting the files it is about to read.
 _LOAD_RETRY_SECONDS = 30.0
-
-
-def _reading(method):
-    """Run ``method`` holding the index's lock for reading (concurrently with other readers)."""
-    @functools.wraps(method)
-    def wrapper(self, *args, **kwargs):
-        with self._rw.read():
-            return method(self, *args, **kwargs)
-    return wrapper
-
-
-def _writing(method):
-    """Run ``method`` holding the index's lock for writing (alone)."""
-    @functools.wraps(method)
-    def wrapper(self, *args, **kwargs):
-        with self._rw.write():
-            return method(self, *args, **kwargs)
-    return wrapper
 
 
 @dataclass(frozen=True, slots=True)
@@ -228,7 +209,7 @@ class SemanticIndex:
         )
 
     @property
-    @_reading
+    @reads
     def ids(self) -> list[str]:
         """The ids of all items, in insertion order."""
         return [i for i in self._ids if i is not None]
@@ -251,7 +232,7 @@ class SemanticIndex:
         except KeyError:
             raise KeyError("id %r is not in the index" % item_id) from None
 
-    @_reading
+    @reads
     def get_metadata(self, item_id: str) -> dict | None:
         """The metadata stored for ``item_id`` (a fresh copy), or None. Raises KeyError for an unknown id."""
         return self._decode_meta(self._label(item_id))
@@ -266,7 +247,7 @@ class SemanticIndex:
             raise CorruptFileError("the metadata of item %r is not valid JSON; the items file of %s is corrupt"
                                    % (self._ids[label], self.directory)) from None
 
-    @_reading
+    @reads
     def get_vector(self, item_id: str) -> np.ndarray:
         """The stored (H,) float32 vector of ``item_id`` (L2-normalised for ``metric="cosine"``).
 
@@ -319,7 +300,7 @@ class SemanticIndex:
             )
         return self._prepare(arr, "training vectors")
 
-    @_writing
+    @writes
     def train(self, vectors) -> "SemanticIndex":
         """Train the IVF-PQ quantisers on (N, H) ``vectors`` (a sample of the collection). No-op for flat/hnsw.
 
@@ -342,7 +323,7 @@ class SemanticIndex:
         self._backend.train(sample, len(arr))
         return self
 
-    @_writing
+    @writes
     def add(self, ids: Sequence[str], vectors, metadata: Sequence[Mapping | None] | None = None, *,
             show_progress_bar: bool = True) -> "SemanticIndex":
         """Add new items.
@@ -370,7 +351,7 @@ class SemanticIndex:
         self._add_rows(ids, arr, meta, show_progress_bar)
         return self
 
-    @_writing
+    @writes
     def upsert(self, ids: Sequence[str], vectors, metadata: Sequence[Mapping | None] | None = None, *,
                show_progress_bar: bool = True) -> "SemanticIndex":
         """Add items, replacing the vector and metadata of ids already present (metadata None clears it).
@@ -411,7 +392,7 @@ class SemanticIndex:
     # ----------------------------------------------------------------------------------------------------------
     # removal
 
-    @_writing
+    @writes
     def remove(self, ids: Sequence[str]) -> "SemanticIndex":
         """Remove items; a removed id is never returned by a search again (until it is added anew).
 
@@ -473,7 +454,7 @@ class SemanticIndex:
             self._dir_lock = lock
         self._backend.copy_lists_on_write()
 
-    @_writing
+    @writes
     def close(self) -> None:
         """Release the directory lock that an on-disk index holds since its first change after a save.
 
@@ -485,7 +466,7 @@ class SemanticIndex:
                 self._dir_lock.release()
             self._dir_lock = None
 
-    @_writing
+    @writes
     def compact(self, *, show_progress_bar: bool = True) -> "SemanticIndex":
         """Rebuild the FAISS index without tombstoned vectors (hnsw, in-memory ivfpq) and renumber labels.
 
@@ -562,7 +543,7 @@ class SemanticIndex:
                 j += 1
         return out, ids
 
-    @_reading
+    @reads
     def search(self, queries, k: int = 10, *, ef_search: int | None = None, nprobe: int | None = None,
                k_factor: float | None = None) -> list[list[Hit]] | list[Hit]:
         """The ``k`` nearest items of each query, best first.
@@ -596,7 +577,7 @@ class SemanticIndex:
             results.append(row)
         return results[0] if single else results
 
-    @_reading
+    @reads
     def search_array(self, queries, k: int = 10, *, ef_search: int | None = None, nprobe: int | None = None,
                      k_factor: float | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Array form of ``search``: scores and string ids.
@@ -653,7 +634,7 @@ class SemanticIndex:
     # ----------------------------------------------------------------------------------------------------------
     # persistence
 
-    @_writing
+    @writes
     def save(self, directory: str | Path | None = None, *, lock_timeout: float | None = 0.0) -> Path:
         """Save to a directory atomically (a new generation of files, then the manifest replaced in one step).
 
