@@ -447,6 +447,15 @@ class OnDiskIVFPQBackend(IVFPQBackend):
         self._memmap = None
 
 
+def live_selector(ntotal: int, dead: set[int]):
+    """(bitmap, ``faiss.IDSelectorBitmap``) selecting labels 0..ntotal-1 except ``dead``. The selector keeps a
+    raw pointer into the bitmap: hold the tuple for as long as the selector is used."""
+    live = np.ones(ntotal, dtype=bool)
+    live[np.fromiter(dead, dtype=np.int64, count=len(dead))] = False
+    bitmap = np.packbits(live, bitorder="little")  # bit (label % 8) of byte label // 8
+    return bitmap, faiss.IDSelectorBitmap(len(bitmap), faiss.swig_ptr(bitmap))
+
+
 def make_backend(dim: int, params: IndexParams, directory: os.PathLike | None = None) -> Backend:
     """The backend of ``params.kind``; an on-disk IVF-PQ one keeps its files in ``directory``."""
     if isinstance(params, HNSWParams):

@@ -9,7 +9,7 @@ Three kinds share one interface:
 - ``"ivfpq"``: inverted file with product-quantised codes (``IndexIVFPQ``) whose ``k * k_factor`` best candidates
   are re-ranked exactly (``IndexRefineFlat``), for large collections. Needs training (done on the first ``add``
   or by ``train``). ``IVFPQParams(nlist, pq_m, nbits, nprobe, k_factor, train_size, seed, on_disk)``. With
-  ``on_disk=True`` the inverted lists live in ``<directory>/lists.ivfdata`` (``faiss.OnDiskInvertedLists``,
+  ``on_disk=True`` the inverted lists live in ``<directory>/lists.<token>.ivfdata`` (``faiss.OnDiskInvertedLists``,
   memory-mapped) and the raw vectors for re-ranking in ``<directory>/vectors.f32``, so the collection may be larger
   than RAM.
 
@@ -48,41 +48,32 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-import faiss
 import numpy as np
 from tqdm.auto import tqdm
 
 from ctxemb._validation import check_int, unit_rows
-from ctxemb.atomic import resolve_saved_directory
 from ctxemb.locks import DirectoryLock, ReadWriteLock, reads, writes
-from ctxemb.search._backends import Backend, make_backend
+from ctxemb.search._backends import Backend, live_selector, make_backend
 from ctxemb.search.inputs import (  # noqa: F401  (apply_layer_overrides, check_id_list: for ctxemb.search.text)
     CHUNK,
     apply_layer_overrides,
+    check_embedder_config,
     check_id_list,
     check_matrix,
     check_metadata,
     check_spec,
     embedder_config_differences,
     json_dict,
+    ivfpq_train_sample,
     preview,
 )
 from ctxemb.search.params import IndexKind, IndexParams, IVFPQParams, Metric
-from ctxemb.search.storage import (
-    CorruptFileError,
-    SavedIndex,
-    clean_directory,
-    directory_lock,
-    prepare_on_disk_directory,
-    read_index_directory,
-    read_manifest,
-    write_index_directory,
-)
+from ctxemb.search.persistence import begin_on_disk_change, load_index, manifest_generation, save_index
+from ctxemb.search.results import Hit, hits, id_arrays
+from ctxemb.search.storage import CorruptFileError, prepare_on_disk_directory
 
 logger = logging.getLogger(__name__)
 
@@ -92,24 +83,6 @@ _ADD_CHUNK = CHUNK
 _MIN_DEFAULT_TRAIN = 10_000
 # The search-time overrides and the kind each applies to.
 _SEARCH_OPTIONS: dict[str, IndexKind] = {"ef_search": "hnsw", "nprobe": "ivfpq", "k_factor": "ivfpq"}
-# How long load keeps starting again when saves by another process keep deleting the files it is about to read.
-_LOAD_RETRY_SECONDS = 30.0
-
-
-@dataclass(frozen=True, slots=True)
-class Hit:
-    """One search result.
-
-    Attributes:
-        id: the item's string id.
-        score: cosine similarity (``metric="cosine"``) or inner product; higher is closer.
-        metadata: the item's metadata as stored (a fresh JSON-decoded copy), or None.
-    """
-
-    id: str
-    score: float
-    metadata: dict | None
-
 
 
 class SemanticIndex:
@@ -162,7 +135,7 @@ class SemanticIndex:
                          None if directory is None else Path(directory))
         if self.on_disk:  # the generation its first change will check the directory is still at
             try:
-                self._generation = _manifest_generation(self.directory)
+                self._generation = manifest_generation(self.directory)
             except (OSError, ValueError):
                 self._generation = 0
 
@@ -284,21 +257,7 @@ class SemanticIndex:
     # training and adding
 
     def _train_sample(self, arr: np.ndarray) -> np.ndarray:
-        params: IVFPQParams = self.params
-        n = len(arr)
-        nlist, _ = params.resolve_shape(self.dim, n)
-        size = params.train_size or max(64 * nlist, _MIN_DEFAULT_TRAIN)
-        if n > size:
-            rng = np.random.default_rng(params.seed)
-            arr = arr[np.sort(rng.choice(n, size=size, replace=False))]
-        need = max(nlist, 2**params.nbits)
-        if len(arr) < need:
-            raise ValueError(
-                "IVF-PQ training needs at least %d vectors (max(nlist=%d, 2**nbits=%d)); got %d. Train on a larger "
-                "sample, add more vectors in the first call, or lower nlist/nbits"
-                % (need, nlist, 2**params.nbits, len(arr))
-            )
-        return self._prepare(arr, "training vectors")
+        return self._prepare(ivfpq_train_sample(arr, self.params, self.dim, _MIN_DEFAULT_TRAIN), "training vectors")
 
     @writes
     def train(self, vectors) -> "SemanticIndex":
@@ -427,32 +386,9 @@ class SemanticIndex:
             self._meta[label] = None
 
     def _begin_change(self) -> None:
-        """Before an on-disk index changes its files: hold its directory's lock (kept until ``save``/``close``),
-        check that no other writer saved the directory since this index read it, and copy inverted lists that a
-        committed save names (see ``ctxemb.search.storage``).
-
-        Raises:
-            DirectoryLockedError: another process (or object) is writing the directory.
-            RuntimeError: the directory was saved by another writer since this index was loaded or saved.
-        """
-        if not self.on_disk:
-            return
-        if self._dir_lock is None or not self._dir_lock.held:
-            lock = directory_lock(self._backend.directory)
-            lock.acquire(timeout=0)
-            try:
-                current = _manifest_generation(self._backend.directory)
-                if current != (self._generation or 0):
-                    raise RuntimeError(
-                        "%s was saved by another writer (generation %d) since this on-disk index was loaded or saved "
-                        "(generation %d): changing it would corrupt that save. Load the directory again."
-                        % (self._backend.directory, current, self._generation or 0)
-                    )
-            except BaseException:
-                lock.release()
-                raise
-            self._dir_lock = lock
-        self._backend.copy_lists_on_write()
+        """Before an on-disk index changes its files (see ``ctxemb.search.persistence.begin_on_disk_change``)."""
+        if self.on_disk:
+            begin_on_disk_change(self)
 
     @writes
     def close(self) -> None:
@@ -495,16 +431,14 @@ class SemanticIndex:
         return self
 
     def _selector(self):
-        """An IDSelectorBitmap of live labels, or None when nothing is tombstoned."""
+        """(bitmap, IDSelectorBitmap) of live labels, or None when nothing is tombstoned. The caller keeps the
+        tuple while searching: the selector points into the bitmap."""
         if not self._dead:
             return None
-        if self._selector_cache is None:
-            live = np.ones(self._backend.ntotal, dtype=bool)
-            live[np.fromiter(self._dead, dtype=np.int64, count=len(self._dead))] = False
-            bitmap = np.packbits(live, bitorder="little")  # bit (label % 8) of byte label // 8
-            # The selector keeps a raw pointer: hold the array for as long as the selector lives.
-            self._selector_cache = (bitmap, faiss.IDSelectorBitmap(len(bitmap), faiss.swig_ptr(bitmap)))
-        return self._selector_cache[1]
+        cache = self._selector_cache
+        if cache is None:
+            cache = self._selector_cache = live_selector(self._backend.ntotal, self._dead)
+        return cache
 
     # ----------------------------------------------------------------------------------------------------------
     # search
@@ -525,23 +459,9 @@ class SemanticIndex:
         k_eff = min(k, len(self))
         if len(x) == 0:
             return np.zeros((0, k_eff), np.float32), np.zeros((0, k_eff), np.int64), single
-        scores, labels = self._backend.search(x, k_eff, self._selector(), params)
+        selector = self._selector()  # (bitmap, selector): kept alive until the search returns
+        scores, labels = self._backend.search(x, k_eff, None if selector is None else selector[1], params)
         return scores, labels, single
-
-    def _clean(self, scores: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Move valid results to the left of each row; the rest get id None and score -inf."""
-        ids = np.empty(labels.shape, dtype=object)
-        out = np.full(scores.shape, -np.inf, dtype=np.float32)
-        for r in range(labels.shape[0]):
-            j = 0
-            for s, label in zip(scores[r], labels[r]):
-                item_id = self._ids[label] if 0 <= label < len(self._ids) else None
-                if item_id is None:  # FAISS's -1 fill (fewer than K found); never a tombstone (selector)
-                    continue
-                ids[r, j] = item_id
-                out[r, j] = s
-                j += 1
-        return out, ids
 
     @reads
     def search(self, queries, k: int = 10, *, ef_search: int | None = None, nprobe: int | None = None,
@@ -566,15 +486,7 @@ class SemanticIndex:
         scores, labels, single = self._search_labels(
             queries, k, {"ef_search": ef_search, "nprobe": nprobe, "k_factor": k_factor}
         )
-        results = []
-        for r in range(labels.shape[0]):
-            row = []
-            for s, label in zip(scores[r].tolist(), labels[r].tolist()):
-                item_id = self._ids[label] if 0 <= label < len(self._ids) else None
-                if item_id is None:
-                    continue
-                row.append(Hit(item_id, s, self._decode_meta(label)))
-            results.append(row)
+        results = hits(scores, labels, self._ids, self._decode_meta)
         return results[0] if single else results
 
     @reads
@@ -592,7 +504,7 @@ class SemanticIndex:
         scores, labels, single = self._search_labels(
             queries, k, {"ef_search": ef_search, "nprobe": nprobe, "k_factor": k_factor}
         )
-        scores, ids = self._clean(scores, labels)
+        scores, ids = id_arrays(scores, labels, self._ids)
         return (scores[0], ids[0]) if single else (scores, ids)
 
     # ----------------------------------------------------------------------------------------------------------
@@ -614,22 +526,7 @@ class SemanticIndex:
             ValueError: listing each differing field with the index's and the given value, or saying that the
                 index stores no configuration to compare against.
         """
-        given = json_dict(config, "config")
-        if self.embedder_config is None:
-            raise ValueError(
-                "this index stores no embedder configuration, so queries cannot be checked against it; pass "
-                "embedder_config= when building it (build_sentence_index/build_word_index do this)"
-            )
-        # The query helpers embed with the recipe's layer choice, so that is what the given embedder will produce.
-        diffs = embedder_config_differences(
-            apply_layer_overrides(self.embedder_config, self.recipe), apply_layer_overrides(given, self.recipe)
-        )
-        if diffs:
-            raise ValueError(
-                "the embedder configuration differs from the one this index was built with in %d field(s):\n%s\n"
-                "Queries embedded differently would return meaningless neighbours: query with the same embedder "
-                "settings or rebuild the index." % (len(diffs), "\n".join(diffs))
-            )
+        check_embedder_config(self.embedder_config, self.recipe, config)
 
     # ----------------------------------------------------------------------------------------------------------
     # persistence
@@ -656,33 +553,7 @@ class SemanticIndex:
             RuntimeError: an on-disk index saving its own directory, which another writer saved since this index
                 was loaded or saved.
         """
-        if directory is None:
-            if self.directory is None:
-                raise ValueError("save() needs a directory (this index was not created or loaded with one)")
-            directory = self.directory
-        directory = Path(directory)
-        own = self.on_disk and directory.resolve() == self._backend.directory.resolve()
-        state = SavedIndex(
-            kind=self.kind, dim=self.dim, metric=self.metric, params=self.params,
-            embedder_config=self.embedder_config, recipe=self.recipe, ids=self._ids, metadata=self._meta,
-            ntotal=self._backend.ntotal,
-        )
-        lock = self._dir_lock if own and self._dir_lock is not None else directory_lock(directory)
-        with lock.hold(lock_timeout):
-            gen, _ = write_index_directory(
-                directory, state,
-                write_faiss=self._backend.write if self._backend.is_trained else None,
-                live_dir=self._backend.directory if self.on_disk else None,
-                lists_name=self._backend.lists_name if self.on_disk else None,
-                expected_generation=(self._generation or 0) if own else None,
-            )
-        if own:  # the lists are a committed save's now; the next change copies them and takes the lock again
-            self._backend.lists_committed = True
-            self._generation = gen
-            while self._dir_lock is not None and self._dir_lock.held:
-                self._dir_lock.release()
-        logger.info("saved %r to %s (generation %d)", self, directory, gen)
-        return directory
+        return save_index(self, directory, lock_timeout)
 
     @classmethod
     def load(cls, directory: str | Path, *, expected_config: Mapping | Any | None = None) -> "SemanticIndex":
@@ -707,58 +578,4 @@ class SemanticIndex:
                 the message names the file. A ``ValueError``.
             ValueError: another format version, or a configuration mismatch.
         """
-        directory = resolve_saved_directory(directory)  # restores a directory save a crash interrupted
-        clean_directory(directory)
-        deadline = time.monotonic() + _LOAD_RETRY_SECONDS
-        while True:
-            before = _manifest_generation(directory, strict=False)
-            try:
-                self = cls._load_once(directory)
-                break
-            except (FileNotFoundError, CorruptFileError):
-                after = _manifest_generation(directory, strict=False)
-                if after is None or after == before or time.monotonic() > deadline:
-                    raise
-                logger.debug("%s was saved again while loading it (generation %s -> %s): loading the new save",
-                             directory, before, after)
-        if expected_config is not None:
-            self.check_config(expected_config)
-        return self
-
-    @classmethod
-    def _load_once(cls, directory: Path) -> "SemanticIndex":
-        saved = read_index_directory(directory)
-        try:
-            dim, kind, params = check_spec(saved.dim, saved.kind, saved.metric, saved.params)
-        except (TypeError, ValueError) as e:
-            raise CorruptFileError("index manifest %s: %s" % (directory / "manifest.json", e)) from None
-        self = cls.__new__(cls)
-        self._init_state(dim, kind, saved.metric, params, saved.embedder_config, saved.recipe, directory)
-        self._generation = saved.generation
-        if saved.faiss_file is not None:
-            if self.on_disk:
-                self._backend.n_rows = saved.n_labels
-            self._backend.load(saved.faiss_file, directory, saved.lists_file)
-        self._ids, self._meta = saved.ids, saved.metadata
-        self._label_of = {i: label for label, i in enumerate(saved.ids) if i is not None}
-        expected_ntotal = len(self._label_of) if self._backend.physical_remove else saved.n_labels
-        if self._backend.ntotal != expected_ntotal:
-            raise CorruptFileError(
-                "the FAISS index in %s holds %d vectors but the items file implies %d; the directory is inconsistent"
-                % (directory, self._backend.ntotal, expected_ntotal)
-            )
-        if not self._backend.physical_remove:
-            self._dead = {label for label, i in enumerate(saved.ids) if i is None}
-        return self
-
-
-def _manifest_generation(directory: Path, *, strict: bool = True) -> int | None:
-    """The generation of the save in ``directory`` (0 for none); with ``strict=False``, None if unreadable."""
-    try:
-        m = read_manifest(Path(directory), required=False)
-    except (OSError, ValueError):
-        if strict:
-            raise
-        return None
-    gen = (m or {}).get("generation", 0)
-    return gen if isinstance(gen, int) and not isinstance(gen, bool) else 0
+        return load_index(cls, directory, expected_config)

@@ -221,3 +221,45 @@ def check_metadata(metadata, n: int) -> list[str | None]:
         except (TypeError, ValueError) as e:
             raise TypeError("metadata[%d] is not JSON-serialisable: %s" % (i, e)) from None
     return out
+
+
+def ivfpq_train_sample(arr: np.ndarray, params, dim: int, min_default: int) -> np.ndarray:
+    """The rows of (N, H) ``arr`` that IVF-PQ trains on: ``params.train_size`` of them (default
+    ``max(64 * nlist, min_default)``), drawn with ``params.seed``; all of them when fewer.
+
+    Raises:
+        ValueError: fewer than max(nlist, 2**nbits) rows, naming both.
+    """
+    n = len(arr)
+    nlist, _ = params.resolve_shape(dim, n)
+    size = params.train_size or max(64 * nlist, min_default)
+    if n > size:
+        rng = np.random.default_rng(params.seed)
+        arr = arr[np.sort(rng.choice(n, size=size, replace=False))]
+    need = max(nlist, 2**params.nbits)
+    if len(arr) < need:
+        raise ValueError(
+            "IVF-PQ training needs at least %d vectors (max(nlist=%d, 2**nbits=%d)); got %d. Train on a larger "
+            "sample, add more vectors in the first call, or lower nlist/nbits"
+            % (need, nlist, 2**params.nbits, len(arr))
+        )
+    return arr
+
+
+def check_embedder_config(stored: dict | None, recipe: dict | None, config) -> None:
+    """``SemanticIndex.check_config``: raise unless ``config`` equals ``stored`` once the recipe's layer choice is
+    applied to both (see there)."""
+    given = json_dict(config, "config")
+    if stored is None:
+        raise ValueError(
+            "this index stores no embedder configuration, so queries cannot be checked against it; pass "
+            "embedder_config= when building it (build_sentence_index/build_word_index do this)"
+        )
+    # The query helpers embed with the recipe's layer choice, so that is what the given embedder will produce.
+    diffs = embedder_config_differences(apply_layer_overrides(stored, recipe), apply_layer_overrides(given, recipe))
+    if diffs:
+        raise ValueError(
+            "the embedder configuration differs from the one this index was built with in %d field(s):\n%s\n"
+            "Queries embedded differently would return meaningless neighbours: query with the same embedder "
+            "settings or rebuild the index." % (len(diffs), "\n".join(diffs))
+        )
