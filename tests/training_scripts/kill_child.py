@@ -82,7 +82,7 @@ def run(recipe: str, work: Path, out: Path, resume: bool) -> None:
 
         cfg = config("bem", out, model=str(work / "tiny"), max_steps=STEPS[recipe], max_targets_per_sentence=1,
                      max_candidates=2, max_items_per_batch=4,
-                     train=dict(save_every=2, log_every=1, resume=resume, warmup_steps=2, warmup_ratio=0.0))
+                     train=dict(save_every=2, log_every=1, resume=resume))
         run_sense_training(cfg, corpus=SMALL, inventory=PlantedInventory())
     else:
         raise SystemExit("unknown recipe %r" % recipe)
