@@ -293,7 +293,7 @@ def test_a_failed_upsert_keeps_the_old_item(kind, tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# 4. on-disk IVF-PQ: changes never saved are detected at load
+# 4. on-disk IVF-PQ: changes never touch the files of the last save
 
 
 def _on_disk(tmp_path) -> tuple[SemanticIndex, np.ndarray, list[str]]:
@@ -304,40 +304,64 @@ def _on_disk(tmp_path) -> tuple[SemanticIndex, np.ndarray, list[str]]:
     return index, x, ids
 
 
-def test_on_disk_remove_never_saved_is_detected_at_load(tmp_path):
+def _saved_files(directory: Path) -> dict[str, bytes]:
+    """The bytes of every file the committed manifest names (vectors.f32 only up to the rows it counts)."""
+    m = json.loads((directory / "manifest.json").read_text())
+    out = {}
+    for key, name in m["files"].items():
+        if name:
+            data = (directory / name).read_bytes()
+            out[name] = data[: m["n_labels"] * 32 * 4] if key == "vectors" else data
+    return out
+
+
+def test_on_disk_changes_never_touch_the_saved_files_until_save(tmp_path):
     index, x, ids = _on_disk(tmp_path)
-    SemanticIndex.load(tmp_path / "od")  # a clean save loads
-    index.remove(["5", "17", "42"])  # ... and the process dies before save()
-    with pytest.raises(CorruptFileError, match=r"(?s)changed by add/upsert/remove after its last save.*Rebuild"):
-        SemanticIndex.load(tmp_path / "od")
-    index.save()  # saving makes the directory consistent again
+    before = _saved_files(tmp_path / "od")
+    d0, i0 = SemanticIndex.load(tmp_path / "od").search_array(x[:5], 10)
+    index.remove(["5", "17", "42"])  # ... and the process dies before save(): nothing saved changed
+    index.add(["extra"], x[:1] + 1)
+    assert _saved_files(tmp_path / "od") == before
+    index.close()
+    loaded = SemanticIndex.load(tmp_path / "od")  # the last save, exact
+    d1, i1 = loaded.search_array(x[:5], 10)
+    np.testing.assert_array_equal(i0, i1)
+    np.testing.assert_array_equal(d0, d1)
+    assert "5" in loaded and "extra" not in loaded
+    assert len(list((tmp_path / "od").glob("lists.*.ivfdata"))) == 1  # the abandoned copy was removed on open
+
+
+def test_on_disk_changes_are_committed_by_save_and_a_save_elsewhere_leaves_the_directory_alone(tmp_path):
+    index, x, ids = _on_disk(tmp_path)
+    before = _saved_files(tmp_path / "od")
+    index.add(["extra"], x[:1] + 1)
+    index.save(tmp_path / "copy")  # a consistent copy elsewhere ...
+    assert "extra" in SemanticIndex.load(tmp_path / "copy")
+    assert _saved_files(tmp_path / "od") == before  # ... the live directory keeps its last save
+    index.remove(["5"])
+    index.save()
     loaded = SemanticIndex.load(tmp_path / "od")
+    assert "extra" in loaded and "5" not in loaded
     _, found = loaded.search_array(x[:3], len(loaded))
     for row in found:
         counts = Counter(i for i in row if i is not None)
-        assert max(counts.values()) == 1 and set(counts) == set(ids) - {"5", "17", "42"}
-    assert not (tmp_path / "od" / UNSAVED_CHANGES_FILE).exists()
+        assert max(counts.values()) == 1 and set(counts) == (set(ids) - {"5"}) | {"extra"}
+    assert len(list((tmp_path / "od").glob("lists.*.ivfdata"))) == 1  # the previous save's lists were deleted
 
 
-def test_on_disk_add_never_saved_is_detected_and_a_save_elsewhere_does_not_hide_it(tmp_path):
-    index, x, _ = _on_disk(tmp_path)
-    index.add(["extra"], x[:1] + 1)
-    with pytest.raises(CorruptFileError, match="never saved again"):
+def test_an_older_versions_unsaved_changes_marker_is_still_refused(tmp_path):
+    _on_disk(tmp_path)
+    gen = json.loads((tmp_path / "od" / "manifest.json").read_text())["generation"]
+    (tmp_path / "od" / UNSAVED_CHANGES_FILE).write_text(json.dumps({"generation": gen}))
+    with pytest.raises(CorruptFileError, match=r"(?s)changed by add/upsert/remove after its last save.*Rebuild"):
         SemanticIndex.load(tmp_path / "od")
-    index.save(tmp_path / "copy")  # a consistent copy elsewhere ...
-    assert "extra" in SemanticIndex.load(tmp_path / "copy")
-    with pytest.raises(CorruptFileError, match="never saved again"):  # ... but the live directory is still stale
-        SemanticIndex.load(tmp_path / "od")
-    index.save()
-    assert "extra" in SemanticIndex.load(tmp_path / "od")
-    SemanticIndex.load(tmp_path / "od").search(x[0], k=3)  # searches without re-marking anything
-    assert not (tmp_path / "od" / UNSAVED_CHANGES_FILE).exists()
 
 
-def test_on_disk_crash_between_the_faiss_file_and_the_manifest_is_detected(tmp_path, monkeypatch):
+def test_on_disk_crash_between_the_faiss_file_and_the_manifest_keeps_the_last_save(tmp_path, monkeypatch):
     from ctxemb.search import storage
 
-    index, _, _ = _on_disk(tmp_path)
+    index, x, _ = _on_disk(tmp_path)
+    before = _saved_files(tmp_path / "od")
     index.remove(["3"])
 
     def crash(*args, **kwargs):
@@ -354,8 +378,12 @@ def test_on_disk_crash_between_the_faiss_file_and_the_manifest_is_detected(tmp_p
     with pytest.raises(KeyboardInterrupt):
         index.save()
     monkeypatch.undo()
-    with pytest.raises(CorruptFileError, match="never saved again"):
-        SemanticIndex.load(tmp_path / "od")
+    index.close()
+    assert _saved_files(tmp_path / "od") == before
+    loaded = SemanticIndex.load(tmp_path / "od")
+    assert "3" in loaded and len(loaded) == len(x)
+    names = sorted(p.name for p in (tmp_path / "od").iterdir())  # the interrupted save's files are gone
+    assert len([n for n in names if n.startswith("index.")]) == 1, names
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -440,12 +468,12 @@ def test_a_damaged_index_file_gives_one_error_naming_it(kind, damage, tmp_path):
 
 
 @pytest.mark.parametrize("name, damage, error, message", [
-    ("lists.ivfdata", _truncate, CorruptFileError, "inverted lists are truncated"),
-    ("lists.ivfdata", os.unlink, FileNotFoundError, "lists.ivfdata not found"),
+    ("lists.*.ivfdata", _truncate, CorruptFileError, "inverted lists are truncated"),
+    ("lists.*.ivfdata", os.unlink, FileNotFoundError, r"lists\.[a-z0-9]{8}\.ivfdata not found"),
     ("vectors.f32", _truncate, CorruptFileError, "vectors.f32 has .* it is truncated"),
     ("vectors.f32", os.unlink, FileNotFoundError, "vectors.f32 not found"),
-    ("index.*.faiss", os.unlink, FileNotFoundError, r"FAISS index file not found: .*index\.000001\.faiss"),
-    ("items.*.json", os.unlink, FileNotFoundError, r"items file not found: .*items\.000001\.json"),
+    ("index.*.faiss", os.unlink, FileNotFoundError, r"FAISS index file not found: .*index\.000001-[a-z0-9]{8}\.faiss"),
+    ("items.*.json", os.unlink, FileNotFoundError, r"items file not found: .*items\.000001-[a-z0-9]{8}\.json"),
 ])
 def test_missing_or_truncated_on_disk_files(name, damage, error, message, tmp_path):
     _on_disk(tmp_path)

@@ -6,6 +6,8 @@ import hashlib
 import json
 from dataclasses import asdict, dataclass
 
+import re
+
 import numpy as np
 import pytest
 
@@ -272,7 +274,9 @@ def test_saving_twice_replaces_the_generation_and_failures_keep_the_old_save(tmp
     index.remove(["0"])
     index.save(tmp_path)
     names = sorted(p.name for p in tmp_path.iterdir())
-    assert names == ["index.000002.faiss", "items.000002.json", "manifest.json"]
+    assert len(names) == 4 and names[0] == ".ctxemb.lock" and names[3] == "manifest.json", names
+    assert re.fullmatch(r"index\.000002-[a-z0-9]{8}\.faiss", names[1]) and names[2] == names[1].replace(
+        "index.", "items.").replace(".faiss", ".json")
     index.remove(["1"])
 
     def broken(path):
@@ -291,7 +295,7 @@ def test_ondisk_index_lives_in_its_directory_and_survives_a_move(tmp_path):
     ids = [str(i) for i in range(2000)]
     d = tmp_path / "a"
     index = SemanticIndex(32, kind="ivfpq", params=IVFPQParams(on_disk=True, **IVF), directory=d).add(ids, x)
-    assert (d / "lists.ivfdata").exists() and (d / "vectors.f32").stat().st_size == 2000 * 32 * 4
+    assert len(list(d.glob("lists.*.ivfdata"))) == 1 and (d / "vectors.f32").stat().st_size == 2000 * 32 * 4
     with pytest.raises(FileExistsError):
         SemanticIndex(32, kind="ivfpq", params=IVFPQParams(on_disk=True, **IVF), directory=d)
     index.save()

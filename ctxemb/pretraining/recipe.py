@@ -30,7 +30,7 @@ from ctxemb.pretraining.shards import TokenShards, build_token_shards
 from ctxemb.registry import resolve_model_dir
 from ctxemb.tokenization import Tokenizer, copy_tokenizer_files
 from ctxemb.training.distributed import DistributedContext, barrier, distributed_session
-from ctxemb.training.loop import TrainConfig, TrainResult, train
+from ctxemb.training.loop import TrainConfig, TrainResult, seed_everything, train
 
 logger = logging.getLogger(__name__)
 
@@ -221,6 +221,7 @@ def run_pretraining(config: PretrainConfig) -> TrainResult:
 
 def _run(config: PretrainConfig, ctx: DistributedContext) -> TrainResult:
     out_dir = Path(config.train.out_dir)
+    seed_everything(config.train.seed)  # a fresh model's initial weights follow the run's seed (reproducible runs)
     model, tokenizer = load_model_tokenizer(config)
     shards_root = Path(config.shards_dir) if config.shards_dir else out_dir / "shards"
     train_shards = _shards(config.train_corpus, tokenizer, shards_root / "train", config.corpus_mode, ctx)

@@ -12,10 +12,16 @@ With an embedder: ``build_sentence_index``, ``build_word_index``, ``query_senten
 A corrupt, truncated or inconsistent saved file raises ``CorruptFileError`` (a ``ValueError``) naming the file.
 ``embedder_config_differences`` is the configuration comparison that indexes and the WSD sense store share.
 
-Modules: ``params`` (index kinds and their parameter objects), ``index`` (``SemanticIndex``), ``storage`` (the saved
-directory), ``_backends`` (the FAISS structures), ``text`` (the embedder helpers).
+Concurrency: a save holds the directory's lock (a second writer gets ``DirectoryLockedError``, from
+``ctxemb.locks``, or waits with ``lock_timeout=``); loads see one complete save; an index is thread-safe (concurrent
+searches, exclusive mutation). See docs/guide/reliability.md.
+
+Modules: ``params`` (index kinds and their parameter objects), ``index`` (``SemanticIndex``), ``inputs`` (argument
+checks, the embedder-configuration comparison), ``results`` (``Hit``), ``persistence`` (save, load, the on-disk
+write lock), ``storage`` (the saved directory), ``_backends`` (the FAISS structures), ``text`` (the embedder helpers).
 """
 
+from ctxemb.locks import DirectoryLockedError
 from ctxemb.search.index import Hit, SemanticIndex, embedder_config_differences
 from ctxemb.search.params import (
     INDEX_KINDS,
@@ -33,6 +39,7 @@ from ctxemb.search.text import build_sentence_index, build_word_index, query_sen
 
 __all__ = [
     "CorruptFileError",
+    "DirectoryLockedError",
     "INDEX_KINDS",
     "METRICS",
     "FlatParams",

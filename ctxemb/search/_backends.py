@@ -21,13 +21,14 @@ from __future__ import annotations
 import logging
 import math
 import os
+import shutil
 from pathlib import Path
 
 import faiss
 import numpy as np
 
 from ctxemb.search.params import HNSWParams, IndexParams, IVFPQParams
-from ctxemb.search.storage import LISTS_FILE, VECTORS_FILE, CorruptFileError, read_faiss_file
+from ctxemb.search.storage import LISTS_FILE, VECTORS_FILE, CorruptFileError, new_lists_name, read_faiss_file
 
 logger = logging.getLogger(__name__)
 
@@ -83,8 +84,9 @@ class Backend:
     def write(self, path: Path) -> None:
         faiss.write_index(self.index, str(path))
 
-    def load(self, path: Path, directory: Path) -> None:
-        """Read the FAISS file of a saved index (``directory`` holds it and any live files).
+    def load(self, path: Path, directory: Path, lists_name: str | None = None) -> None:
+        """Read the FAISS file of a saved index (``directory`` holds it and any live files; ``lists_name`` names
+        an on-disk index's inverted lists there).
 
         Raises:
             FileNotFoundError: the file (or a live file) is missing.
@@ -281,12 +283,16 @@ class IVFPQBackend(Backend):
 
 
 class OnDiskIVFPQBackend(IVFPQBackend):
-    """IVF-PQ whose inverted lists live in ``<directory>/lists.ivfdata`` (``faiss.OnDiskInvertedLists``, mmapped).
+    """IVF-PQ whose inverted lists live in ``<directory>/lists.<token>.ivfdata`` (``faiss.OnDiskInvertedLists``,
+    memory-mapped).
 
     The raw vectors for exact re-ranking are appended to ``<directory>/vectors.f32`` (row = label) and read through
     a memory map, so neither the codes nor the raw vectors need to fit in RAM; the page cache holds what queries
     touch. Labels are explicit (``add_with_ids``) and removal deletes entries from the lists; rows of removed items
     stay in ``vectors.f32`` unreferenced.
+
+    Lists that a committed save names (``lists_committed``) are never written: ``copy_lists_on_write`` moves the
+    index to a fresh copy before its first change (see ``ctxemb.search.storage``).
     """
 
     physical_remove = True
@@ -296,6 +302,8 @@ class OnDiskIVFPQBackend(IVFPQBackend):
         self.directory = Path(directory)
         self.n_rows = 0  # rows of vectors.f32 that belong to the index (a crash may leave a longer file)
         self._memmap = None
+        self.lists_name: str | None = None  # file name of the inverted lists in ``directory``
+        self.lists_committed = False  # a committed save names them: copy before changing them
 
     @property
     def ivf(self) -> faiss.IndexIVFPQ:
@@ -303,10 +311,38 @@ class OnDiskIVFPQBackend(IVFPQBackend):
 
     def train(self, sample, n_total):
         ivf = self._train_ivf(sample, n_total)
-        lists = faiss.OnDiskInvertedLists(ivf.nlist, ivf.code_size, str(self.directory / LISTS_FILE))
+        self.lists_name, self.lists_committed = new_lists_name(), False
+        lists = faiss.OnDiskInvertedLists(ivf.nlist, ivf.code_size, str(self.directory / self.lists_name))
         ivf.replace_invlists(lists, True)
         lists.this.disown()  # owned by the IVF index now
         self.index = ivf
+
+    def copy_lists_on_write(self) -> None:
+        """Before a change: if a committed save names the current lists, move the index to a copy of them.
+
+        The file is copied as it is, streamed disk to disk (never whole in RAM), and the index re-read with the
+        copy's name, so the lists' layout and free space carry over exactly. (FAISS's ``merge_from_multiple``
+        into a new file would be more compact, but leaves that file's free-space table claiming the space of
+        the merged lists: the next add overwrites them.)
+        """
+        if self.index is None or not self.lists_committed:
+            return
+        lists = faiss.downcast_InvertedLists(self.index.invlists)
+        name = new_lists_name()
+        shutil.copyfile(self.directory / self.lists_name, self.directory / name)
+        recorded = lists.filename
+        lists.filename = str(self.directory / name)
+        try:
+            blob = faiss.serialize_index(self.index)  # the quantisers and the lists' table (not their data)
+        finally:
+            lists.filename = recorded
+        index = faiss.deserialize_index(blob)
+        if index.ntotal != self.index.ntotal:
+            raise RuntimeError("the copy %s of the inverted lists holds %d entries; the index holds %d"
+                               % (name, index.ntotal, self.index.ntotal))
+        self.index = index  # frees (unmaps) the old lists; their file stays, the committed save's
+        logger.info("copied the saved inverted lists %s to %s before changing them", self.lists_name, name)
+        self.lists_name, self.lists_committed = name, False
 
     def add(self, x, labels):
         if len(labels) and labels[0] != self.n_rows:
@@ -376,9 +412,10 @@ class OnDiskIVFPQBackend(IVFPQBackend):
             "space of removed rows in vectors.f32, build a new index"
         )
 
-    def load(self, path, directory):
-        # ONDISK_SAME_DIR makes FAISS look for lists.ivfdata beside the index file, so a moved directory still works.
-        lists_path = Path(path).parent / LISTS_FILE
+    def load(self, path, directory, lists_name=None):
+        # ONDISK_SAME_DIR makes FAISS look for the lists beside the index file, so a moved directory still works.
+        lists_name = lists_name or LISTS_FILE
+        lists_path = Path(path).parent / lists_name
         if not lists_path.is_file():
             raise FileNotFoundError("the inverted lists of the on-disk index are missing: %s not found" % lists_path)
         index = read_faiss_file(path, "FAISS index file", faiss.IO_FLAG_ONDISK_SAME_DIR)
@@ -386,6 +423,9 @@ class OnDiskIVFPQBackend(IVFPQBackend):
         lists = faiss.downcast_InvertedLists(index.invlists)
         if not isinstance(lists, faiss.OnDiskInvertedLists):
             raise CorruptFileError("%s holds in-memory inverted lists, but the manifest says on_disk=True" % path)
+        if os.path.basename(lists.filename) != lists_name:
+            raise CorruptFileError("%s reads its inverted lists from %s, but the manifest names %s"
+                                   % (path, os.path.basename(lists.filename), lists_name))
         # Reading lists beyond the end of a truncated file would crash the process (SIGBUS), not raise.
         size = lists_path.stat().st_size
         if size < lists.totsize:
@@ -394,6 +434,7 @@ class OnDiskIVFPQBackend(IVFPQBackend):
             )
         self.index = index
         self.directory = Path(directory)
+        self.lists_name, self.lists_committed = lists_name, True
         vectors_path = self.directory / VECTORS_FILE
         if self.n_rows and not vectors_path.is_file():
             raise FileNotFoundError("the raw vectors of the on-disk index are missing: %s not found" % vectors_path)
@@ -404,6 +445,15 @@ class OnDiskIVFPQBackend(IVFPQBackend):
                 % (vectors_path, size, self.n_rows, self.dim, self.n_rows * self.dim * 4)
             )
         self._memmap = None
+
+
+def live_selector(ntotal: int, dead: set[int]):
+    """(bitmap, ``faiss.IDSelectorBitmap``) selecting labels 0..ntotal-1 except ``dead``. The selector keeps a
+    raw pointer into the bitmap: hold the tuple for as long as the selector is used."""
+    live = np.ones(ntotal, dtype=bool)
+    live[np.fromiter(dead, dtype=np.int64, count=len(dead))] = False
+    bitmap = np.packbits(live, bitorder="little")  # bit (label % 8) of byte label // 8
+    return bitmap, faiss.IDSelectorBitmap(len(bitmap), faiss.swig_ptr(bitmap))
 
 
 def make_backend(dim: int, params: IndexParams, directory: os.PathLike | None = None) -> Backend:

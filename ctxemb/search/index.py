@@ -9,7 +9,7 @@ Three kinds share one interface:
 - ``"ivfpq"``: inverted file with product-quantised codes (``IndexIVFPQ``) whose ``k * k_factor`` best candidates
   are re-ranked exactly (``IndexRefineFlat``), for large collections. Needs training (done on the first ``add``
   or by ``train``). ``IVFPQParams(nlist, pq_m, nbits, nprobe, k_factor, train_size, seed, on_disk)``. With
-  ``on_disk=True`` the inverted lists live in ``<directory>/lists.ivfdata`` (``faiss.OnDiskInvertedLists``,
+  ``on_disk=True`` the inverted lists live in ``<directory>/lists.<token>.ivfdata`` (``faiss.OnDiskInvertedLists``,
   memory-mapped) and the raw vectors for re-ranking in ``<directory>/vectors.f32``, so the collection may be larger
   than RAM.
 
@@ -25,12 +25,16 @@ replaces them); ``remove`` guarantees the id is never returned again: exact and 
 HNSW and in-memory IVF-PQ (whose FAISS structures cannot delete) keep a tombstone that every search excludes via
 an ``IDSelectorBitmap`` until ``compact()`` rebuilds them.
 
-A saved index is a directory (``ctxemb.search.storage``): ``manifest.json``, ``index.<gen>.faiss`` and
-``items.<gen>.json``, written as a new generation and committed by replacing the manifest atomically, so a crash
-leaves the previous save loadable. An on-disk index changes its live files in place: once changed and not saved
-again (a crash), its directory no longer matches its manifest and loading it raises ``CorruptFileError`` (rebuild
-it) instead of returning wrong results. Every corrupt, truncated or inconsistent file read by ``load`` raises
-``CorruptFileError`` (a ``ValueError``) naming the file.
+A saved index is a directory (``ctxemb.search.storage``): ``manifest.json``, ``index.<gen>-<token>.faiss`` and
+``items.<gen>-<token>.json``, written as a new generation under the directory's lock and committed by replacing the
+manifest atomically, so a crash leaves the previous save loadable, a second writer is told (``DirectoryLockedError``)
+and a reader loads the old save or the new one. An on-disk index never changes the files of a committed save: it
+copies its inverted lists before its first change after a save. Every corrupt, truncated or inconsistent file read
+by ``load`` raises ``CorruptFileError`` (a ``ValueError``) naming the file.
+
+Threads: every method takes the index's readers-writer lock, so searches run concurrently with each other and
+``add``/``upsert``/``remove``/``train``/``compact`` run alone (for every kind; FAISS's HNSW graph would otherwise
+crash the process when searched while it grows).
 
 Shape legend:
     N  vectors (items) added
@@ -44,157 +48,41 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-import faiss
 import numpy as np
 from tqdm.auto import tqdm
 
-from ctxemb._validation import check_choice, check_int, unit_rows
-from ctxemb.paths import resolve_saved_directory
-from ctxemb.search._backends import Backend, make_backend
-from ctxemb.search.params import METRICS, IndexKind, IndexParams, IVFPQParams, Metric, resolve_params
-from ctxemb.search.storage import (
-    CorruptFileError,
-    SavedIndex,
-    mark_unsaved_changes,
-    prepare_on_disk_directory,
-    read_index_directory,
-    write_index_directory,
+from ctxemb._validation import check_int, unit_rows
+from ctxemb.locks import DirectoryLock, ReadWriteLock, reads, writes
+from ctxemb.search._backends import Backend, live_selector, make_backend
+from ctxemb.search.inputs import (  # noqa: F401  (apply_layer_overrides, check_id_list: for ctxemb.search.text)
+    CHUNK,
+    apply_layer_overrides,
+    check_embedder_config,
+    check_id_list,
+    check_matrix,
+    check_metadata,
+    check_spec,
+    embedder_config_differences,
+    json_dict,
+    ivfpq_train_sample,
+    preview,
 )
+from ctxemb.search.params import IndexKind, IndexParams, IVFPQParams, Metric
+from ctxemb.search.persistence import begin_on_disk_change, load_index, manifest_generation, save_index
+from ctxemb.search.results import Hit, hits, id_arrays
+from ctxemb.search.storage import CorruptFileError, prepare_on_disk_directory
 
 logger = logging.getLogger(__name__)
 
 # Vectors are validated, normalised and handed to FAISS in chunks so a large add never needs a second full copy.
-_ADD_CHUNK = 65_536
+_ADD_CHUNK = CHUNK
 # The smallest default IVF-PQ training sample (the PQ codebooks want ~39 points per centroid, 2**8 centroids).
 _MIN_DEFAULT_TRAIN = 10_000
 # The search-time overrides and the kind each applies to.
 _SEARCH_OPTIONS: dict[str, IndexKind] = {"ef_search": "hnsw", "nprobe": "ivfpq", "k_factor": "ivfpq"}
-# The smallest magnitude that rounds to infinity in float32 (FLT_MAX plus half an ulp).
-_FLOAT32_OVERFLOW = 2.0**128 - 2.0**103
-
-
-@dataclass(frozen=True, slots=True)
-class Hit:
-    """One search result.
-
-    Attributes:
-        id: the item's string id.
-        score: cosine similarity (``metric="cosine"``) or inner product; higher is closer.
-        metadata: the item's metadata as stored (a fresh JSON-decoded copy), or None.
-    """
-
-    id: str
-    score: float
-    metadata: dict | None
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# argument checks
-
-
-def _json_dict(value, name: str) -> dict | None:
-    """A JSON-able dict, normalised through a JSON round trip (tuples become lists) so comparisons are stable."""
-    if value is None:
-        return None
-    if not isinstance(value, Mapping) and hasattr(value, "to_dict"):
-        value = value.to_dict()
-    if not isinstance(value, Mapping):
-        raise TypeError("%s must be a dict (or have a to_dict() method); got %s" % (name, type(value).__name__))
-    try:
-        return json.loads(json.dumps(dict(value), allow_nan=False))
-    except (TypeError, ValueError) as e:
-        raise TypeError("%s must be JSON-serialisable: %s" % (name, e)) from None
-
-
-def apply_layer_overrides(config: Mapping | None, recipe: Mapping | None) -> dict | None:
-    """The embedder configuration that a recipe's per-call layer choice gives: ``layers``/``layer_pooling`` replaced.
-
-    ``layer_weights`` only count for ``"weighted"`` pooling, so another pooling makes them None (as the embedder
-    ignores them then). A copy; None stays None.
-    """
-    if config is None:
-        return None
-    out = dict(config)
-    recipe = recipe or {}
-    if recipe.get("layers") is not None:
-        out["layers"] = list(recipe["layers"])
-    if recipe.get("layer_pooling") is not None:
-        out["layer_pooling"] = recipe["layer_pooling"]
-        if out["layer_pooling"] != "weighted" and out.get("layer_weights") is not None:
-            out["layer_weights"] = None
-    return out
-
-
-def embedder_config_differences(stored: Mapping | Any, given: Mapping | Any, *, stored_name: str = "index"
-                                ) -> list[str]:
-    """One line per field where two embedder configurations differ, ``"  field: index has X, given Y"``.
-
-    The comparison every store of embeddings uses (``SemanticIndex.check_config``, the WSD ``Disambiguator``): all
-    fields, after a JSON round trip (tuples and lists compare equal); a field present on one side only differs.
-    ``precision`` alone is not a difference but a logged warning: every path stays within its documented bound of
-    the exact vectors, and ``precision="auto"`` may choose another path on another machine.
-
-    Args:
-        stored: the configuration recorded with the vectors (dict, or an object with ``to_dict()``).
-        given: the configuration of the embedder about to make queries.
-        stored_name: what recorded ``stored``, for the lines ("index", "store").
-    """
-    a_all, b_all = _json_dict(stored, "stored config"), _json_dict(given, "config")
-    missing = object()
-    diffs = []
-    for key in sorted(set(a_all) | set(b_all)):
-        a, b = a_all.get(key, missing), b_all.get(key, missing)
-        if a != b:
-            shown = ["(absent)" if v is missing else json.dumps(v) for v in (a, b)]
-            line = "  %s: %s has %s, given %s" % (key, stored_name, shown[0], shown[1])
-            if key in _NEAR_EQUAL_FIELDS and missing not in (a, b):
-                logger.warning("the embedder differs from the %s's in a way that changes vectors only within a "
-                               "documented bound:%s", stored_name, line)
-            else:
-                diffs.append(line)
-    return diffs
-
-
-# Fields whose values give vectors equal up to a documented bound (ctxemb.inference.ACCURACY_BOUNDS).
-_NEAR_EQUAL_FIELDS = frozenset({"precision"})
-
-
-def check_id_list(ids, name: str = "ids") -> list[str]:
-    """Return ``ids`` as a list of str; a single str (or bytes) and non-str items are refused.
-
-    Raises:
-        TypeError: naming ``name`` and the first offending item.
-    """
-    if isinstance(ids, (str, bytes)):
-        raise TypeError(
-            "%s must be a sequence of strings; got a single %s (wrap one id in a list)" % (name, type(ids).__name__)
-        )
-    try:
-        ids = list(ids)
-    except TypeError:
-        raise TypeError("%s must be a sequence of strings; got %s" % (name, type(ids).__name__)) from None
-    for i, x in enumerate(ids):
-        if not isinstance(x, str):
-            raise TypeError("%s must hold strings; %s[%d] is %r (%s)" % (name, name, i, x, type(x).__name__))
-    return ids
-
-
-def _preview(items: Sequence, limit: int = 5) -> str:
-    shown = ", ".join(repr(x) for x in list(items)[:limit])
-    return "[%s%s]" % (shown, ", ... (%d in all)" % len(items) if len(items) > limit else "")
-
-
-def _check_spec(dim, kind, metric, params) -> tuple[int, IndexKind, IndexParams]:
-    """Check an index's dimension, kind, metric and parameters together (a new index, or one being loaded)."""
-    dim = check_int(dim, "dim", low=1)
-    kind, params = resolve_params(kind, params)
-    check_choice(metric, "metric", METRICS)
-    params.check_dim(dim)
-    return dim, kind, params
 
 
 class SemanticIndex:
@@ -215,8 +103,9 @@ class SemanticIndex:
     Attributes:
         dim, kind, metric, params, directory, embedder_config, recipe: as given (``params`` filled in).
 
-    Searches may run concurrently from several threads; ``add``/``upsert``/``remove``/``compact``/``save`` need
-    the caller's lock. One process at a time may write an on-disk index directory.
+    Thread-safe: searches run concurrently, mutations alone (a readers-writer lock). One writer at a time per
+    directory, across processes: ``save`` holds the directory's lock, and an on-disk index holds it from its first
+    change until ``save`` or ``close`` (another writer gets ``DirectoryLockedError``).
 
     Raises:
         TypeError / ValueError: for an argument of the wrong type or out of range, or ``params`` of another kind
@@ -235,15 +124,20 @@ class SemanticIndex:
         embedder_config: Mapping | Any | None = None,
         recipe: Mapping | None = None,
     ):
-        dim, kind, params = _check_spec(dim, kind, metric, params)
-        embedder_config = _json_dict(embedder_config, "embedder_config")
-        recipe = _json_dict(recipe, "recipe")
+        dim, kind, params = check_spec(dim, kind, metric, params)
+        embedder_config = json_dict(embedder_config, "embedder_config")
+        recipe = json_dict(recipe, "recipe")
         if isinstance(params, IVFPQParams) and params.on_disk:
             if directory is None:
                 raise ValueError("on_disk=True needs directory=, the folder that will hold the inverted lists")
             directory = prepare_on_disk_directory(directory)
         self._init_state(dim, kind, metric, params, embedder_config, recipe,
                          None if directory is None else Path(directory))
+        if self.on_disk:  # the generation its first change will check the directory is still at
+            try:
+                self._generation = manifest_generation(self.directory)
+            except (OSError, ValueError):
+                self._generation = 0
 
     def _init_state(self, dim, kind, metric, params, embedder_config, recipe, directory) -> None:
         self.dim: int = dim
@@ -261,7 +155,9 @@ class SemanticIndex:
         # tombstoned labels of kinds whose FAISS index cannot delete (hnsw, in-memory ivfpq)
         self._dead: set[int] = set()
         self._selector_cache = None  # (bitmap array kept alive, faiss.IDSelectorBitmap)
-        self._live_marked = False  # on-disk: unsaved_changes.json written since the last save
+        self._rw = ReadWriteLock()
+        self._generation: int | None = None  # the generation of self.directory that this index was loaded/saved as
+        self._dir_lock: DirectoryLock | None = None  # on-disk: held from the first change until save/close
 
     @property
     def on_disk(self) -> bool:
@@ -286,6 +182,7 @@ class SemanticIndex:
         )
 
     @property
+    @reads
     def ids(self) -> list[str]:
         """The ids of all items, in insertion order."""
         return [i for i in self._ids if i is not None]
@@ -308,6 +205,7 @@ class SemanticIndex:
         except KeyError:
             raise KeyError("id %r is not in the index" % item_id) from None
 
+    @reads
     def get_metadata(self, item_id: str) -> dict | None:
         """The metadata stored for ``item_id`` (a fresh copy), or None. Raises KeyError for an unknown id."""
         return self._decode_meta(self._label(item_id))
@@ -322,6 +220,7 @@ class SemanticIndex:
             raise CorruptFileError("the metadata of item %r is not valid JSON; the items file of %s is corrupt"
                                    % (self._ids[label], self.directory)) from None
 
+    @reads
     def get_vector(self, item_id: str) -> np.ndarray:
         """The stored (H,) float32 vector of ``item_id`` (L2-normalised for ``metric="cosine"``).
 
@@ -333,40 +232,6 @@ class SemanticIndex:
     # ----------------------------------------------------------------------------------------------------------
     # input preparation
 
-    def _check_matrix(self, value, name: str, *, allow_1d: bool) -> tuple[np.ndarray, bool]:
-        """Validate a (N, H) numeric array-like without copying; returns it and whether it was a single 1-D row."""
-        arr = value if isinstance(value, np.ndarray) else np.asarray(value)
-        if arr.dtype.kind not in "iuf":
-            raise TypeError("%s must be a real numeric array; got dtype %s" % (name, arr.dtype))
-        single = arr.ndim == 1 and allow_1d
-        if single:
-            arr = arr[None, :]
-        if arr.ndim != 2:
-            raise ValueError(
-                "%s must be a 2-D array of shape (N, %d)%s; got shape %s"
-                % (name, self.dim, " or a single (%d,) vector" % self.dim if allow_1d else "", arr.shape)
-            )
-        if arr.shape[1] != self.dim:
-            raise ValueError(
-                "%s have dimension %d, but this index holds %d-dimensional vectors (shape %s)"
-                % (name, arr.shape[1], self.dim, arr.shape)
-            )
-        if arr.dtype.kind == "f":
-            # Everything that could make a row unusable is checked here, before an add or upsert changes anything.
-            for start in range(0, len(arr), _ADD_CHUNK):
-                block = arr[start : start + _ADD_CHUNK]
-                finite = np.isfinite(block)
-                if not finite.all():
-                    r, c = np.argwhere(~finite)[0]
-                    raise ValueError("%s contains NaN or infinity (first at row %d, column %d)" % (name, start + r, c))
-                if arr.dtype.itemsize > 4 and block.size and (
-                    block.max() >= _FLOAT32_OVERFLOW or block.min() <= -_FLOAT32_OVERFLOW  # two passes, no copy
-                ):
-                    r, c = np.argwhere(np.abs(block) >= _FLOAT32_OVERFLOW)[0]
-                    raise ValueError("%s overflows float32 (values beyond +-3.4e38; first at row %d, column %d)"
-                                     % (name, start + r, c))
-        return arr, single
-
     def _prepare(self, arr: np.ndarray, name: str) -> np.ndarray:
         """A float32 C-contiguous copy of rows checked by ``_check_matrix``, L2-normalised for the cosine metric
         (zero rows stay zero)."""
@@ -374,30 +239,9 @@ class SemanticIndex:
             return unit_rows(arr, name, zero="keep", dtype=np.float32)  # (N, H)
         return np.array(arr, dtype=np.float32, order="C", copy=True)  # (N, H)
 
-    def _check_metadata(self, metadata, n: int) -> list[str | None]:
-        if metadata is None:
-            return [None] * n
-        if isinstance(metadata, Mapping):
-            raise TypeError("metadata must be a sequence of dicts (one per id) or None; got a single dict")
-        metadata = list(metadata)
-        if len(metadata) != n:
-            raise ValueError("metadata has %d entries but there are %d ids" % (len(metadata), n))
-        out: list[str | None] = []
-        for i, m in enumerate(metadata):
-            if m is None:
-                out.append(None)
-                continue
-            if not isinstance(m, Mapping):
-                raise TypeError("metadata[%d] must be a dict or None; got %s" % (i, type(m).__name__))
-            try:
-                out.append(json.dumps(dict(m), allow_nan=False, separators=(",", ":")))
-            except (TypeError, ValueError) as e:
-                raise TypeError("metadata[%d] is not JSON-serialisable: %s" % (i, e)) from None
-        return out
-
     def _check_batch(self, ids, vectors, metadata) -> tuple[list[str], np.ndarray, list[str | None]]:
         ids = check_id_list(ids)
-        arr, _ = self._check_matrix(vectors, "vectors", allow_1d=False)
+        arr, _ = check_matrix(vectors, "vectors", self.dim, allow_1d=False)
         if len(arr) != len(ids):
             raise ValueError("vectors has %d rows but there are %d ids" % (len(arr), len(ids)))
         if len(set(ids)) != len(ids):
@@ -406,29 +250,16 @@ class SemanticIndex:
                 if i in seen:
                     dup.append(i)
                 seen.add(i)
-            raise ValueError("ids must be unique within a call; repeated: %s" % _preview(dup))
-        return ids, arr, self._check_metadata(metadata, len(ids))
+            raise ValueError("ids must be unique within a call; repeated: %s" % preview(dup))
+        return ids, arr, check_metadata(metadata, len(ids))
 
     # ----------------------------------------------------------------------------------------------------------
     # training and adding
 
     def _train_sample(self, arr: np.ndarray) -> np.ndarray:
-        params: IVFPQParams = self.params
-        n = len(arr)
-        nlist, _ = params.resolve_shape(self.dim, n)
-        size = params.train_size or max(64 * nlist, _MIN_DEFAULT_TRAIN)
-        if n > size:
-            rng = np.random.default_rng(params.seed)
-            arr = arr[np.sort(rng.choice(n, size=size, replace=False))]
-        need = max(nlist, 2**params.nbits)
-        if len(arr) < need:
-            raise ValueError(
-                "IVF-PQ training needs at least %d vectors (max(nlist=%d, 2**nbits=%d)); got %d. Train on a larger "
-                "sample, add more vectors in the first call, or lower nlist/nbits"
-                % (need, nlist, 2**params.nbits, len(arr))
-            )
-        return self._prepare(arr, "training vectors")
+        return self._prepare(ivfpq_train_sample(arr, self.params, self.dim, _MIN_DEFAULT_TRAIN), "training vectors")
 
+    @writes
     def train(self, vectors) -> "SemanticIndex":
         """Train the IVF-PQ quantisers on (N, H) ``vectors`` (a sample of the collection). No-op for flat/hnsw.
 
@@ -441,14 +272,17 @@ class SemanticIndex:
         Raises:
             ValueError: too few vectors, a wrong dimension, or the index already trained and holding items.
         """
-        arr, _ = self._check_matrix(vectors, "vectors", allow_1d=False)
+        arr, _ = check_matrix(vectors, "vectors", self.dim, allow_1d=False)
         if self.kind != "ivfpq":
             return self
         if self._backend.is_trained and self._backend.ntotal:
             raise ValueError("this IVF-PQ index is already trained and holds %d vectors" % self._backend.ntotal)
-        self._backend.train(self._train_sample(arr), len(arr))
+        sample = self._train_sample(arr)
+        self._begin_change()
+        self._backend.train(sample, len(arr))
         return self
 
+    @writes
     def add(self, ids: Sequence[str], vectors, metadata: Sequence[Mapping | None] | None = None, *,
             show_progress_bar: bool = True) -> "SemanticIndex":
         """Add new items.
@@ -472,10 +306,11 @@ class SemanticIndex:
         ids, arr, meta = self._check_batch(ids, vectors, metadata)
         present = [i for i in ids if i in self._label_of]
         if present:
-            raise ValueError("ids already in the index: %s; use upsert() to replace them" % _preview(present))
+            raise ValueError("ids already in the index: %s; use upsert() to replace them" % preview(present))
         self._add_rows(ids, arr, meta, show_progress_bar)
         return self
 
+    @writes
     def upsert(self, ids: Sequence[str], vectors, metadata: Sequence[Mapping | None] | None = None, *,
                show_progress_bar: bool = True) -> "SemanticIndex":
         """Add items, replacing the vector and metadata of ids already present (metadata None clears it).
@@ -496,9 +331,9 @@ class SemanticIndex:
         n = len(ids)
         if n == 0:
             return
+        self._begin_change()
         if not self._backend.is_trained:
             self._backend.train(self._train_sample(arr), n)
-        self._before_live_change()
         with tqdm(total=n, desc="indexing", unit="vec", disable=not show_progress_bar or n <= _ADD_CHUNK) as bar:
             for start in range(0, n, _ADD_CHUNK):
                 stop = min(start + _ADD_CHUNK, n)
@@ -516,6 +351,7 @@ class SemanticIndex:
     # ----------------------------------------------------------------------------------------------------------
     # removal
 
+    @writes
     def remove(self, ids: Sequence[str]) -> "SemanticIndex":
         """Remove items; a removed id is never returned by a search again (until it is added anew).
 
@@ -531,7 +367,7 @@ class SemanticIndex:
         ids = list(dict.fromkeys(check_id_list(ids)))
         missing = [i for i in ids if i not in self._label_of]
         if missing:
-            raise KeyError("ids not in the index: %s" % _preview(missing))
+            raise KeyError("ids not in the index: %s" % preview(missing))
         self._remove_labels([self._label_of[i] for i in ids])
         return self
 
@@ -539,7 +375,7 @@ class SemanticIndex:
         if not labels:
             return
         if self._backend.physical_remove:
-            self._before_live_change()
+            self._begin_change()
             self._backend.remove(np.array(sorted(labels), dtype=np.int64))
         else:
             self._dead.update(labels)
@@ -549,14 +385,24 @@ class SemanticIndex:
             self._ids[label] = None
             self._meta[label] = None
 
-    def _before_live_change(self) -> None:
-        """Before an on-disk index first changes its live files after a save, record that they will differ from it
-        (``unsaved_changes.json``; see ``ctxemb.search.storage``), so that loading the directory after a crash
-        raises instead of returning wrong results."""
-        if self.on_disk and not self._live_marked:
-            mark_unsaved_changes(self._backend.directory)
-            self._live_marked = True
+    def _begin_change(self) -> None:
+        """Before an on-disk index changes its files (see ``ctxemb.search.persistence.begin_on_disk_change``)."""
+        if self.on_disk:
+            begin_on_disk_change(self)
 
+    @writes
+    def close(self) -> None:
+        """Release the directory lock that an on-disk index holds since its first change after a save.
+
+        Changes not saved are abandoned: the directory keeps its last save (the copied lists and rows appended to
+        ``vectors.f32`` are unused; the next save or load deletes the copy). The index must not be used after.
+        """
+        if self._dir_lock is not None:
+            while self._dir_lock.held:
+                self._dir_lock.release()
+            self._dir_lock = None
+
+    @writes
     def compact(self, *, show_progress_bar: bool = True) -> "SemanticIndex":
         """Rebuild the FAISS index without tombstoned vectors (hnsw, in-memory ivfpq) and renumber labels.
 
@@ -585,16 +431,14 @@ class SemanticIndex:
         return self
 
     def _selector(self):
-        """An IDSelectorBitmap of live labels, or None when nothing is tombstoned."""
+        """(bitmap, IDSelectorBitmap) of live labels, or None when nothing is tombstoned. The caller keeps the
+        tuple while searching: the selector points into the bitmap."""
         if not self._dead:
             return None
-        if self._selector_cache is None:
-            live = np.ones(self._backend.ntotal, dtype=bool)
-            live[np.fromiter(self._dead, dtype=np.int64, count=len(self._dead))] = False
-            bitmap = np.packbits(live, bitorder="little")  # bit (label % 8) of byte label // 8
-            # The selector keeps a raw pointer: hold the array for as long as the selector lives.
-            self._selector_cache = (bitmap, faiss.IDSelectorBitmap(len(bitmap), faiss.swig_ptr(bitmap)))
-        return self._selector_cache[1]
+        cache = self._selector_cache
+        if cache is None:
+            cache = self._selector_cache = live_selector(self._backend.ntotal, self._dead)
+        return cache
 
     # ----------------------------------------------------------------------------------------------------------
     # search
@@ -608,31 +452,18 @@ class SemanticIndex:
                     "%s applies to kind=%r indexes; this index is kind=%r" % (name, _SEARCH_OPTIONS[name], self.kind)
                 )
         params = dataclasses.replace(self.params, **given) if given else self.params  # checks the values
-        arr, single = self._check_matrix(queries, "queries", allow_1d=True)
+        arr, single = check_matrix(queries, "queries", self.dim, allow_1d=True)
         if len(self) == 0:
             raise ValueError("the index is empty: add items before searching")
         x = self._prepare(arr, "queries")
         k_eff = min(k, len(self))
         if len(x) == 0:
             return np.zeros((0, k_eff), np.float32), np.zeros((0, k_eff), np.int64), single
-        scores, labels = self._backend.search(x, k_eff, self._selector(), params)
+        selector = self._selector()  # (bitmap, selector): kept alive until the search returns
+        scores, labels = self._backend.search(x, k_eff, None if selector is None else selector[1], params)
         return scores, labels, single
 
-    def _clean(self, scores: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Move valid results to the left of each row; the rest get id None and score -inf."""
-        ids = np.empty(labels.shape, dtype=object)
-        out = np.full(scores.shape, -np.inf, dtype=np.float32)
-        for r in range(labels.shape[0]):
-            j = 0
-            for s, label in zip(scores[r], labels[r]):
-                item_id = self._ids[label] if 0 <= label < len(self._ids) else None
-                if item_id is None:  # FAISS's -1 fill (fewer than K found); never a tombstone (selector)
-                    continue
-                ids[r, j] = item_id
-                out[r, j] = s
-                j += 1
-        return out, ids
-
+    @reads
     def search(self, queries, k: int = 10, *, ef_search: int | None = None, nprobe: int | None = None,
                k_factor: float | None = None) -> list[list[Hit]] | list[Hit]:
         """The ``k`` nearest items of each query, best first.
@@ -655,17 +486,10 @@ class SemanticIndex:
         scores, labels, single = self._search_labels(
             queries, k, {"ef_search": ef_search, "nprobe": nprobe, "k_factor": k_factor}
         )
-        results = []
-        for r in range(labels.shape[0]):
-            row = []
-            for s, label in zip(scores[r].tolist(), labels[r].tolist()):
-                item_id = self._ids[label] if 0 <= label < len(self._ids) else None
-                if item_id is None:
-                    continue
-                row.append(Hit(item_id, s, self._decode_meta(label)))
-            results.append(row)
+        results = hits(scores, labels, self._ids, self._decode_meta)
         return results[0] if single else results
 
+    @reads
     def search_array(self, queries, k: int = 10, *, ef_search: int | None = None, nprobe: int | None = None,
                      k_factor: float | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Array form of ``search``: scores and string ids.
@@ -680,7 +504,7 @@ class SemanticIndex:
         scores, labels, single = self._search_labels(
             queries, k, {"ef_search": ef_search, "nprobe": nprobe, "k_factor": k_factor}
         )
-        scores, ids = self._clean(scores, labels)
+        scores, ids = id_arrays(scores, labels, self._ids)
         return (scores[0], ids[0]) if single else (scores, ids)
 
     # ----------------------------------------------------------------------------------------------------------
@@ -702,62 +526,42 @@ class SemanticIndex:
             ValueError: listing each differing field with the index's and the given value, or saying that the
                 index stores no configuration to compare against.
         """
-        given = _json_dict(config, "config")
-        if self.embedder_config is None:
-            raise ValueError(
-                "this index stores no embedder configuration, so queries cannot be checked against it; pass "
-                "embedder_config= when building it (build_sentence_index/build_word_index do this)"
-            )
-        # The query helpers embed with the recipe's layer choice, so that is what the given embedder will produce.
-        diffs = embedder_config_differences(
-            apply_layer_overrides(self.embedder_config, self.recipe), apply_layer_overrides(given, self.recipe)
-        )
-        if diffs:
-            raise ValueError(
-                "the embedder configuration differs from the one this index was built with in %d field(s):\n%s\n"
-                "Queries embedded differently would return meaningless neighbours: query with the same embedder "
-                "settings or rebuild the index." % (len(diffs), "\n".join(diffs))
-            )
+        check_embedder_config(self.embedder_config, self.recipe, config)
 
     # ----------------------------------------------------------------------------------------------------------
     # persistence
 
-    def save(self, directory: str | Path | None = None) -> Path:
+    @writes
+    def save(self, directory: str | Path | None = None, *, lock_timeout: float | None = 0.0) -> Path:
         """Save to a directory atomically (a new generation of files, then the manifest replaced in one step).
+
+        The directory's lock is held while saving: a save by another process or object at the same time fails
+        with ``DirectoryLockedError`` (or waits for it up to ``lock_timeout`` seconds), never mixing the two.
 
         Args:
             directory: target folder (created if needed); defaults to the index's own ``directory``. An on-disk
                 index saved elsewhere copies its data files there.
+            lock_timeout: seconds to wait for another writer of the directory; 0 (the default) fails at once,
+                None waits as long as it takes.
 
         Returns:
             The directory.
 
         Raises:
             ValueError: no directory given and the index has none.
+            DirectoryLockedError: another writer holds the directory (a ``TimeoutError``).
+            RuntimeError: an on-disk index saving its own directory, which another writer saved since this index
+                was loaded or saved.
         """
-        if directory is None:
-            if self.directory is None:
-                raise ValueError("save() needs a directory (this index was not created or loaded with one)")
-            directory = self.directory
-        directory = Path(directory)
-        state = SavedIndex(
-            kind=self.kind, dim=self.dim, metric=self.metric, params=self.params,
-            embedder_config=self.embedder_config, recipe=self.recipe, ids=self._ids, metadata=self._meta,
-            ntotal=self._backend.ntotal,
-        )
-        gen = write_index_directory(
-            directory, state,
-            write_faiss=self._backend.write if self._backend.is_trained else None,
-            live_dir=self._backend.directory if self.on_disk else None,
-        )
-        if self.on_disk and directory.resolve() == self._backend.directory.resolve():
-            self._live_marked = False  # the save cleared the marker
-        logger.info("saved %r to %s (generation %d)", self, directory, gen)
-        return directory
+        return save_index(self, directory, lock_timeout)
 
     @classmethod
     def load(cls, directory: str | Path, *, expected_config: Mapping | Any | None = None) -> "SemanticIndex":
         """Load an index saved by ``save``.
+
+        Takes no lock: when another process saves the directory meanwhile, the load sees that save or the previous
+        one, complete (if a file it is about to read is deleted by a save committing, it starts again from the new
+        manifest). Leftovers of interrupted saves are deleted first when no writer is at work (logged).
 
         Args:
             directory: the index directory.
@@ -770,32 +574,8 @@ class SemanticIndex:
         Raises:
             FileNotFoundError: no manifest in ``directory``, or a file it names is missing.
             CorruptFileError: a file that is corrupt, truncated, not UTF-8 (JSON) or not a FAISS index, files that
-                disagree with each other, or an on-disk index changed after its last save and never saved again;
+                disagree with each other, or an on-disk index changed in place by an earlier ctxemb and never saved;
                 the message names the file. A ``ValueError``.
             ValueError: another format version, or a configuration mismatch.
         """
-        directory = resolve_saved_directory(directory)  # restores a directory save a crash interrupted
-        saved = read_index_directory(directory)
-        try:
-            dim, kind, params = _check_spec(saved.dim, saved.kind, saved.metric, saved.params)
-        except (TypeError, ValueError) as e:
-            raise CorruptFileError("index manifest %s: %s" % (directory / "manifest.json", e)) from None
-        self = cls.__new__(cls)
-        self._init_state(dim, kind, saved.metric, params, saved.embedder_config, saved.recipe, directory)
-        if saved.faiss_file is not None:
-            if self.on_disk:
-                self._backend.n_rows = saved.n_labels
-            self._backend.load(saved.faiss_file, directory)
-        self._ids, self._meta = saved.ids, saved.metadata
-        self._label_of = {i: label for label, i in enumerate(saved.ids) if i is not None}
-        expected_ntotal = len(self._label_of) if self._backend.physical_remove else saved.n_labels
-        if self._backend.ntotal != expected_ntotal:
-            raise CorruptFileError(
-                "the FAISS index in %s holds %d vectors but the items file implies %d; the directory is inconsistent"
-                % (directory, self._backend.ntotal, expected_ntotal)
-            )
-        if not self._backend.physical_remove:
-            self._dead = {label for label, i in enumerate(saved.ids) if i is None}
-        if expected_config is not None:
-            self.check_config(expected_config)
-        return self
+        return load_index(cls, directory, expected_config)

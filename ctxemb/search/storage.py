@@ -2,21 +2,30 @@
 
 A saved index is a directory holding
 
-- ``manifest.json``: format and version, kind, dimension, metric, parameters, the embedder configuration and
-  recipe, counts, and the names of the files below;
-- ``index.<gen>.faiss``: the FAISS structure (absent while an IVF-PQ index is untrained);
-- ``items.<gen>.json``: ids and metadata (JSON strings) by label, None where an item was removed;
-- for on-disk IVF-PQ indexes, ``lists.ivfdata`` (the inverted lists) and ``vectors.f32`` (the raw vectors): live
-  storage that ``add``/``remove`` update in place, so they carry no generation.
+- ``manifest.json``: format and version, generation, kind, dimension, metric, parameters, the embedder
+  configuration and recipe, counts, and the names of the files below;
+- ``index.<gen>-<token>.faiss``: the FAISS structure (absent while an IVF-PQ index is untrained);
+- ``items.<gen>-<token>.json``: ids and metadata (JSON strings) by label, None where an item was removed;
+- for on-disk IVF-PQ indexes, ``lists.<token>.ivfdata`` (the inverted lists) and ``vectors.f32`` (the raw vectors,
+  one row per label, append-only);
+- ``.ctxemb.lock``: the lock file of the directory (``ctxemb.locks``), empty, never deleted.
 
-Each save writes a new generation and then replaces the manifest atomically, so a crash leaves the previous save
-loadable; files only the previous generation used are deleted once the new manifest is in place.
+``<gen>`` counts saves; ``<token>`` is eight random characters, so two saves never write one file name, even two
+writers that read the same generation. A save holds the directory's lock (a second writer gets
+:class:`~ctxemb.locks.DirectoryLockedError`, or waits when given a timeout), writes its new files, commits by
+replacing the manifest atomically, and then deletes every library-named generation file the new manifest does not
+name: the previous generation's, and the leftovers of saves that a crash interrupted (logged). A crash at any point
+leaves the previous save loadable. A reader takes no lock: it reads the manifest, then the files it names; if one
+is gone (a save committed and deleted it meanwhile), it starts again from the new manifest, so every load sees
+one complete save, the old one or the new one.
 
-The live files of an on-disk index cannot follow that scheme: ``add``/``remove`` change them in place. Before the
-first change after a save, ``unsaved_changes.json`` is written beside them with the generation they last matched;
-``save`` deletes it once the new manifest is committed. A directory that still holds it for its current generation
-was changed and never saved (a crash, or a process that ended without ``save``): its lists no longer match the
-manifest (an id could come back twice and another never), so loading it raises :class:`CorruptFileError` instead.
+On-disk IVF-PQ indexes never change the files of a committed save: before the first change after a save (or a
+load) the inverted lists are copied to a new ``lists.<token>.ivfdata`` (disk to disk, list by list, never all in
+RAM), which the next save commits; new raw vectors are appended to ``vectors.f32`` beyond the rows any save
+counts. The process changing them holds the directory's lock from the first change until ``save`` (or ``close``),
+and refuses to start when another writer saved a newer generation since it loaded.
+Directories written by earlier versions (``lists.ivfdata``, ``index.<gen>.faiss``, and the ``unsaved_changes.json``
+those versions left when they changed their lists in place and never saved) load as before.
 
 Every file read here that is corrupt, truncated, of the wrong encoding or inconsistent with the others raises
 :class:`CorruptFileError` (a ``ValueError``) naming the file and what is wrong; a missing file raises
@@ -31,8 +40,10 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import re
+import secrets
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,15 +52,38 @@ from typing import Any, Callable
 import faiss
 
 from ctxemb._validation import CorruptFileError
-from ctxemb.paths import atomic_path, atomic_write, read_json_file, recover_folder
+from ctxemb.atomic import atomic_path, atomic_write, read_json_file, recover_folder
+from ctxemb.locks import DirectoryLock, lock_file_inside
 from ctxemb.search.params import HNSWParams, IndexKind, IndexParams, IVFPQParams, Metric, make_params
 
+logger = logging.getLogger(__name__)
+
 MANIFEST_FILE = "manifest.json"
-# File names inside an index directory that an on-disk IVF-PQ index uses as live storage.
+# The inverted lists of on-disk IVF-PQ indexes saved by earlier versions (now lists.<token>.ivfdata).
 LISTS_FILE = "lists.ivfdata"
 VECTORS_FILE = "vectors.f32"
-# Written before the live files change after a save; deleted by the next save (see the module docstring).
+# Left by earlier versions when they changed an on-disk index in place and never saved (see the module docstring).
 UNSAVED_CHANGES_FILE = "unsaved_changes.json"
+# The library's own generation files (and nothing else) are deleted once no manifest names them.
+_GENERATION_FILE = re.compile(
+    r"\A(?:index\.\d{6}(?:-[a-z0-9]{8})?\.faiss|items\.\d{6}(?:-[a-z0-9]{8})?\.json|lists(?:\.[a-z0-9]{8})?\.ivfdata)\Z"
+)
+_TOKEN_CHARS = "abcdefghijklmnopqrstuvwxyz0123456789"
+
+
+def new_token() -> str:
+    """Eight random characters that make one save's file names its own."""
+    return "".join(secrets.choice(_TOKEN_CHARS) for _ in range(8))
+
+
+def new_lists_name() -> str:
+    """A fresh name for the inverted lists of an on-disk index: ``lists.<token>.ivfdata``."""
+    return "lists.%s.ivfdata" % new_token()
+
+
+def directory_lock(directory: str | Path) -> DirectoryLock:
+    """The write lock of an index directory (``<directory>/.ctxemb.lock``)."""
+    return DirectoryLock(lock_file_inside(directory), what="the search index directory %s" % directory)
 
 
 def read_json(path: Path, what: str, expected: type = dict):
@@ -104,6 +138,8 @@ class SavedIndex:
         metadata: the metadata of each label as a JSON string, or None.
         ntotal: vectors the FAISS structure holds (tombstoned ones included).
         faiss_file: on load, the FAISS file to read; None while an IVF-PQ index is untrained.
+        generation: on load, the generation of the save.
+        lists_file: on load, the inverted lists of an on-disk index (a file name in the directory), else None.
     """
 
     kind: IndexKind
@@ -116,6 +152,8 @@ class SavedIndex:
     metadata: list[str | None]
     ntotal: int
     faiss_file: Path | None = None
+    generation: int = 0
+    lists_file: str | None = None
 
     @property
     def n_labels(self) -> int:
@@ -130,15 +168,16 @@ def prepare_on_disk_directory(directory: str | Path) -> Path:
     """Create the folder of a new on-disk IVF-PQ index, refusing one that already holds such an index's files.
 
     Raises:
-        FileExistsError: ``directory`` already holds ``lists.ivfdata`` or ``vectors.f32``.
+        FileExistsError: ``directory`` already holds ``vectors.f32`` or inverted lists (``lists*.ivfdata``).
     """
     directory = Path(directory)
-    for name in (LISTS_FILE, VECTORS_FILE):
-        if (directory / name).exists():
-            raise FileExistsError(
-                "%s already exists; load that index with SemanticIndex.load(%r) or choose an empty directory"
-                % (directory / name, str(directory))
-            )
+    names = sorted(os.listdir(directory)) if directory.is_dir() else []
+    taken = [n for n in names if n == VECTORS_FILE or (n.startswith("lists") and n.endswith(".ivfdata"))]
+    if taken:
+        raise FileExistsError(
+            "%s already exists; load that index with SemanticIndex.load(%r) or choose an empty directory"
+            % (directory / taken[0], str(directory))
+        )
     directory.mkdir(parents=True, exist_ok=True)
     return directory
 
@@ -179,28 +218,50 @@ def _generation(manifest: dict | None) -> int:
 
 
 def write_index_directory(
-    directory: Path, state: SavedIndex, *, write_faiss: Callable[[Path], None] | None, live_dir: Path | None
-) -> int:
-    """Save ``state`` as a new generation in ``directory`` (created if needed); returns the generation.
+    directory: Path,
+    state: SavedIndex,
+    *,
+    write_faiss: Callable[[Path], None] | None,
+    live_dir: Path | None,
+    lists_name: str | None,
+    expected_generation: int | None = None,
+) -> tuple[int, dict]:
+    """Save ``state`` as a new generation in ``directory`` (created if needed); the caller holds its lock.
 
     Args:
         directory: the target folder.
         state: what to record (``faiss_file`` is ignored).
         write_faiss: writes the FAISS structure to a path; None for an untrained index (no FAISS file).
-        live_dir: the folder of an on-disk index's live files (None for in-memory kinds); they are copied when
-            ``directory`` is another folder.
+        live_dir: the folder of an on-disk index's lists and vectors (None for in-memory kinds); they are copied
+            when ``directory`` is another folder.
+        lists_name: the file name of an on-disk index's inverted lists in ``live_dir``.
+        expected_generation: if given, the generation ``directory`` must be at (an on-disk index saving its own
+            directory must not overwrite a newer save by another writer).
+
+    Returns:
+        The new generation and the manifest's ``"files"``.
+
+    Raises:
+        RuntimeError: the directory is at another generation than ``expected_generation``.
     """
     directory.mkdir(parents=True, exist_ok=True)
-    recover_folder(directory)  # deletes the temporary files of crashed saves
+    recover_folder(directory)  # deletes the temporary files of crashed atomic writes
     old = read_manifest(directory, required=False)
-    gen = _generation(old) + 1
-    files = {"index": None, "items": "items.%06d.json" % gen}
+    current = _generation(old)
+    if expected_generation is not None and current != expected_generation:
+        raise RuntimeError(
+            "%s was saved by another writer (generation %d) since this on-disk index was loaded or saved "
+            "(generation %d); saving would undo that save. Load the directory again." % (directory, current,
+                                                                                      expected_generation)
+        )
+    gen, token = current + 1, new_token()
+    files = {"index": None, "items": "items.%06d-%s.json" % (gen, token)}
     if write_faiss is not None:
-        files["index"] = "index.%06d.faiss" % gen
+        files["index"] = "index.%06d-%s.faiss" % (gen, token)
     if live_dir is not None:
-        files["lists"], files["vectors"] = LISTS_FILE, VECTORS_FILE
+        files["lists"], files["vectors"] = lists_name, VECTORS_FILE
         if write_faiss is not None and directory.resolve() != live_dir.resolve():
-            for name in (LISTS_FILE, VECTORS_FILE):
+            for name in (lists_name, VECTORS_FILE):  # the FAISS file records the lists' name: keep it
                 with atomic_path(directory / name) as tmp:
                     shutil.copyfile(live_dir / name, tmp)
     if files["index"]:
@@ -226,17 +287,59 @@ def write_index_directory(
     }
     with atomic_write(directory / MANIFEST_FILE) as f:
         json.dump(manifest, f, indent=2)
-    # The live (or just copied) files in ``directory`` match the committed manifest again.
-    clear_unsaved_changes(directory)
-    # The new manifest is committed: files only the previous generation used can go.
-    if old:
-        keep = {v for v in files.values() if v}
-        old_files = old.get("files") if isinstance(old.get("files"), dict) else {}
-        for name in old_files.values():
-            if isinstance(name, str) and name and name not in keep and "/" not in name and "\\" not in name:
-                with contextlib.suppress(FileNotFoundError):
-                    (directory / name).unlink()
-    return gen
+    # Committed: the marker of an earlier version's in-place changes no longer applies, and generation files no
+    # manifest names (the previous generation's, an interrupted save's) can go.
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(directory / UNSAVED_CHANGES_FILE)
+    remove_unreferenced_files(directory, files, keep=() if live_dir is None else (lists_name,))
+    return gen, files
+
+
+def remove_unreferenced_files(directory: Path, files: dict, keep=()) -> list[str]:
+    """Delete the library-named generation files of ``directory`` that ``files`` (a manifest's) does not name.
+
+    The caller holds the directory's lock. Only names of the library's own patterns (``index.<gen>[-<token>].faiss``,
+    ``items.<gen>[-<token>].json``, ``lists[.<token>].ivfdata``) are considered; returns those removed (logged).
+    """
+    named = {v for v in files.values() if isinstance(v, str)} | {k for k in keep if k}
+    removed = []
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return removed
+    for name in sorted(names):
+        if name in named or not _GENERATION_FILE.match(name):
+            continue
+        try:
+            os.unlink(directory / name)
+        except FileNotFoundError:
+            continue
+        except OSError as e:
+            logger.warning("could not delete the unused index file %s: %s", directory / name, e)
+            continue
+        removed.append(name)
+    if removed:
+        logger.info("removed %d index file(s) that no save of %s uses any more (earlier generations or "
+                    "leftovers of interrupted saves): %s", len(removed), directory, ", ".join(removed))
+    return removed
+
+
+def clean_directory(directory: Path) -> None:
+    """On open: delete leftovers of interrupted saves, if no writer holds the directory (else leave them)."""
+    lock = directory_lock(directory)
+    try:
+        lock.acquire(timeout=0)
+    except (TimeoutError, OSError):  # a writer is at work (its new files are not leftovers), or read-only
+        return
+    try:
+        recover_folder(directory)
+        m = read_manifest(directory, required=False)
+        if m is not None and isinstance(m.get("files"), dict):
+            remove_unreferenced_files(directory, m["files"])
+    except (OSError, ValueError) as e:
+        logger.debug("could not clean %s: %s", directory, e)
+    finally:
+        lock.release()
 
 
 def _file_name(files: dict, key: str, path: Path, required: bool) -> str | None:
@@ -287,8 +390,10 @@ def read_index_directory(directory: Path) -> SavedIndex:
         raise CorruptFileError("index manifest %s: params lacks the field %s" % (path, e)) from None
     except (TypeError, ValueError) as e:
         raise CorruptFileError("index manifest %s: %s" % (path, e)) from None
+    lists_file = None
     if isinstance(params, IVFPQParams) and params.on_disk:
         check_no_unsaved_changes(directory, m)
+        lists_file = _file_name(files, "lists", path, required=False) or LISTS_FILE
     if not items_path.is_file():
         raise FileNotFoundError("index items file not found: %s (named by %s)" % (items_path, path))
     items = read_json(items_path, "index items file")
@@ -319,11 +424,14 @@ def read_index_directory(directory: Path) -> SavedIndex:
         metadata=meta,
         ntotal=ntotal,
         faiss_file=directory / index_name if index_name else None,
+        generation=_generation(m),
+        lists_file=lists_file,
     )
 
 
 def check_no_unsaved_changes(directory: Path, manifest: dict) -> None:
-    """Raise if the live files of the on-disk index in ``directory`` were changed after the save ``manifest`` records.
+    """Raise if an earlier ctxemb changed the on-disk index in ``directory`` in place after the save ``manifest``
+    records and never saved it (this version never changes saved files).
 
     Raises:
         CorruptFileError: ``unsaved_changes.json`` records the manifest's generation (or cannot be read).
@@ -343,19 +451,6 @@ def check_no_unsaved_changes(directory: Path, manifest: dict) -> None:
             "vectors, or restore a copy of the directory taken after a save. (%s records this.)"
             % (directory, LISTS_FILE, VECTORS_FILE, manifest.get("generation"), MANIFEST_FILE, UNSAVED_CHANGES_FILE)
         )
-
-
-def mark_unsaved_changes(directory: Path) -> None:
-    """Record, durably and before they change, that the live files in ``directory`` differ from its last save."""
-    gen = _generation(read_manifest(directory, required=False))
-    with atomic_write(directory / UNSAVED_CHANGES_FILE, encoding="utf-8") as f:
-        json.dump({"generation": gen, "note": "the live files were changed after this generation was saved"}, f)
-
-
-def clear_unsaved_changes(directory: Path) -> None:
-    """Delete the marker once a manifest matching the live files is committed."""
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(directory / UNSAVED_CHANGES_FILE)
 
 
 def read_manifest(directory: Path, *, required: bool) -> dict | None:

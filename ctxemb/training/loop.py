@@ -43,6 +43,7 @@ from tqdm.auto import tqdm
 
 from ctxemb.inference import cpu_has_native_bf16
 from ctxemb.paths import atomic_path, atomic_write, resolve_saved_directory
+from ctxemb.training import faults
 from ctxemb.training.data import Batch, batch_size_of, count_tokens, move_to_device
 from ctxemb.training.distributed import (DistributedContext, all_reduce_mean, all_reduce_sum, any_process,
                                          init_distributed, shutdown, unwrap_model, wrap_model)
@@ -399,6 +400,7 @@ class _Writers:
         step = record["step"]
         if self.metrics_path:
             with open(self.metrics_path, "a", encoding="utf-8") as f:
+                faults.kill_point("metrics_line", (f, json.dumps(record) + "\n"))
                 f.write(json.dumps(record) + "\n")
         if self.tb is not None:
             for k, v in record.items():
@@ -547,7 +549,8 @@ def train(model: nn.Module, train_data: Any, config: TrainConfig, *, eval_data: 
     owns_group = dist.is_available() and not dist.is_initialized()
     ctx = init_distributed(config.device)
     try:
-        return _train(model, train_data, config, ctx, eval_data, eval_fn, list(callbacks or []), param_groups)
+        with faults.lock_run_directory(config.out_dir, ctx.is_main):  # a second run into out_dir fails clearly
+            return _train(model, train_data, config, ctx, eval_data, eval_fn, list(callbacks or []), param_groups)
     finally:
         if owns_group and ctx.is_distributed:
             shutdown()
@@ -653,6 +656,7 @@ def _train(model: nn.Module, train_data: Any, config: TrainConfig, ctx: Distribu
     grad_norm = None
     try:
         while step < config.max_steps:
+            faults.kill_point("between_steps")
             step += 1
             # ---- forward/backward over the micro-batches of one optimizer step
             step_loss = torch.zeros((), device=device)

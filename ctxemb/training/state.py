@@ -32,6 +32,7 @@ import torch
 from torch import nn
 
 from ctxemb.paths import atomic_directory, recover_folder, resolve_saved_directory
+from ctxemb.training import faults
 from ctxemb.training.distributed import DistributedContext, barrier, gather_to_main, unwrap_model
 
 logger = logging.getLogger(__name__)
@@ -168,6 +169,7 @@ def save_checkpoint(out_dir: str | Path, step: int, *, model: nn.Module, optimiz
         with atomic_directory(path) as tmp:
             (tmp / TRAINER_STATE).write_text(json.dumps(info, indent=2, sort_keys=True) + "\n", encoding="utf-8")
             torch.save(unwrap_model(model).state_dict(), tmp / MODEL_FILE)
+            faults.kill_point(faults.checkpoint_phase(step, trainer_state))
             torch.save(optimizer.state_dict(), tmp / OPTIMIZER_FILE)
             torch.save(scheduler.state_dict(), tmp / SCHEDULER_FILE)
             for r, s in enumerate(states):

@@ -39,25 +39,37 @@ from __future__ import annotations
 import json
 import logging
 import os
-from dataclasses import dataclass
+import time
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 
 from ctxemb._validation import check_choice, check_finite_matrix, check_int, check_string_batch, unit_rows
-from ctxemb.paths import atomic_directory, resolve_saved_directory
-from ctxemb.search.storage import CorruptFileError, read_faiss_file, read_json
+from ctxemb.atomic import atomic_directory, resolve_saved_directory
+from ctxemb.locks import DirectoryLock, ReadWriteLock, lock_file_beside, reads, writes
+from ctxemb.search.storage import CorruptFileError
+from ctxemb.wsd.query_transform import QueryTransform
+from ctxemb.wsd.sense_store_files import (  # noqa: F401  (directory_size: re-exported)
+    ORIGINS,
+    directory_size,
+    read_arrays,
+    read_faiss,
+    read_keys,
+    read_meta,
+    read_snapshot,
+)
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["SenseStore", "QueryTransform", "CorruptFileError", "FORMAT_VERSION", "ORIGINS"]
 
 FORMAT_VERSION = 1
-# How a sense got its vector; index = code stored in senses.npz.
-ORIGINS = ("corpus", "synset", "hypernym", "lexname", "gloss", "given")
+# How a sense got its vector (ORIGINS, from sense_store_files); index = code stored in senses.npz.
 _ORIGIN_CODE = {name: i for i, name in enumerate(ORIGINS)}
 _STORE_DIM = "the store's dimension"
+# How long load keeps starting again when saves by another process keep replacing the directory it reads.
+_LOAD_RETRY_SECONDS = 30.0
 
 
 def _import_faiss():
@@ -85,87 +97,6 @@ def _unit_and_norms(means: np.ndarray, name: str) -> tuple[np.ndarray, np.ndarra
     """(N, H) means -> their unit rows (N, H) float32 and norms (N,) float64: together the store's form of a mean."""
     m = np.asarray(means, dtype=np.float64)
     return _unit(m, name), np.sqrt(np.einsum("ij,ij->i", m, m))
-
-
-@dataclass(frozen=True)
-class QueryTransform:
-    """Post-processing that maps a raw contextual embedding into a store's space.
-
-    ``x (N, H_in) -> z = (x - mean) / scale`` (if standardising), then, if ``n_copies > 1``, the L2-normalised
-    z repeated ``n_copies`` times side by side, giving (N, H_in * n_copies). The repetition matches stores that
-    concatenate several normalised views of a sense (e.g. corpus and gloss embeddings).
-
-    Attributes:
-        input_dim: H_in, the raw embedding dimension.
-        mean: (H_in,) standardisation mean, or None.
-        scale: (H_in,) standardisation scale (no zeros), or None.
-        n_copies: how many normalised copies to concatenate (1 = no concatenation).
-    """
-
-    input_dim: int
-    mean: np.ndarray | None = None
-    scale: np.ndarray | None = None
-    n_copies: int = 1
-
-    def __post_init__(self):
-        object.__setattr__(self, "input_dim", check_int(self.input_dim, "input_dim", low=1))
-        if (self.mean is None) != (self.scale is None):
-            raise ValueError("mean and scale must be given together (got only one of them)")
-        for name in ("mean", "scale"):
-            v = getattr(self, name)
-            if v is not None:
-                v = np.asarray(v, dtype=np.float64)
-                if v.shape != (self.input_dim,):
-                    raise ValueError("%s must have shape (%d,), got %s" % (name, self.input_dim, v.shape))
-                object.__setattr__(self, name, v)
-        if self.scale is not None and not (self.scale > 0).all():
-            raise ValueError("scale must be positive in every dimension")
-        object.__setattr__(self, "n_copies", check_int(self.n_copies, "n_copies", low=1))
-
-    @property
-    def output_dim(self) -> int:
-        return self.input_dim * self.n_copies
-
-    @property
-    def is_identity(self) -> bool:
-        return self.mean is None and self.n_copies == 1
-
-    def standardize(self, vectors) -> np.ndarray:
-        """(N, H_in) -> (N, H_in) float32, standardised if this transform standardises (else a float32 copy)."""
-        x = check_finite_matrix(vectors, "vectors", dim=self.input_dim, dim_text="the transform's input dimension")
-        if self.mean is None:
-            return np.array(x, dtype=np.float32)
-        return ((np.asarray(x, dtype=np.float64) - self.mean) / self.scale).astype(np.float32)
-
-    def __call__(self, vectors) -> np.ndarray:
-        """(N, H_in) or (H_in,) -> (N, H_out) or (H_out,) float32."""
-        a = np.asarray(vectors)
-        single = a.ndim == 1
-        z = self.standardize(a[None, :] if single else a)
-        if self.n_copies > 1:
-            z = np.tile(_unit(z, "vectors"), (1, self.n_copies))
-        return z[0] if single else z
-
-    def describe(self) -> dict[str, Any]:
-        """JSON-able description (no arrays)."""
-        return {"input_dim": int(self.input_dim), "standardize": self.mean is not None, "n_copies": int(self.n_copies)}
-
-    def to_arrays(self) -> dict[str, np.ndarray]:
-        out = {"qt_input_dim": np.array(self.input_dim), "qt_n_copies": np.array(self.n_copies)}
-        if self.mean is not None:
-            out.update(qt_mean=self.mean, qt_scale=self.scale)
-        return out
-
-    @classmethod
-    def from_arrays(cls, arrays: Mapping[str, np.ndarray]) -> "QueryTransform | None":
-        if "qt_input_dim" not in arrays:
-            return None
-        return cls(
-            input_dim=int(arrays["qt_input_dim"]),
-            mean=arrays["qt_mean"] if "qt_mean" in arrays else None,
-            scale=arrays["qt_scale"] if "qt_scale" in arrays else None,
-            n_copies=int(arrays["qt_n_copies"]),
-        )
 
 
 class SenseStore:
@@ -211,6 +142,7 @@ class SenseStore:
         self._origins = np.zeros(0, dtype=np.uint8)
         self._index = None  # FAISS index of the unit vectors, built lazily; None = stale
         self._owns_unit = True  # False right after load: self._unit is a view into self._index
+        self._rw = ReadWriteLock()  # queries concurrent, updates alone
 
     # ---- inspection -------------------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -227,10 +159,12 @@ class SenseStore:
         )
 
     @property
+    @reads
     def keys(self) -> tuple[str, ...]:
         """Sense keys in id order (FAISS id i is ``keys[i]``)."""
         return tuple(self._keys)
 
+    @reads
     def ids(self, keys: Sequence[str]) -> np.ndarray:
         """Sense keys -> int64 ids (K,). Raises KeyError naming the keys the store lacks."""
         keys = _check_keys(keys)
@@ -241,33 +175,40 @@ class SenseStore:
             )
         return np.fromiter((self._ids[k] for k in keys), dtype=np.int64, count=len(keys))
 
+    @reads
     def count(self, key: str) -> int:
         """Number of corpus occurrences averaged into ``key`` (0 for a propagated or given vector)."""
         return int(self._counts[self.ids([key])[0]])
 
+    @reads
     def counts(self, keys: Sequence[str] | None = None) -> np.ndarray:
         """Occurrence counts (K,) int64 of ``keys`` (default all, in id order)."""
         n = len(self)
         return self._counts[:n].copy() if keys is None else self._counts[self.ids(keys)]
 
+    @reads
     def origin(self, key: str) -> str:
         """How the sense got its vector: one of :data:`ORIGINS`."""
         return ORIGINS[self._origins[self.ids([key])[0]]]
 
+    @reads
     def origins(self) -> dict[str, int]:
         """Number of senses per origin."""
         codes = np.bincount(self._origins[: len(self)], minlength=len(ORIGINS))
         return {name: int(c) for name, c in zip(ORIGINS, codes) if c}
 
+    @reads
     def vectors(self, keys: Sequence[str] | None = None) -> np.ndarray:
         """The mean vectors (K, H) float32 of ``keys`` (default all, in id order)."""
         ids = np.arange(len(self)) if keys is None else self.ids(keys)
         return (self._unit[ids].astype(np.float64) * self._norms[ids, None]).astype(np.float32)
 
+    @reads
     def vector(self, key: str) -> np.ndarray:
         """The mean vector (H,) float32 of one sense."""
         return self.vectors([key])[0]
 
+    @reads
     def unit_vectors(self, keys: Sequence[str] | None = None) -> np.ndarray:
         """The L2-normalised vectors (K, H) float32 (a copy)."""
         ids = np.arange(len(self)) if keys is None else self.ids(keys)
@@ -315,6 +256,7 @@ class SenseStore:
             raise ValueError("nothing to add: keys and %s are empty" % name)
         return keys, self._ids_creating(keys), a
 
+    @writes
     def add(self, keys: Sequence[str], vectors) -> None:
         """Fold occurrences into the senses' running means (new keys are created).
 
@@ -345,6 +287,7 @@ class SenseStore:
             self._forget_new_keys(n_before)
             raise
 
+    @writes
     def set_vectors(self, keys: Sequence[str], vectors, *, origin: str = "given", counts=None) -> None:
         """Give senses their vectors directly (replacing any mean), e.g. propagated or gloss vectors.
 
@@ -391,6 +334,7 @@ class SenseStore:
         self._origins[ids] = origin
         self._index = None
 
+    @writes
     def transform_vectors(self, fn) -> None:
         """Replace every mean ``m`` by ``fn(M)`` applied to all means at once (M: (S, H) -> (S, H')).
 
@@ -418,6 +362,7 @@ class SenseStore:
             return np.array(a, dtype=np.float32).reshape(np.shape(vectors))
         return self.query_transform(vectors)
 
+    @reads
     def score(self, vector, candidate_keys: Sequence[str]) -> np.ndarray:
         """Cosines between one query and some senses (J&M eq. 11.9 before the argmax).
 
@@ -449,6 +394,7 @@ class SenseStore:
             self._index = index
         return self._index
 
+    @reads
     def search(self, vectors, k: int = 10) -> tuple[np.ndarray, list[list[str]]]:
         """Exact k-nearest senses by cosine over the whole store.
 
@@ -475,25 +421,36 @@ class SenseStore:
         return (scores[0], keys[0]) if single else (scores, keys)
 
     # ---- persistence ------------------------------------------------------------------------------------
-    def save(self, directory: str | os.PathLike) -> Path:
+    @reads
+    def save(self, directory: str | os.PathLike, *, lock_timeout: float | None = 0.0) -> Path:
         """Write the store to a directory, atomically (see the module docstring for the layout).
 
         The new directory is written beside the target and renamed into place; an existing store there is
-        replaced only once the new one is complete.
+        replaced only once the new one is complete. The target's lock (``.<name>.ctxemb.lock`` beside it) is held
+        meanwhile, so two saves of one directory never interleave: the second fails (or waits).
+
+        Args:
+            directory: the target directory.
+            lock_timeout: seconds to wait for another writer of ``directory``; 0 (the default) fails at once,
+                None waits as long as it takes.
 
         Returns:
             The directory.
+
+        Raises:
+            DirectoryLockedError: another process or object is saving ``directory`` (a ``TimeoutError``).
         """
         faiss = _import_faiss()
         directory = Path(directory)
         n = len(self)
-        with atomic_directory(directory) as tmp:
+        lock = DirectoryLock(lock_file_beside(directory), what="the SenseStore directory %s" % directory)
+        with lock.hold(lock_timeout), atomic_directory(directory) as tmp:
             meta = dict(self.metadata)
             meta.update(format_version=FORMAT_VERSION, dim=self.dim, n_senses=n, origins=self.origins())
             if self.query_transform is not None:
                 meta["query_transform"] = self.query_transform.describe()
             (tmp / "meta.json").write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-            (tmp / "keys.txt").write_text("".join(k + "\n" for k in self._keys), encoding="utf-8")
+            (tmp / "keys.txt").write_text("".join(k + "\n" for k in self._keys[:n]), encoding="utf-8")
             arrays = dict(norms=self._norms[:n], counts=self._counts[:n], origins=self._origins[:n])
             if self.query_transform is not None:
                 arrays.update(self.query_transform.to_arrays())
@@ -512,13 +469,29 @@ class SenseStore:
                 others (a ``ValueError``; the message names the file and what is wrong).
             ValueError: an unsupported format version.
         """
+        directory = Path(directory)
+        deadline = time.monotonic() + _LOAD_RETRY_SECONDS
+        while True:
+            resolve_saved_directory(directory)  # restores a save a crash interrupted
+            version_id = _directory_id(directory)
+            try:
+                files, version_id = read_snapshot(directory)
+                store = cls._from_files(directory, files)
+                break
+            except (FileNotFoundError, CorruptFileError):
+                # A save that replaced the directory meanwhile (and deleted the version being read): read the new one.
+                if _directory_id(directory) in (None, version_id) or time.monotonic() > deadline:
+                    raise
+                logger.debug("%s was replaced while loading it: loading the new version", directory)
+        logger.info("loaded %r from %s", store, directory)
+        return store
+
+    @classmethod
+    def _from_files(cls, directory: Path, files: dict[str, bytes]) -> "SenseStore":
+        """A store from the bytes of its files (read by ``read_snapshot``), every file checked."""
         faiss = _import_faiss()
-        directory = resolve_saved_directory(directory)  # restores a save a crash interrupted
-        for name in ("meta.json", "keys.txt", "senses.npz", "index.faiss"):
-            if not (directory / name).is_file():
-                raise FileNotFoundError("%s is not a SenseStore directory: %s is missing" % (directory, name))
         meta_path = directory / "meta.json"
-        meta = read_json(meta_path, "SenseStore metadata")
+        meta = read_meta(meta_path, files["meta.json"])
         version = meta.get("format_version")
         if version != FORMAT_VERSION:
             raise ValueError(
@@ -530,14 +503,16 @@ class SenseStore:
         if meta.get("embedder") is not None and not isinstance(meta["embedder"], dict):
             raise CorruptFileError("%s: 'embedder' must be an object (the embedder's configuration); got %r"
                                    % (meta_path, meta["embedder"]))
-        keys = _read_keys(directory / "keys.txt")
+        keys = read_keys(directory / "keys.txt", files["keys.txt"])
         n = len(keys)
-        if meta.get("n_senses", n) != n:
-            raise CorruptFileError("%s lists %d sense keys but %s says n_senses=%r (truncated?)"
-                                   % (directory / "keys.txt", n, meta_path, meta.get("n_senses")))
-        arrays = _read_arrays(directory / "senses.npz", n)
         index_path = directory / "index.faiss"
-        index = read_faiss_file(index_path, "SenseStore FAISS index")
+        index = read_faiss(index_path, files["index.faiss"])
+        if meta.get("n_senses", n) != n or index.ntotal != n:
+            raise CorruptFileError(
+                "SenseStore keys file %s has %d lines (one sense key each), but %s says n_senses=%r and %s holds %d "
+                "vectors: the files disagree (keys.txt truncated, or files from different saves)"
+                % (directory / "keys.txt", n, meta_path, meta.get("n_senses"), index_path, index.ntotal))
+        arrays = read_arrays(directory / "senses.npz", n, files["senses.npz"])
         if not isinstance(index, faiss.IndexIDMap2) or not isinstance(faiss.downcast_index(index.index),
                                                                        faiss.IndexFlat):
             raise CorruptFileError("%s holds a %s, not the IndexIDMap2(IndexFlatIP) a SenseStore saves"
@@ -575,68 +550,13 @@ class SenseStore:
         store._norms = arrays["norms"].astype(np.float64)
         store._counts = arrays["counts"].astype(np.int64)
         store._origins = arrays["origins"].astype(np.uint8)
-        logger.info("loaded %r from %s", store, directory)
         return store
 
 
-def _read_keys(path: Path) -> list[str]:
-    """The sense keys of ``keys.txt``, checked: UTF-8, one non-empty key without whitespace per line, no repeats."""
+def _directory_id(directory: Path) -> tuple[int, int] | None:
+    """(device, inode) of the directory now at ``directory``, or None if there is none."""
     try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as e:
-        raise CorruptFileError("SenseStore keys file %s is not UTF-8 text (%s at byte %d)" % (path, e.reason, e.start)) from None
-    if text and not text.endswith("\n"):
-        raise CorruptFileError("SenseStore keys file %s does not end with a newline: it is truncated" % path)
-    keys = text.split("\n")[:-1] if text else []
-    for i, k in enumerate(keys):
-        if not k or any(c.isspace() for c in k):
-            raise CorruptFileError("SenseStore keys file %s, line %d: %r is not a sense key (empty or with spaces)"
-                                   % (path, i + 1, k))
-    if len(set(keys)) != len(keys):
-        seen, dup = set(), None
-        for k in keys:
-            if k in seen:
-                dup = k
-                break
-            seen.add(k)
-        raise CorruptFileError("SenseStore keys file %s repeats the key %r" % (path, dup))
-    return keys
-
-
-# The arrays of senses.npz: name -> (dtype kinds accepted, whether it has one entry per sense).
-_NPZ_ARRAYS = {"norms": ("fiu", True), "counts": ("iu", True), "origins": ("iu", True)}
-
-
-def _read_arrays(path: Path, n: int) -> dict[str, np.ndarray]:
-    """The arrays of ``senses.npz``, checked against ``n`` senses; every read error names the file."""
-    try:
-        z = np.load(path, allow_pickle=False)
-        if not isinstance(z, np.lib.npyio.NpzFile):
-            raise ValueError("it holds a single array, not the .npz archive of a SenseStore")
-        with z:
-            arrays = {k: z[k] for k in z.files}
-    except (FileNotFoundError, PermissionError):
-        raise
-    except Exception as e:  # BadZipFile, zlib.error, EOFError, OSError, ValueError (pickled data, bad headers), ...
-        raise CorruptFileError("SenseStore arrays %s cannot be read (corrupt or truncated?): %s: %s"
-                               % (path, type(e).__name__, e)) from None
-    for name, (kinds, per_sense) in _NPZ_ARRAYS.items():
-        a = arrays.get(name)
-        if a is None:
-            raise CorruptFileError("SenseStore arrays %s lack %r" % (path, name))
-        if a.dtype.kind not in kinds or (per_sense and a.shape != (n,)):
-            raise CorruptFileError("SenseStore arrays %s: %r must be %d numbers (dtype kind %s); got dtype %s, shape %s"
-                                   % (path, name, n, "/".join(kinds), a.dtype, a.shape))
-    norms, counts, origins = arrays["norms"], arrays["counts"], arrays["origins"]
-    if not np.isfinite(norms).all() or (norms < 0).any():
-        raise CorruptFileError("SenseStore arrays %s: norms must be finite and >= 0" % path)
-    if (counts < 0).any():
-        raise CorruptFileError("SenseStore arrays %s: counts must be >= 0" % path)
-    if ((origins < 0) | (origins >= len(ORIGINS))).any():
-        raise CorruptFileError("SenseStore arrays %s: origins must be codes 0..%d" % (path, len(ORIGINS) - 1))
-    return arrays
-
-
-def directory_size(directory: str | os.PathLike) -> int:
-    """Total bytes of the files in a directory (e.g. a saved store)."""
-    return sum(p.stat().st_size for p in Path(directory).rglob("*") if p.is_file())
+        st = os.stat(directory)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino

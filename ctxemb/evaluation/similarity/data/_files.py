@@ -41,8 +41,11 @@ def require_file(path: Path, what: str, held_out: bool = False) -> Path:
 
 def read_lines(path: PathLike) -> list[str]:
     """Lines of a UTF-8 text file without their line endings (CRLF files included); a trailing empty line is dropped."""
-    with open(path, encoding="utf-8-sig", newline="") as f:
-        text = f.read()
+    try:
+        with open(path, encoding="utf-8-sig", newline="") as f:
+            text = f.read()
+    except UnicodeDecodeError as e:
+        raise ValueError("%s is not UTF-8 text (%s at byte %d)" % (path, e.reason, e.start)) from None
     lines = re.split(r"\r\n|\n|\r", text)
     if lines and lines[-1] == "":
         lines.pop()
