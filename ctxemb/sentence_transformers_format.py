@@ -471,6 +471,9 @@ def resolve_sentence_options(modules: SentenceModules | None, tokenizer: Tokeniz
         check_bool(normalize, "normalize")
     if max_seq_length is not None:
         max_seq_length = check_int(max_seq_length, "max_seq_length", low=3)
+        if max_seq_length > tokenizer.max_length:
+            raise ValueError(f"max_seq_length={max_seq_length} exceeds the model's maximum input length "
+                             f"{tokenizer.max_length} (its tokenizer's, with the special tokens)")
     if prompt is not None and not isinstance(prompt, str):
         raise TypeError(f"prompt must be a str or None, got {type(prompt).__name__}")
     if prompt_name is not None and not isinstance(prompt_name, str):
@@ -507,6 +510,9 @@ def resolve_sentence_options(modules: SentenceModules | None, tokenizer: Tokeniz
     if prompt and not modules.include_prompt:
         prompt_length = len(tokenizer.tokenize([prompt])[0]) + 1  # [CLS] and the prompt's tokens, as s-t counts
     limit = max_seq_length or modules.max_seq_length or tokenizer.max_length
+    if max_seq_length is None and limit > tokenizer.max_length:
+        _warn_long(modules.path, limit, tokenizer.max_length)
+        limit = tokenizer.max_length
     _log_choice(modules.path, modules.describe(), "+".join(mode), str(layers if isinstance(layers, str) else list(layers)), str(layer_pooling),
                 str([type(s).__name__ for s in steps]), limit, given)
     return SentenceOptions(mode, tuple(layers) if not isinstance(layers, str) else layers, layer_pooling,
@@ -520,6 +526,12 @@ def _log_choice(path: str, modules: str, pooling: str, layers: str, layer_poolin
     logger.info("sentence vectors of %s: pooling %s of hidden states %s (layer pooling %s), then %s, inputs "
                 "truncated at %d tokens; from its sentence-transformers modules (%s) except the options given: %s",
                 path, pooling, layers, layer_pooling, steps, limit, modules, given)
+
+
+@functools.lru_cache(maxsize=64)
+def _warn_long(path: str, limit: int, maximum: int) -> None:
+    logger.warning("%s: max_seq_length %d of sentence_bert_config.json exceeds the tokenizer's maximum %d; inputs "
+                   "are truncated at %d", path, limit, maximum, maximum)
 
 
 @functools.lru_cache(maxsize=8)
