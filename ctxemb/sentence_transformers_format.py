@@ -354,8 +354,8 @@ class SentenceOptions:
     :func:`resolve_sentence_options`).
 
     Attributes:
-        pooling: the pooling modes, concatenated. layers, layer_pooling, layer_weights: the layer choice (None:
-            the Embedder's configuration). steps: what follows the pooling. max_seq_length: truncate inputs to this
+        pooling: the pooling modes, concatenated. layers, layer_pooling, layer_weights: the layer choice as given
+            (None: the Embedder's configuration; checked by the Embedder). steps: what follows the pooling. max_seq_length: truncate inputs to this
             many tokens, special tokens included (None: long texts are cut into windows and stitched back, the
             Embedder's own behaviour). prompt: prepended to every text. prompt_length: the leading tokens
             ([CLS] + the prompt's) left out of pooling (0: none). do_lower_case: lower-case before tokenizing.
@@ -490,8 +490,7 @@ def resolve_sentence_options(modules: SentenceModules | None, tokenizer: Tokeniz
         prompt = available[modules.default_prompt_name]
     prompt = prompt or ""
     if modules is None:
-        return SentenceOptions((pooling or "mean",), None if layers is None else layers, layer_pooling,
-                               None if layer_weights is None else tuple(layer_weights),
+        return SentenceOptions((pooling or "mean",), layers, layer_pooling, layer_weights,
                                (NormalizeStep(),) if normalize else (), max_seq_length, prompt,
                                0, False)
     steps = list(modules.steps)
@@ -515,8 +514,7 @@ def resolve_sentence_options(modules: SentenceModules | None, tokenizer: Tokeniz
         limit = tokenizer.max_length
     _log_choice(modules.path, modules.describe(), "+".join(mode), str(layers if isinstance(layers, str) else list(layers)), str(layer_pooling),
                 str([type(s).__name__ for s in steps]), limit, given)
-    return SentenceOptions(mode, tuple(layers) if not isinstance(layers, str) else layers, layer_pooling,
-                           None if layer_weights is None else tuple(layer_weights), tuple(steps), limit, prompt,
+    return SentenceOptions(mode, layers, layer_pooling, layer_weights, tuple(steps), limit, prompt,
                            prompt_length, modules.do_lower_case)
 
 
