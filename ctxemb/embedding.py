@@ -33,6 +33,7 @@ from ctxemb.registry import DEFAULT_MODEL
 from ctxemb.sentence_transformers_format import (  # noqa: F401 (SENTENCE_POOLINGS is re-exported)
     SENTENCE_POOLINGS,
     SentenceModules,
+    configured_layers_win,
     encoder_dir,
     resolve_sentence_options,
 )
@@ -215,7 +216,8 @@ class Embedder:
 
         A sentence-transformers directory (``modules.json``) is read with its modules (:attr:`sentence_modules`):
         :meth:`embed_sentences` follows them by default; word, token and span vectors keep the configuration's
-        layers.
+        layers. A layer choice given here (``layers``, ``layer_pooling``, ``layer_weights``) replaces the modules'
+        for sentence vectors too.
 
         Every argument is checked before the model is loaded. ``training_run`` is read from the model directory
         (None for models no ctxemb recipe stamped); passing it (as a store's or index's recorded configuration does)
@@ -257,7 +259,7 @@ class Embedder:
         cfg = dataclasses.replace(cfg, training_run=recorded)
         embedder = cls(load_encoder(model_dir, device=device), load_tokenizer(model_dir), cfg, batch_size=batch_size,
                        max_tokens_per_batch=max_tokens_per_batch)
-        embedder.sentence_modules = modules
+        embedder.sentence_modules = configured_layers_win(modules, config)  # layers=... given here win
         return embedder
 
     def with_config(self, **changes: Any) -> "Embedder":
@@ -266,7 +268,7 @@ class Embedder:
         new = Embedder(self.encoder, self.tokenizer, dataclasses.replace(self.config, **changes),
                        batch_size=self.batch_size, max_tokens_per_batch=self.max_tokens_per_batch)
         new._fingerprint = new._fingerprint or self._fingerprint
-        new.sentence_modules = self.sentence_modules
+        new.sentence_modules = configured_layers_win(self.sentence_modules, changes)
         if new._backend is None and new.config.precision == self.config.precision:
             new._backend = self._backend
         return new

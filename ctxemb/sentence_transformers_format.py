@@ -120,7 +120,8 @@ class SentenceModules:
         pooling: the Pooling module's modes, concatenated in this order (see :data:`SENTENCE_POOLINGS`).
         include_prompt: whether prompt tokens are pooled.
         layers: hidden-state indices (0 = embedding output, -1 = last layer) the token vectors come from:
-            ``(-1,)``, or the layers of a WeightedLayerPooling module with non-zero weight.
+            ``(-1,)``, or the layers of a WeightedLayerPooling module with non-zero weight; None: the Embedder's
+            configured layers (see :func:`configured_layers_win`).
         layer_weights: their weights for a WeightedLayerPooling with unequal weights (None: a plain mean).
         steps: the modules after Pooling, in order (:class:`DenseLayer`, :class:`LayerNormStep`,
             :class:`NormalizeStep`; Dropout is the identity at inference and is left out).
@@ -135,7 +136,7 @@ class SentenceModules:
     transformer_path: str = ""
     pooling: tuple[str, ...] = ("mean",)
     include_prompt: bool = True
-    layers: tuple[int, ...] = (-1,)
+    layers: tuple[int, ...] | None = (-1,)
     layer_weights: tuple[float, ...] | None = None
     steps: tuple[Any, ...] = ()
     max_seq_length: int | None = None
@@ -151,7 +152,8 @@ class SentenceModules:
 
     def describe(self) -> str:
         """A one-line summary for logs and errors."""
-        parts = ["pooling %s" % "+".join(self.pooling), "hidden states %s" % list(self.layers)]
+        parts = ["pooling %s" % "+".join(self.pooling),
+                 "hidden states %s" % ("as configured" if self.layers is None else list(self.layers))]
         parts += [type(s).__name__.replace("Step", "").replace("Layer", "") for s in self.steps]
         if self.max_seq_length:
             parts.append("max_seq_length %d" % self.max_seq_length)
@@ -175,6 +177,15 @@ def encoder_dir(model: str | os.PathLike) -> tuple[Path, SentenceModules | None]
         return path / modules.transformer_path, modules
     root = resolve_model_dir(model)
     return root, read_sentence_transformers(root) if (root / "modules.json").is_file() else None
+
+
+def configured_layers_win(modules: SentenceModules | None, config_keys) -> SentenceModules | None:
+    """The modules an Embedder follows once its configuration was given ``config_keys`` explicitly
+    (``Embedder.from_pretrained(dir, layers=[...])``, ``with_config(layers=...)``): a layer choice given there
+    (layers, layer_pooling, layer_weights) replaces the modules' for sentence vectors too."""
+    if modules is None or not {"layers", "layer_pooling", "layer_weights"} & set(config_keys):
+        return modules
+    return dataclasses.replace(modules, layers=None, layer_weights=None)
 
 
 def read_sentence_transformers(model_dir: str | os.PathLike) -> SentenceModules:
@@ -300,7 +311,8 @@ def _read_pooling(folder: Path) -> dict:
     path = folder / "config.json"
     mode = config.get("pooling_mode")
     if mode is None:
-        modes = tuple(m for key, m in LEGACY_POOLING_KEYS.items() if _typed(config, path, key, bool, False)) or ("mean",)
+        modes = tuple(m for key, m in LEGACY_POOLING_KEYS.items() if _typed(config, path, key, bool, False))
+        modes = modes or ("mean",)
     else:
         modes = (mode,) if isinstance(mode, str) else tuple(mode) if isinstance(mode, list) else None
         if not modes or any(m not in SENTENCE_POOLINGS for m in modes):
@@ -354,11 +366,15 @@ class SentenceOptions:
     :func:`resolve_sentence_options`).
 
     Attributes:
-        pooling: the pooling modes, concatenated. layers, layer_pooling, layer_weights: the layer choice as given
-            (None: the Embedder's configuration; checked by the Embedder). steps: what follows the pooling. max_seq_length: truncate inputs to this
-            many tokens, special tokens included (None: long texts are cut into windows and stitched back, the
-            Embedder's own behaviour). prompt: prepended to every text. prompt_length: the leading tokens
-            ([CLS] + the prompt's) left out of pooling (0: none). do_lower_case: lower-case before tokenizing.
+        pooling: the pooling modes, concatenated.
+        layers, layer_pooling, layer_weights: the layer choice as given (None: the Embedder's configuration; checked
+            by the Embedder).
+        steps: what follows the pooling.
+        max_seq_length: truncate inputs to this many tokens, special tokens included (None: long texts are cut into
+            windows and stitched back, the Embedder's own behaviour).
+        prompt: prepended to every text.
+        prompt_length: the leading tokens ([CLS] + the prompt's) left out of pooling (0: none).
+        do_lower_case: lower-case before tokenizing.
     """
 
     pooling: tuple[str, ...]
@@ -499,12 +515,12 @@ def resolve_sentence_options(modules: SentenceModules | None, tokenizer: Tokeniz
     elif normalize and not (steps and isinstance(steps[-1], NormalizeStep)):
         steps.append(NormalizeStep())
     mode = (pooling,) if pooling is not None else modules.pooling
-    if layers is None and layer_pooling is None and layer_weights is None:
+    if modules.layers is not None and layers is None and layer_pooling is None and layer_weights is None:
         layers = modules.layers
         layer_pooling = "mean" if modules.layer_weights is None else "weighted"
         layer_weights = modules.layer_weights
     elif layers is None:
-        layers = modules.layers
+        layers = modules.layers  # None when the Embedder was configured with explicit layers: its configuration
     prompt_length = 0
     if prompt and not modules.include_prompt:
         prompt_length = len(tokenizer.tokenize([prompt])[0]) + 1  # [CLS] and the prompt's tokens, as s-t counts
@@ -512,7 +528,8 @@ def resolve_sentence_options(modules: SentenceModules | None, tokenizer: Tokeniz
     if max_seq_length is None and limit > tokenizer.max_length:
         _warn_long(modules.path, limit, tokenizer.max_length)
         limit = tokenizer.max_length
-    _log_choice(modules.path, modules.describe(), "+".join(mode), str(layers if isinstance(layers, str) else list(layers)), str(layer_pooling),
+    shown = "as configured" if layers is None else layers if isinstance(layers, str) else list(layers)
+    _log_choice(modules.path, modules.describe(), "+".join(mode), str(shown), str(layer_pooling),
                 str([type(s).__name__ for s in steps]), limit, given)
     return SentenceOptions(mode, layers, layer_pooling, layer_weights, tuple(steps), limit, prompt,
                            prompt_length, modules.do_lower_case)

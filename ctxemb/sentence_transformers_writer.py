@@ -176,7 +176,8 @@ def write_sentence_transformers_modules(model_dir: str | os.PathLike, *, pooling
         idx = len(modules)
         folder = model_dir / f"{idx}_{kind}"
         folder.mkdir()
-        modules.append({"idx": idx, "name": str(idx), "path": folder.name, "type": f"sentence_transformers.models.{kind}"})
+        modules.append({"idx": idx, "name": str(idx), "path": folder.name,
+                        "type": f"sentence_transformers.models.{kind}"})
         return folder
 
     if weighted is not None:

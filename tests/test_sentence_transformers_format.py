@@ -152,7 +152,12 @@ def test_explicit_options_win_and_word_vectors_do_not_move(tmp_path, tiny, caplo
     # a model without modules keeps the old sentence defaults: mean of the configured layers, no normalisation
     old = plain.embed_sentences(TEXTS, show_progress_bar=False)
     assert not np.allclose(np.linalg.norm(old, axis=1), 1.0)
-    assert emb.with_config(layers=(-1,)).sentence_modules is emb.sentence_modules
+    assert emb.with_config(precision="fp32").sentence_modules is emb.sentence_modules
+    # a layer choice configured explicitly governs sentence vectors too (the modules' pooling and Normalize stay)
+    for configured in (emb.with_config(layers=(-2, -1)), Embedder.from_pretrained(path, layers=[-2, -1])):
+        np.testing.assert_allclose(configured.embed_sentences(TEXTS, pooling="mean", normalize=False,
+                                                              max_seq_length=6, show_progress_bar=False),
+                                   want, rtol=1e-5, atol=1e-6)
     with pytest.raises(ValueError, match="max_seq_length=65 exceeds the model's maximum input length 64"):
         emb.embed_sentences(TEXTS, max_seq_length=65)
 
