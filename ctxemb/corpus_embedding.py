@@ -360,7 +360,8 @@ class _Job:
         check_bool(overwrite, "overwrite")
         check_bool(show_progress_bar, "show_progress_bar")
         batch_size = embedder.batch_size if batch_size is None else check_int(batch_size, "batch_size", low=1)
-        dim = embedder.sentence_dim(layers=layers, layer_pooling=layer_pooling, layer_weights=layer_weights)
+        dim = embedder.sentence_dim(layers=layers, layer_pooling=layer_pooling, layer_weights=layer_weights,
+                                    pooling=pooling)
         out = _check_out_path(out_path, overwrite)
         texts, source = _text_list(texts)
         options = dict(pooling=pooling, normalize=normalize, layers=layers, layer_pooling=layer_pooling,

@@ -29,14 +29,20 @@ from ctxemb.inference import PRECISION_CHOICES, EncoderBackend, plan_batches, po
 from ctxemb.loading import load_encoder, load_tokenizer
 from ctxemb.modeling.checkpoint import read_training_run
 from ctxemb.modeling.encoder import Encoder
-from ctxemb.registry import DEFAULT_MODEL, resolve_model_dir
+from ctxemb.registry import DEFAULT_MODEL
+from ctxemb.sentence_transformers_format import (  # noqa: F401 (SENTENCE_POOLINGS is re-exported)
+    SENTENCE_POOLINGS,
+    SentenceModules,
+    configured_layers_win,
+    encoder_dir,
+    resolve_sentence_options,
+)
 from ctxemb.tokenization import TokenizedText, Tokenizer, check_texts, check_word_lists
 
 logger = logging.getLogger(__name__)
 
 LAYER_POOLINGS = ("mean", "sum", "concat", "weighted", "stack")
 SUBWORD_POOLINGS = ("mean", "first", "last")
-SENTENCE_POOLINGS = ("mean", "cls")
 SPAN_MODES = ("mean", "endpoints")
 OUTPUTS = ("numpy", "torch")
 _CHUNK = 4096  # texts sorted and batched together; bounds memory for corpora of any size
@@ -146,7 +152,7 @@ class Embedder:
     Example:
         >>> emb = Embedder.from_pretrained("all-MiniLM-L6-v2")
         >>> vecs = emb.embed_words([["He", "sat", "on", "the", "bank"]])   # [(5, 384)]
-        >>> sent = emb.embed_sentences(["A sentence."], layers=[-1])      # (1, 384), as sentence-transformers
+        >>> sent = emb.embed_sentences(["A sentence."])                   # (1, 384), as sentence-transformers
 
     Args:
         encoder: a loaded :class:`Encoder`.
@@ -161,7 +167,14 @@ class Embedder:
     (``[-1, 6]`` on a 6-layer model), a span that is not a pair of ints or lies outside its sentence, an empty text or
     one that gives no token (only control characters), a lone surrogate. An empty batch is not an error: it gives an
     empty result of the right shape.
+
+    Attributes:
+        sentence_modules: the sentence-transformers modules of the model directory (pooling, layers, Dense,
+            Normalize, maximum length, prompts), which :meth:`embed_sentences` follows by default; None for a model
+            without them (set by :meth:`from_pretrained`; see :mod:`ctxemb.sentence_transformers_format`).
     """
+
+    sentence_modules: SentenceModules | None = None
 
     def __init__(self, encoder: Encoder, tokenizer: Tokenizer, config: EmbedderConfig | None = None, *,
                  batch_size: int = 64, max_tokens_per_batch: int = 8192):
@@ -201,6 +214,11 @@ class Embedder:
                         batch_size: int = 64, max_tokens_per_batch: int = 8192, **config: Any) -> "Embedder":
         """Load a model by name or path; keyword arguments are :class:`EmbedderConfig` fields.
 
+        A sentence-transformers directory (``modules.json``) is read with its modules (:attr:`sentence_modules`):
+        :meth:`embed_sentences` follows them by default; word, token and span vectors keep the configuration's
+        layers. A layer choice given here (``layers``, ``layer_pooling``, ``layer_weights``) replaces the modules'
+        for sentence vectors too.
+
         Every argument is checked before the model is loaded. ``training_run`` is read from the model directory
         (None for models no ctxemb recipe stamped); passing it (as a store's or index's recorded configuration does)
         checks that the directory still holds the weights of that run.
@@ -232,14 +250,17 @@ class Embedder:
             torch.device(device)
         except RuntimeError as e:
             raise ValueError(f"device {device!r} is not a torch device: {e}") from None
-        recorded = read_training_run(resolve_model_dir(model))
+        model_dir, modules = encoder_dir(model)  # an s-t directory: its Transformer folder and its modules
+        recorded = read_training_run(model_dir)
         if cfg.training_run is not None and cfg.training_run != recorded:
             raise ValueError(f"the model at {os.fspath(model)!r} was made by training run {recorded!r}, not "
                              f"{cfg.training_run!r}: the directory now holds other weights than the ones asked for "
                              "(e.g. those a sense store or index was built with); use that run's model, or rebuild")
         cfg = dataclasses.replace(cfg, training_run=recorded)
-        return cls(load_encoder(model, device=device), load_tokenizer(model), cfg, batch_size=batch_size,
-                   max_tokens_per_batch=max_tokens_per_batch)
+        embedder = cls(load_encoder(model_dir, device=device), load_tokenizer(model_dir), cfg, batch_size=batch_size,
+                       max_tokens_per_batch=max_tokens_per_batch)
+        embedder.sentence_modules = configured_layers_win(modules, config)  # layers=... given here win
+        return embedder
 
     def with_config(self, **changes: Any) -> "Embedder":
         """The same loaded model with other pooling choices (no reload; the backend is shared when the precision
@@ -247,9 +268,48 @@ class Embedder:
         new = Embedder(self.encoder, self.tokenizer, dataclasses.replace(self.config, **changes),
                        batch_size=self.batch_size, max_tokens_per_batch=self.max_tokens_per_batch)
         new._fingerprint = new._fingerprint or self._fingerprint
+        new.sentence_modules = configured_layers_win(self.sentence_modules, changes)
         if new._backend is None and new.config.precision == self.config.precision:
             new._backend = self._backend
         return new
+
+    def save_pretrained(self, path: str | os.PathLike, *, pooling: str | None = None, normalize: bool | None = None,
+                        layers: Sequence[int] | None = None, layer_pooling: str | None = None,
+                        layer_weights: Sequence[float] | None = None, max_seq_length: int | None = None,
+                        overwrite: bool = False) -> Path:
+        """Save the model as a sentence-transformers directory whose sentence vectors are this Embedder's
+        :meth:`embed_sentences` vectors with the same options: ``SentenceTransformer(path).encode(texts)`` and
+        ``Embedder.from_pretrained(path).embed_sentences(texts)`` then agree with them.
+
+        The options default as in :meth:`embed_sentences` (the model's modules, else mean pooling of the configured
+        layers, unnormalised); a layer average becomes s-t's WeightedLayerPooling. The model's Dense layers,
+        prompts and lower-casing are kept. Texts longer than ``max_seq_length`` (default the model's, else the
+        tokenizer's maximum) are truncated by s-t, where an Embedder without modules cuts them into windows.
+
+        Returns:
+            ``path``.
+
+        Raises:
+            ValueError: a configuration sentence-transformers cannot express (a sum or concatenation of layers;
+                the message names it), or a bad option; nothing is written.
+            FileExistsError: ``path`` exists, is not empty and ``overwrite`` is False.
+        """
+        from ctxemb.modeling.checkpoint import TRAINING_RUN_KEY
+        from ctxemb.sentence_transformers_writer import save_sentence_transformers
+
+        opts = resolve_sentence_options(self.sentence_modules, self.tokenizer, pooling=pooling, normalize=normalize,
+                                        layers=layers, layer_pooling=layer_pooling, layer_weights=layer_weights,
+                                        max_seq_length=max_seq_length)
+        layers, lp, weights = self._layer_args(opts.layers, opts.layer_pooling, opts.layer_weights)
+        modules = self.sentence_modules
+        extra = {TRAINING_RUN_KEY: self.config.training_run} if self.config.training_run else None
+        return save_sentence_transformers(
+            path, self.encoder, encoder_dir(self.config.model)[0], overwrite=overwrite, config_extra=extra,
+            pooling=opts.pooling, layers=layers, layer_pooling=lp, layer_weights=weights, steps=opts.steps,
+            max_seq_length=opts.max_seq_length or self.tokenizer.max_length, do_lower_case=opts.do_lower_case,
+            include_prompt=modules.include_prompt if modules else True, prompts=modules.prompts if modules else None,
+            default_prompt_name=modules.default_prompt_name if modules else None,
+            similarity_fn_name=(modules.similarity_fn_name if modules else None) or "cosine")
 
     @property
     def fingerprint(self) -> str:
@@ -284,17 +344,20 @@ class Embedder:
         return self.hidden_size * n
 
     def sentence_dim(self, *, layers: Sequence[int] | str | None = None, layer_pooling: str | None = None,
-                     layer_weights: Sequence[float] | None = None) -> int:
-        """The width of :meth:`embed_sentences`' vectors with these layer options, checked as it checks them.
+                     layer_weights: Sequence[float] | None = None, pooling: str | None = None) -> int:
+        """The width of :meth:`embed_sentences`' vectors with these options, checked as it checks them (a model's
+        Dense layers and concatenated pooling modes included).
 
         Raises:
             TypeError, ValueError: as :meth:`embed_sentences` for the same options ("stack" is a ValueError).
         """
-        layers, lp, weights = self._layer_args(layers, layer_pooling, layer_weights)
+        opts = resolve_sentence_options(self.sentence_modules, self.tokenizer, pooling=pooling, layers=layers,
+                                        layer_pooling=layer_pooling, layer_weights=layer_weights)
+        layers, lp, weights = self._layer_args(opts.layers, opts.layer_pooling, opts.layer_weights)
         if lp == "stack":
             raise ValueError("layer_pooling 'stack' is not available for sentence embeddings")
         (dim,) = self._width(layers, lp)
-        return dim
+        return opts.output_dim(dim)
 
     def plan_sentence_batches(self, token_counts: Sequence[int], *,
                               batch_size: int | None = None) -> list[PlannedBatch]:
@@ -319,6 +382,9 @@ class Embedder:
         for i, n in enumerate(counts):
             if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 1:
                 raise ValueError(f"token_counts[{i}] must be an int >= 1 (a text gives at least one token), got {n!r}")
+        cap = resolve_sentence_options(self.sentence_modules, self.tokenizer).max_seq_length  # truncation, if any
+        if cap is not None:
+            counts = [min(n, cap - self.tokenizer.num_special_tokens) for n in counts]
         out = []
         for lo in range(0, len(counts), _CHUNK):
             windows, lengths, batches = plan_batches(self.tokenizer, counts[lo:lo + _CHUNK], batch_size=batch_size,
@@ -468,38 +534,51 @@ class Embedder:
         return results
 
     # ---- sentences ----------------------------------------------------------------------------------------
-    def embed_sentences(self, texts: Sequence[str], *, pooling: str = "mean", batch_size: int | None = None,
-                        show_progress_bar: bool = True, normalize: bool = False,
+    def embed_sentences(self, texts: Sequence[str], *, pooling: str | None = None, batch_size: int | None = None,
+                        show_progress_bar: bool = True, normalize: bool | None = None,
                         layers: Sequence[int] | str | None = None, layer_pooling: str | None = None,
-                        layer_weights: Sequence[float] | None = None, output: str = "numpy",
+                        layer_weights: Sequence[float] | None = None, max_seq_length: int | None = None,
+                        prompt: str | None = None, prompt_name: str | None = None, output: str = "numpy",
                         out_path: str | os.PathLike | None = None) -> np.ndarray | torch.Tensor:
         """One vector per text.
 
-        ``pooling="mean"`` with ``layers=[-1]`` is what sentence-transformers computes for all-MiniLM-L6-v2 and
-        all-mpnet-base-v2 (before their optional normalisation).
+        A sentence-transformers model (:attr:`sentence_modules`, e.g. the default all-MiniLM-L6-v2) gives by default
+        what ``SentenceTransformer(dir).encode(texts)`` gives: its pooling, hidden states, Dense layers, Normalize,
+        maximum length (longer inputs truncated) and default prompt. Each option given replaces the modules' choice
+        (the choice is logged). A model without modules gives mean pooling of the configured layers, unnormalised,
+        and cuts long texts into windows (see :mod:`ctxemb.inference`).
 
         Args:
             texts: N strings (a single string gives one (H,) vector).
-            pooling: "mean" over the text's tokens ([CLS] and [SEP] included, as sentence-transformers does) or
-                "cls" (the first token's vector).
-            normalize: L2-normalise each vector.
-            layers, layer_pooling, layer_weights: as in :meth:`embed_words`.
+            pooling: one of "mean", "cls", "max", "mean_sqrt_len_tokens", "weightedmean", "lasttoken" (defined in
+                :mod:`ctxemb.sentence_transformers_format`; all pool over the special tokens too, as
+                sentence-transformers does); default the model's, else "mean".
+            normalize: L2-normalise each vector (False also drops the model's Normalize); default the model's,
+                else False.
+            layers, layer_pooling, layer_weights: as in :meth:`embed_words`; default the model's (the last layer, or
+                its WeightedLayerPooling), else the configuration's.
+            max_seq_length: truncate every input to this many tokens, special tokens included (>= 3); default the
+                model's; without one, long texts are cut into windows and stitched back.
+            prompt: text prepended to every input; prompt_name: the name of one of the model's prompts (not both);
+                default the model's default prompt, if it has one.
             output: "numpy" (float32) or "torch".
-            out_path: write the (N, H) float32 result into a ``.npy`` memory map at this path (for corpora larger
+            out_path: write the (N, D) float32 result into a ``.npy`` memory map at this path (for corpora larger
                 than RAM) and return the memory map; the file appears only when complete.
 
         Returns:
-            (N, H) array, (H,) for a single string.
+            (N, D) array, (D,) for a single string (D: :meth:`sentence_dim`).
         """
-        check_choice(pooling, "pooling", SENTENCE_POOLINGS)
+        opts = resolve_sentence_options(self.sentence_modules, self.tokenizer, pooling=pooling, normalize=normalize,
+                                        layers=layers, layer_pooling=layer_pooling, layer_weights=layer_weights,
+                                        max_seq_length=max_seq_length, prompt=prompt, prompt_name=prompt_name)
         batch_size = self._common_args(batch_size, show_progress_bar, output)
-        check_bool(normalize, "normalize")
         single = isinstance(texts, str)
         texts = _text_batch([texts] if single else texts)
-        layers, lp, weights = self._layer_args(layers, layer_pooling, layer_weights)
+        layers, lp, weights = self._layer_args(opts.layers, opts.layer_pooling, opts.layer_weights)
         if lp == "stack":
             raise ValueError("layer_pooling 'stack' is not available for sentence embeddings")
-        (dim,) = self._width(layers, lp)
+        (width,) = self._width(layers, lp)
+        dim = opts.output_dim(width)
         if out_path is not None:
             if not isinstance(out_path, (str, os.PathLike)):
                 raise TypeError(f"out_path must be a path or None, got {type(out_path).__name__}")
@@ -516,12 +595,9 @@ class Embedder:
             result = np.zeros((len(texts), dim), dtype=np.float32)
         try:
             for lo, hi in self._chunks(len(texts), show_progress_bar):
-                items = self.tokenizer.tokenize(texts[lo:hi], first_index=lo)
+                items = opts.tokenize(self.tokenizer, texts[lo:hi], first_index=lo)
                 for i, states in self._stream(items, layers, lp, weights, show_progress_bar, batch_size):
-                    v = states.mean(0) if pooling == "mean" else states[0]
-                    if normalize:
-                        v = v / v.norm().clamp(min=1e-12)
-                    result[lo + i] = v.numpy()
+                    result[lo + i] = opts.pool(states).numpy()
         except BaseException:
             if out_path is not None:  # no half-written memory map left behind
                 del result

@@ -139,7 +139,7 @@ def test_bad_arguments_are_refused_before_any_file_is_touched(emb, tmp_path):
         (dict(texts="the bank"), TypeError, "single str"),
         (dict(texts=[]), ValueError, "texts is empty"),
         (dict(texts=["a", "b", " "]), ValueError, r"texts\[2\] is empty"),
-        (dict(pooling="max"), ValueError, "pooling"),
+        (dict(pooling="maximum"), ValueError, "pooling"),
         (dict(layer_pooling="stack"), ValueError, "stack"),
         (dict(batch_size=0), ValueError, "batch_size"),
         (dict(overwrite="yes"), TypeError, "overwrite"),

@@ -213,7 +213,7 @@ EMBED_CASES = [
     ("embed_sentences", [["a"]], {"batch_size": "8"}, TypeError, "batch_size must be an int"),
     ("embed_sentences", [["a"]], {"normalize": "yes"}, TypeError, "normalize must be True or False"),
     ("embed_sentences", [["a"]], {"show_progress_bar": None}, TypeError, "show_progress_bar must be True or False"),
-    ("embed_sentences", [["a"]], {"pooling": "max"}, ValueError, "pooling must be one of"),
+    ("embed_sentences", [["a"]], {"pooling": "maximum"}, ValueError, "pooling must be one of"),
     ("embed_sentences", [["a"]], {"output": "list"}, ValueError, "output must be one of"),
     ("embed_sentences", [["a"]], {"layer_pooling": "stack"}, ValueError, "'stack' is not available"),
     ("embed_sentences", [["a"]], {"out_path": "x.txt"}, ValueError, r"out_path must end in \.npy"),

@@ -62,8 +62,8 @@ class FakeEmbedder:
         return out
 
     def embed_sentences(self, texts, *, pooling="mean", batch_size=32, show_progress_bar=True, layers=None,
-                        layer_pooling=None):
-        assert list(layers) == [-1]  # the harness asks for the last layer
+                        layer_pooling=None, normalize=None):
+        assert list(layers) == [-1] and normalize is False  # the harness asks for the raw last layer
         rows = [self.stack(t.split())[:, -1] for t in texts]
         return np.stack([r[0] if pooling == "cls" else r.mean(0) for r in rows]).astype(np.float32)
 
@@ -326,7 +326,8 @@ def test_sentence_similarity_end_to_end(fake):
     assert {r.layer for r in rows if r.pooling == "word-mean"} == {"0", "1", "2", "3", "last4", "first-last"}
     assert {r.fitted_on for r in rows if r.postprocess == "center"} == {"stsb/train (12 sentences)"}
     dev = splits["dev"]
-    v = fake.embed_sentences([p.sentence1 for p in dev] + [p.sentence2 for p in dev], pooling="mean", layers=[-1])
+    v = fake.embed_sentences([p.sentence1 for p in dev] + [p.sentence2 for p in dev], pooling="mean", layers=[-1],
+                           normalize=False)
     cos = sim.paired_cosine(v[: len(dev)], v[len(dev) :])
     row = _by(rows, split="dev", pooling="mean", metric="spearman", postprocess="none")[0]
     assert row.layer == "last" and row.value == pytest.approx(100 * stats.spearmanr(cos, [p.score for p in dev])[0])

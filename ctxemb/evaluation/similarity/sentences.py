@@ -98,7 +98,9 @@ def evaluate_sentence_similarity(embedder: EmbedderLike, splits: Mapping[str, Se
         if pooling in ("cls", "mean"):
             vectors = np.asarray(embedder.embed_sentences(texts, pooling=pooling, **batch_size_kwargs(batch_size),
                                                           show_progress_bar=show_progress_bar, layers=(-1,),
-                                                          layer_pooling="mean"), dtype=np.float32)
+                                                          layer_pooling="mean", normalize=False),
+                                 dtype=np.float32)  # unnormalised, whatever the model's modules: post-processing
+                                                    # is fitted on the raw vectors
             if vectors.ndim != 2 or vectors.shape[0] != len(texts):
                 raise RuntimeError("embed_sentences returned shape %s for %d texts" % (vectors.shape, len(texts)))
             stacked, views, label = vectors[:, None, :], [LayerView("last", (0,))], pooling  # (P, 1, H)
