@@ -31,7 +31,7 @@ def main():
     result = analyze(emb, corpus, out_dir=out_dir, show_progress_bar=True)
     table = format_analysis_table(result)
     md = (f"# Geometry of {args.model}\n\n{result.n_sentences} sentences ({len(read_corpus())} from "
-          f"data/analysis_corpus.txt, the rest WikiText-2 valid), {result.n_vectors} word vectors per layer "
+          f"ctxemb/data/analysis_corpus.txt, the rest WikiText-2 valid), {result.n_vectors} word vectors per layer "
           "(subwords mean-pooled). Post-processings are fitted on the same vectors they are applied to.\n"
           f"Plots: geometry_{slug}/anisotropy_by_layer.png, rogue_dimensions_by_layer.png, word_projection.png.\n\n"
           + table)

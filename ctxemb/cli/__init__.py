@@ -1,6 +1,6 @@
 """The ``ctxemb`` command line: one argparse tree, one module per command group.
 
-    ctxemb demo | analyze | wsd {build,eval,tag} | similarity eval | embed | index {build,query}
+    ctxemb [--version] demo | analyze | wsd {build,eval,tag} | similarity eval | embed | index {build,query}
            | vocab | pretrain | fill-mask | finetune | predict
 
 Every command module has ``add_parser(subparsers)``, whose leaf parsers set ``func(args) -> exit code``. Commands
@@ -20,6 +20,7 @@ import zipfile
 from typing import Sequence
 from xml.etree.ElementTree import ParseError
 
+from ctxemb._version import __version__
 from ctxemb.cli._common import COMMANDS, UsageError
 
 # What a user's mistake raises in the library: files (OSError: missing, unreadable, PermissionError,
@@ -37,6 +38,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The argument parser, with the full parser of ``command`` (every command's when None) and, for the others,
     only their name and help: only the modules whose parsers are built are imported."""
     parser = argparse.ArgumentParser(prog="ctxemb", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--version", action="version", version=f"ctxemb {__version__}",
+                        help="print ctxemb's version and exit")
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress at INFO level")
     parser.add_argument("--debug", action="store_true", help="show the full traceback of an error")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")

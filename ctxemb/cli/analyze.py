@@ -27,7 +27,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--model", default=DEFAULT_MODEL, help="checkpoint name or folder (default: %(default)s)")
     p.add_argument("--corpus", type=Path, default=None,
                    help="text file, one sentence per line, words separated by whitespace "
-                   "(default: the repository's data/analysis_corpus.txt)")
+                   "(default: the corpus shipped in the package, ctxemb/data/analysis_corpus.txt)")
     p.add_argument("--words", nargs="+", default=list(DEFAULT_WORDS), help="words to project (default: %(default)s)")
     p.add_argument("--out-dir", type=Path, default=Path("analysis"), help="output folder (default: %(default)s)")
     p.add_argument("--postprocessors", nargs="*", default=list(DEFAULT_POSTPROCESSORS),
@@ -37,10 +37,11 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help="hidden state whose vectors are projected (0 = embedding output, -1 = last), or 'default' "
                    "for the embedder's own layer pooling (default: %(default)s)")
     p.add_argument("--n-pairs", type=positive_int, default=20_000, help="most pairs for informativity (default: %(default)s)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--batch-size", type=positive_int, default=32)
-    p.add_argument("--device", default="cpu")
-    p.add_argument("--precision", default="fp32", choices=PRECISION_CHOICES)
+    p.add_argument("--seed", type=int, default=0, help="seed of the pair sample for informativity (default %(default)s)")
+    p.add_argument("--batch-size", type=positive_int, default=32, help="sentences per batch (default %(default)s)")
+    p.add_argument("--device", default="cpu", help="torch device (default %(default)s)")
+    p.add_argument("--precision", default="fp32", choices=PRECISION_CHOICES,
+                   help="encoder path: fp32 (exact), bf16, int8, onnx-fp32, onnx-int8 or auto (default %(default)s)")
     p.add_argument("--no-plots", action="store_true", help="write analysis.json only")
     p.add_argument("--no-progress", action="store_true", help="hide progress bars")
     p.set_defaults(func=run_analyze)

@@ -66,12 +66,12 @@ def run_demo(args: argparse.Namespace) -> int:
     corpus_vectors = np.concatenate(emb.embed_words(corpus, show_progress_bar=False))
     z = _unit(Standardizer().fit(corpus_vectors).transform(np.stack([v[i] for v, (_, _, i) in zip(vecs, BANK_SENTENCES)])))
     zc = z @ z.T
-    print(f"after standardization (fitted on {len(corpus_vectors)} word vectors of data/analysis_corpus.txt):")
+    print(f"after standardization (fitted on {len(corpus_vectors)} word vectors of the shipped analysis corpus):")
     print(f"  river-river {zc[0, 1]:.3f}   river-money {zc[0, 2]:.3f}, {zc[1, 2]:.3f}\n")
 
     out_dir = Path(args.out_dir) / "analysis"
     result = analyze(emb, corpus, out_dir=out_dir, show_progress_bar=False)
-    print(f"geometry of every layer ({result.n_vectors} word vectors of data/analysis_corpus.txt):")
+    print(f"geometry of every layer ({result.n_vectors} word vectors of the shipped analysis corpus):")
     print(format_analysis_table(result))
     print("\nplots and JSON:")
     for kind, path in result.files.items():

@@ -18,7 +18,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("model", help="model name or HF-format directory with an MLM head")
     p.add_argument("text", nargs="+", help="texts holding the model's mask token ([MASK] or <mask>)")
     p.add_argument("-k", "--top-k", type=positive_int, default=5, help="candidates per mask (default %(default)s)")
-    p.add_argument("--device", default="cpu")
+    p.add_argument("--device", default="cpu", help="torch device (default %(default)s)")
     p.add_argument("--json", action="store_true", help="one JSON list per text instead of a table")
     p.set_defaults(func=run_fill_mask)
     return p

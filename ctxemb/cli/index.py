@@ -142,24 +142,29 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     build.add_argument("corpus", help="text file, one sentence per line")
     build.add_argument("--out", required=True, help="index directory to write")
     build.add_argument("--model", default=None, help="model name or HF-format directory (default %s)" % DEFAULT_MODEL)
-    build.add_argument("--device", default="cpu")
+    build.add_argument("--device", default="cpu", help="torch device (default %(default)s)")
     build.add_argument("--words", metavar="WORD", default=None,
                        help="index every occurrence of WORD in context instead of whole lines")
-    build.add_argument("--kind", choices=INDEX_KINDS, default="flat")
+    build.add_argument("--kind", choices=INDEX_KINDS, default="flat",
+                       help="flat: exact; hnsw: fast in RAM; ivfpq: large collections (default %(default)s)")
     build.add_argument("--pooling", choices=("mean", "cls"), default="mean", help="sentence pooling")
     build.add_argument("--layers", type=int, nargs="+", default=None,
                        help="hidden-state indices to pool (0 = embeddings, -1 = last layer); default -1 for lines, "
                             "the embedder's default (last four) for --words")
-    build.add_argument("--layer-pooling", choices=("mean", "sum", "concat"), default=None)
-    build.add_argument("--batch-size", type=positive_int, default=32)
+    build.add_argument("--layer-pooling", choices=("mean", "sum", "concat"), default=None,
+                       help="how the --layers are combined (default: the embedder's, mean)")
+    build.add_argument("--batch-size", type=positive_int, default=32, help="texts per batch (default %(default)s)")
     build.add_argument("--no-text", action="store_true", help="do not store the text in the metadata")
     build.add_argument("--no-progress", action="store_true", help="hide progress bars")
     _add_index_options(build)
-    build.add_argument("--hnsw-m", type=positive_int, default=None)
-    build.add_argument("--ef-construction", type=positive_int, default=None)
-    build.add_argument("--nlist", type=positive_int, default=None)
-    build.add_argument("--pq-m", type=positive_int, default=None)
-    build.add_argument("--nbits", type=positive_int, default=None)
+    build.add_argument("--hnsw-m", type=positive_int, default=None, help="hnsw: graph degree, FAISS's M (default 32)")
+    build.add_argument("--ef-construction", type=positive_int, default=None,
+                       help="hnsw: candidate list size while building (default 200)")
+    build.add_argument("--nlist", type=positive_int, default=None,
+                       help="ivfpq: inverted lists (default: the power of two nearest 4 x sqrt(N))")
+    build.add_argument("--pq-m", type=positive_int, default=None,
+                       help="ivfpq: sub-quantizers, a divisor of the dimension (default: the one nearest dim / 8)")
+    build.add_argument("--nbits", type=positive_int, default=None, help="ivfpq: bits per sub-quantizer code (default 8)")
     build.add_argument("--on-disk", action="store_true", help="ivfpq: keep inverted lists and vectors in --out")
     build.set_defaults(func=run_build)
 
@@ -168,7 +173,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     query.add_argument("text", nargs="+", help="query text(s); for a word index, a sentence containing the word")
     query.add_argument("-k", type=positive_int, default=10, help="results per query")
     query.add_argument("--model", default=None, help="override the model recorded in the index (checked)")
-    query.add_argument("--device", default="cpu")
+    query.add_argument("--device", default="cpu", help="torch device (default %(default)s)")
     query.add_argument("--position", type=int, default=None,
                        help="0-based position of the query word in each text (word indexes; default: the first "
                             "occurrence of the indexed word)")

@@ -73,10 +73,12 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                     help="the similarity data folder (default: <shared data>/similarity)")
     ev.add_argument("--limit", type=positive_int, default=None,
                     help="only the first N examples of each split (smoke test)")
-    ev.add_argument("--batch-size", type=positive_int, default=32)
-    ev.add_argument("--device", default="cpu")
-    ev.add_argument("--precision", default="fp32", choices=PRECISION_CHOICES)
-    ev.add_argument("--seed", type=int, default=0)
+    ev.add_argument("--batch-size", type=positive_int, default=32, help="texts per batch (default %(default)s)")
+    ev.add_argument("--device", default="cpu", help="torch device (default %(default)s)")
+    ev.add_argument("--precision", default="fp32", choices=PRECISION_CHOICES,
+                    help="encoder path: fp32 (exact), bf16, int8, onnx-fp32, onnx-int8 or auto (default %(default)s)")
+    ev.add_argument("--seed", type=int, default=0,
+                    help="seed of every sample: corpus sentences, fit samples (default %(default)s)")
     ev.add_argument("--json", type=Path, default=None, help="write all rows to this JSON file (atomically)")
     ev.add_argument("--markdown", type=Path, default=None, help="write the table to this markdown file")
     ev.add_argument("--no-progress", action="store_true", help="no progress bars")

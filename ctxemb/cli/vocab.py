@@ -25,9 +25,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--vocab-size", type=positive_int, default=30522, help="default %(default)s")
     p.add_argument("--lowercase", action=argparse.BooleanOptionalAction, default=None,
                    help="default: on for wordpiece, off otherwise")
-    p.add_argument("--min-frequency", type=positive_int, default=2)
+    p.add_argument("--min-frequency", type=positive_int, default=2,
+                   help="least count of a merge or piece to enter the vocabulary (default %(default)s)")
     p.add_argument("--alpha", type=non_negative_float, default=0.3, help="language sampling exponent (default 0.3)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="seed of the per-language line sampling (default %(default)s)")
     p.set_defaults(func=run_vocab)
     return p
 

@@ -39,7 +39,7 @@ from ctxemb.geometry.plots import require_matplotlib, write_plots
 from ctxemb.geometry.postprocessing import POSTPROCESSORS, make_postprocessor
 from ctxemb.geometry.results import AnalysisResult, LayerGeometry, WordInstance
 from ctxemb.geometry.rogue import informativity, rogue_dimensions
-from ctxemb.paths import atomic_write, repo_data_dir
+from ctxemb.paths import atomic_write
 from ctxemb.protocols import EmbedderLike, batch_size_kwargs
 
 logger = logging.getLogger(__name__)
@@ -50,8 +50,10 @@ JSON_NAME = "analysis.json"
 
 
 def default_corpus_path() -> Path:
-    """The corpus shipped with the repository: ``data/analysis_corpus.txt``."""
-    return repo_data_dir() / "analysis_corpus.txt"
+    """The corpus shipped inside the package, ``ctxemb/data/analysis_corpus.txt`` (84 sentences with several senses
+    each of bank, die, mouse, bat, plant and cell); it is package data, so a checkout and an installed wheel both
+    have it."""
+    return Path(__file__).resolve().parent.parent / "data" / "analysis_corpus.txt"
 
 
 def read_corpus(path: str | os.PathLike | None = None) -> list[list[str]]:
