@@ -51,7 +51,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import json
 import logging
 import os
 import re
@@ -556,32 +555,4 @@ def _abort_directory_save(path: Path, tmp: Path, new: Path, old: Path, stage: st
     for p in (tmp, new):
         if os.path.lexists(p):
             shutil.rmtree(p, ignore_errors=True)
-
-
-def read_json_file(path: str | os.PathLike, *, expected: type = dict, what: str = "JSON file"):
-    """Read a JSON file the library wrote (a manifest, a config, metadata), with errors that name the file.
-
-    Args:
-        path: the file.
-        expected: the type the top-level value must have.
-        what: what the file is, for messages (e.g. "index manifest").
-
-    Raises:
-        FileNotFoundError: the file does not exist.
-        ValueError: it is not UTF-8, not valid JSON (truncated or corrupt), or its top level is not ``expected``.
-    """
-    path = Path(path)
-    try:
-        with open(path, encoding="utf-8") as f:
-            value = json.load(f)
-    except FileNotFoundError:
-        raise FileNotFoundError("%s not found: %s" % (what, path)) from None
-    except UnicodeDecodeError as e:
-        raise ValueError("%s %s is not UTF-8 text (%s)" % (what, path, e.reason)) from None
-    except json.JSONDecodeError as e:
-        raise ValueError("%s %s is not valid JSON (corrupt or truncated?): %s" % (what, path, e)) from None
-    if not isinstance(value, expected):
-        raise ValueError("%s %s must hold a JSON %s; found a %s"
-                         % (what, path, "object" if expected is dict else expected.__name__, type(value).__name__))
-    return value
 

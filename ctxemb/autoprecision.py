@@ -44,7 +44,8 @@ from ctxemb._version import __version__
 from ctxemb.backends import encoder_fingerprint, load_backend, onnxruntime_version
 from ctxemb.inference import ACCURACY_BOUNDS, PRECISIONS, EncoderBackend, pool_subwords, run_encoder
 from ctxemb.modeling.encoder import Encoder
-from ctxemb.paths import atomic_write, read_json_file
+from ctxemb._validation import read_json_file
+from ctxemb.paths import atomic_write
 from ctxemb.registry import cache_dir
 from ctxemb.tokenization import Tokenizer
 
@@ -361,7 +362,7 @@ def _read_cached(path: Path, key: dict[str, Any], min_speedup: float) -> Precisi
     if not path.is_file():
         return None
     try:
-        data = read_json_file(path, what="cached precision choice")
+        data = read_json_file(path, "cached precision choice")
         if data.get("key") != key:
             return None
         results = {p: ProbeResult(**r) for p, r in data["results"].items()}

@@ -17,7 +17,6 @@ from ctxemb.atomic import (  # noqa: F401  (re-exported: see the module docstrin
     atomic_directory,
     atomic_path,
     atomic_write,
-    read_json_file,
     recover_directory,
     recover_folder,
     resolve_saved_directory,

@@ -198,7 +198,7 @@ def read_sentence_transformers(model_dir: str | os.PathLike) -> SentenceModules:
             names the file and the module.
     """
     root = Path(model_dir)
-    listing = read_json_file(root / "modules.json", "sentence-transformers modules file", expect=list)
+    listing = read_json_file(root / "modules.json", "sentence-transformers modules file", expected=list)
     entries = []
     for i, m in enumerate(listing):
         if not isinstance(m, dict) or not isinstance(m.get("type"), str) or not isinstance(m.get("path", ""), str):
@@ -316,7 +316,7 @@ def _read_pooling(folder: Path) -> dict:
     else:
         modes = (mode,) if isinstance(mode, str) else tuple(mode) if isinstance(mode, list) else None
         if not modes or any(m not in SENTENCE_POOLINGS for m in modes):
-            raise CorruptFileError(f"{path}: pooling_mode must be one of {SENTENCE_POOLINGS} or a list of them, got "
+            raise CorruptFileError(f"{path}: pooling_mode must name a pooling from {SENTENCE_POOLINGS} (or list several), got "
                                    f"{mode!r}", path)
     return {"pooling": modes, "include_prompt": _typed(config, path, "include_prompt", bool, True)}
 

@@ -51,8 +51,8 @@ from typing import Any, Callable
 
 import faiss
 
-from ctxemb._validation import CorruptFileError
-from ctxemb.atomic import atomic_path, atomic_write, read_json_file, recover_folder
+from ctxemb._validation import CorruptFileError, read_json_file
+from ctxemb.atomic import atomic_path, atomic_write, recover_folder
 from ctxemb.locks import DirectoryLock, lock_file_inside
 from ctxemb.search.params import HNSWParams, IndexKind, IndexParams, IVFPQParams, Metric, make_params
 
@@ -84,16 +84,6 @@ def new_lists_name() -> str:
 def directory_lock(directory: str | Path) -> DirectoryLock:
     """The write lock of an index directory (``<directory>/.ctxemb.lock``)."""
     return DirectoryLock(lock_file_inside(directory), what="the search index directory %s" % directory)
-
-
-def read_json(path: Path, what: str, expected: type = dict):
-    """``ctxemb.paths.read_json_file`` with its corrupt-file errors raised as :class:`CorruptFileError`."""
-    try:
-        return read_json_file(path, expected=expected, what=what)
-    except FileNotFoundError:
-        raise
-    except ValueError as e:
-        raise CorruptFileError(str(e)) from None
 
 
 _FAISS_PREFIX = re.compile(r"^Error in .*? at \S+:\d+: ")
@@ -396,7 +386,7 @@ def read_index_directory(directory: Path) -> SavedIndex:
         lists_file = _file_name(files, "lists", path, required=False) or LISTS_FILE
     if not items_path.is_file():
         raise FileNotFoundError("index items file not found: %s (named by %s)" % (items_path, path))
-    items = read_json(items_path, "index items file")
+    items = read_json_file(items_path, "index items file")
     ids, meta = items.get("ids"), items.get("metadata")
     if not isinstance(ids, list) or not isinstance(meta, list):
         raise CorruptFileError("index items file %s must hold the lists 'ids' and 'metadata'" % items_path)
@@ -440,8 +430,8 @@ def check_no_unsaved_changes(directory: Path, manifest: dict) -> None:
     if not marker.exists():
         return
     try:
-        since = json.loads(marker.read_text(encoding="utf-8")).get("generation")
-    except (OSError, ValueError, AttributeError):
+        since = read_json_file(marker, "unsaved-changes marker").get("generation")
+    except (OSError, ValueError):
         since = None  # a marker cut short while being written: the files were about to change
     if since is None or since == manifest.get("generation"):
         raise CorruptFileError(
@@ -467,7 +457,7 @@ def read_manifest(directory: Path, *, required: bool) -> dict | None:
         if required:
             raise FileNotFoundError("%s not found: %s is not a saved SemanticIndex directory" % (path, directory))
         return None
-    m = read_json(path, "index manifest")
+    m = read_json_file(path, "index manifest")
     if m.get("format") != _FORMAT:
         raise CorruptFileError("%s is not a SemanticIndex manifest (format %r)" % (path, m.get("format")))
     if m.get("format_version") != _FORMAT_VERSION:
