@@ -129,7 +129,8 @@ class EncoderConfig:
         if self.model_type not in SUPPORTED_MODEL_TYPES:
             raise ValueError(
                 f"model_type {self.model_type!r} is not supported; supported model types: "
-                f"{', '.join(SUPPORTED_MODEL_TYPES)}"
+                f"{', '.join(SUPPORTED_MODEL_TYPES)}. Other bidirectional encoders that transformers implements run "
+                "on the transformers backend (backend='transformers'; pip install 'ctxemb[transformers]')"
             )
         if self.hidden_act not in SUPPORTED_ACTIVATIONS:
             raise ValueError(
@@ -248,8 +249,8 @@ class EncoderConfig:
         if "model_type" not in d:
             raise ValueError("config has no 'model_type'; expected one of " + ", ".join(SUPPORTED_MODEL_TYPES))
         model_type = d["model_type"]
-        if model_type not in _FAMILY_FIELDS:
-            return cls(model_type=model_type)  # raises, naming the supported types
+        if not isinstance(model_type, str) or model_type not in _FAMILY_FIELDS:
+            return cls(model_type=model_type)  # raises, naming the wrong type or the supported types
         d = dict(d)
         for theirs, ours in _KEY_ALIASES.get(model_type, {}).items():
             if theirs in d:
