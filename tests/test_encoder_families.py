@@ -184,3 +184,23 @@ def test_int8_path_runs_on_native_families(tmp_path, family):
     cos = torch.nn.functional.cosine_similarity(approx[real][:, -1], exact[real][:, -1], dim=-1)
     assert cos.min() > 0.98
     assert not torch.equal(approx, exact)  # it did run in int8
+
+
+@pytest.mark.slow  # ~30 s per export on 2 cores
+@pytest.mark.parametrize("family", ["electra", "modernbert"])
+def test_onnx_export_runs_on_native_families(tmp_path, monkeypatch, family):
+    """The ONNX export (rotary tables and ModernBERT's windowed masks included) gives the fp32 hidden states."""
+    pytest.importorskip("onnxruntime")
+    pytest.importorskip("onnxscript")
+    from ctxemb.backends import load_backend
+
+    monkeypatch.setenv("CTXEMB_CACHE", str(tmp_path / "cache"))
+    ref = _reference(family, 5)
+    ref.save_pretrained(tmp_path / "m")
+    ours, _ = load_encoder_dir(tmp_path / "m")
+    ids, mask, _ = _padded_batch(ref.config.pad_token_id, 5)
+    layers = list(range(ours.num_layers + 1))
+    exact = torch.stack(ours(ids, mask).hidden_states, dim=2).detach()
+    got = load_backend(ours, "onnx-fp32", model_name=family).hidden_states(ids, mask, layers)
+    real = mask.bool()
+    assert (got[real] - exact[real]).abs().max() <= 1e-4
