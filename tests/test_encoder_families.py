@@ -204,3 +204,25 @@ def test_onnx_export_runs_on_native_families(tmp_path, monkeypatch, family):
     got = load_backend(ours, "onnx-fp32", model_name=family).hidden_states(ids, mask, layers)
     real = mask.bool()
     assert (got[real] - exact[real]).abs().max() <= 1e-4
+
+
+@pytest.mark.parametrize("task_class,family,prefix", [
+    ("DistilBertForMaskedLM", "distilbert", "distilbert"),
+    ("DistilBertForSequenceClassification", "distilbert", "distilbert"),
+    ("ModernBertForMaskedLM", "modernbert", "model"),
+    ("ElectraForSequenceClassification", "electra", "electra"),
+])
+def test_task_model_checkpoints_give_their_encoder(tmp_path, task_class, family, prefix):
+    """Released checkpoints are often task models: the encoder loads from under its prefix, the heads are set aside."""
+    ref = _base(_reference(family, 6))
+    torch.manual_seed(6)
+    task = getattr(transformers, task_class)(ref.config)
+    getattr(task, prefix).load_state_dict(ref.state_dict())
+    task.eval().save_pretrained(tmp_path)
+    ours, heads = load_encoder_dir(tmp_path)
+    assert heads and not any(k.startswith(prefix + ".") for k in heads)
+    ids, mask, _ = _padded_batch(ref.config.pad_token_id, 6)
+    with torch.inference_mode():
+        want = ref(input_ids=ids, attention_mask=mask).last_hidden_state
+        got = ours(ids, mask).last_hidden_state
+    torch.testing.assert_close(got[mask.bool()], want[mask.bool()], rtol=1e-5, atol=1e-5)
