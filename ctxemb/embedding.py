@@ -23,10 +23,10 @@ import torch
 from ctxemb._validation import check_bool, check_choice, check_int
 from ctxemb.autoprecision import PrecisionChoice, choose_precision
 from ctxemb.backends import encoder_fingerprint, import_onnxruntime, load_backend
+from ctxemb.config import SUPPORTED_MODEL_TYPES
 from ctxemb.embedder_config import (LAYER_POOLINGS, OUTPUTS, SENTENCE_POOLINGS, SPAN_MODES,  # noqa: F401 (re-exported)
                                     SUBWORD_POOLINGS, EmbedderConfig, _as_list, _check_layer_args, _check_layer_list,
                                     _check_spans, _check_token_budget, _check_weights, _text_batch, _word_batch)
-from ctxemb.config import SUPPORTED_MODEL_TYPES
 from ctxemb.inference import EncoderBackend, TorchBackend, plan_batches, pool_subwords, run_encoder
 from ctxemb.loading import BACKENDS, choose_backend, load_encoder, load_tokenizer
 from ctxemb.modeling.checkpoint import read_training_run

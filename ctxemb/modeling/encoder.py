@@ -5,7 +5,8 @@ Parameter names follow the BERT layout of Hugging Face checkpoints (``embeddings
 DistilBERT names are mapped in :mod:`ctxemb.modeling.checkpoint`. ModernBERT, whose block differs, is
 :class:`ctxemb.modeling.modernbert.ModernBertEncoder`; ``Encoder(config)`` builds it for a ``modernbert`` config.
 
-Shapes: B batch, T subword tokens, H hidden size, N attention heads, D head size (H = N * D), L layers.
+Shapes: B batch, T subword tokens, H hidden size, E embedding width (H, or ELECTRA's embedding_size), N attention heads,
+D head size (H = N * D), L layers.
 ``hidden_states`` has L + 1 entries: index 0 is the embedding output, index -1 the last layer.
 """
 
