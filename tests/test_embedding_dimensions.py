@@ -85,3 +85,12 @@ def test_an_index_records_the_dimensions_and_refuses_full_vectors(model_dir):
     assert query_sentences(index, cut, TEXTS[1], k=1)[0].id == "1"
     with pytest.raises(ValueError, match="dimensions: index has 16, given \\(absent\\)"):
         query_sentences(index, full, TEXTS[1], k=1)
+
+
+def test_an_index_with_its_own_layer_choice_keeps_the_dimensions(model_dir):
+    from ctxemb.search import build_sentence_index, query_sentences
+
+    cut = Embedder.from_pretrained(model_dir, dimensions=16)
+    index = build_sentence_index(cut, TEXTS, layers=[-2, -1], layer_pooling="concat", show_progress_bar=False)
+    assert index.dim == 16 and index.embedder_config["layers"] == [-2, -1]
+    assert query_sentences(index, cut, TEXTS[2], k=1)[0].id == "2"
