@@ -13,16 +13,16 @@ transformers = pytest.importorskip("transformers")
 
 pytestmark = pytest.mark.parity
 
-FAMILIES = ["distilbert", "electra", "electra-same-width", "modernbert"]
+FAMILIES = ["distilbert", "distilbert-sinusoidal", "electra", "electra-same-width", "modernbert"]
 
 
 def _reference(family: str, seed: int, num_hidden_layers: int = 2):
     """A transformers model of ``family`` with every parameter perturbed (so no LayerNorm or bias is trivial)."""
     torch.manual_seed(seed)
-    if family == "distilbert":
+    if family.startswith("distilbert"):
         cfg = transformers.DistilBertConfig(vocab_size=99, dim=32, n_layers=num_hidden_layers, n_heads=4,
                                             hidden_dim=37, max_position_embeddings=64, dropout=0.0,
-                                            attention_dropout=0.0)
+                                            attention_dropout=0.0, sinusoidal_pos_embds=family.endswith("sinusoidal"))
         model = transformers.DistilBertModel(cfg)
     elif family.startswith("electra"):
         cfg = transformers.ElectraConfig(vocab_size=99, embedding_size=32 if family.endswith("width") else 16,
