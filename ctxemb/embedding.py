@@ -11,10 +11,8 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import math
 import numbers
 import os
-from collections.abc import Mapping, Set
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, NamedTuple, Sequence
@@ -25,10 +23,16 @@ import torch
 from ctxemb._validation import check_bool, check_choice, check_int
 from ctxemb.autoprecision import PrecisionChoice, choose_precision
 from ctxemb.backends import encoder_fingerprint, import_onnxruntime, load_backend
-from ctxemb.inference import PRECISION_CHOICES, EncoderBackend, plan_batches, pool_subwords, run_encoder
-from ctxemb.loading import load_encoder, load_tokenizer
+from ctxemb.config import SUPPORTED_MODEL_TYPES
+from ctxemb.embedder_config import (LAYER_POOLINGS, OUTPUTS, SPAN_MODES,  # noqa: F401 (re-exported)
+                                    SUBWORD_POOLINGS, EmbedderConfig, _as_list, _check_layer_args, _check_layer_list,
+                                    _check_spans, _check_token_budget, _check_weights, _layer_reducer, _pool_rows,
+                                    _text_batch, _word_batch)
+from ctxemb.inference import EncoderBackend, TorchBackend, plan_batches, pool_subwords, run_encoder
+from ctxemb.loading import BACKENDS, choose_backend, load_encoder, load_tokenizer
 from ctxemb.modeling.checkpoint import read_training_run
 from ctxemb.modeling.encoder import Encoder
+from ctxemb.modeling.transformers_backend import TransformersEncoder
 from ctxemb.registry import DEFAULT_MODEL
 from ctxemb.sentence_transformers_format import (  # noqa: F401 (SENTENCE_POOLINGS is re-exported)
     SENTENCE_POOLINGS,
@@ -37,14 +41,10 @@ from ctxemb.sentence_transformers_format import (  # noqa: F401 (SENTENCE_POOLIN
     encoder_dir,
     resolve_sentence_options,
 )
-from ctxemb.tokenization import TokenizedText, Tokenizer, check_texts, check_word_lists
+from ctxemb.tokenization import TokenizedText, Tokenizer
 
 logger = logging.getLogger(__name__)
 
-LAYER_POOLINGS = ("mean", "sum", "concat", "weighted", "stack")
-SUBWORD_POOLINGS = ("mean", "first", "last")
-SPAN_MODES = ("mean", "endpoints")
-OUTPUTS = ("numpy", "torch")
 _CHUNK = 4096  # texts sorted and batched together; bounds memory for corpora of any size
 
 
@@ -58,74 +58,6 @@ class PlannedBatch(NamedTuple):
 
     texts: tuple[int, ...]
     padded_tokens: int
-
-
-@dataclass(frozen=True)
-class EmbedderConfig:
-    """How embeddings are made; stored with sense stores and search indexes so that queries match.
-
-    Attributes:
-        model: model name or path (see :mod:`ctxemb.registry`).
-        layers: hidden-state indices to pool (0 = embedding output, -1 = last layer).
-        layer_pooling: "mean", "sum", "concat" (H * n dimensions), "weighted" (average with ``layer_weights``).
-        layer_weights: one weight per entry of ``layers`` for "weighted".
-        subword_pooling: how a word's subword vectors become one: "mean", "first" or "last".
-        precision: the path that runs the encoder (see :mod:`ctxemb.inference`, which gives each one's accuracy
-            bound): "fp32" (exact), "bf16", "int8", "onnx-fp32", "onnx-int8", or "auto": the fastest of them that
-            meets its bound on the machine at hand (:mod:`ctxemb.autoprecision`). An :class:`Embedder` made with
-            "auto" replaces it by the path it chose, so sense stores and indexes record what made their vectors.
-        training_run: the identity of the training run that made the model's weights (``ctxemb_training_run`` in
-            its ``config.json``, written by :func:`ctxemb.modeling.checkpoint.stamp_training_run`), or None for a
-            model no ctxemb recipe stamped (released checkpoints). :meth:`Embedder.from_pretrained` fills it in from
-            the model directory. Stores and indexes compare it like the other fields, so vectors from one fine-tuned
-            encoder are never queried with another of the same architecture; :meth:`to_dict` leaves it out when
-            None, so what older stores recorded still matches.
-    """
-
-    model: str = DEFAULT_MODEL
-    layers: tuple[int, ...] = (-4, -3, -2, -1)
-    layer_pooling: str = "mean"
-    layer_weights: tuple[float, ...] | None = None
-    subword_pooling: str = "mean"
-    precision: str = "fp32"
-    training_run: str | None = None
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.model, str):
-            raise TypeError(f"model must be a str (a name or a path), got {type(self.model).__name__}")
-        if isinstance(self.layers, str):
-            raise ValueError(f"layers={self.layers!r} is a per-call option (e.g. embed_words(..., layers='all')); a "
-                             "configuration needs a list of hidden-state indices, e.g. list(range(num_layers + 1))")
-        object.__setattr__(self, "layers", _check_layer_list(self.layers))
-        if self.layer_weights is not None:
-            object.__setattr__(self, "layer_weights", _check_weights(self.layer_weights))
-        _check_layer_args(self.layers, self.layer_pooling, self.layer_weights)
-        if self.layer_pooling == "stack":
-            raise ValueError("layer_pooling 'stack' is a per-call option, not a configuration")
-        check_choice(self.subword_pooling, "subword_pooling", SUBWORD_POOLINGS)
-        check_choice(self.precision, "precision", PRECISION_CHOICES)
-        if self.training_run is not None and not isinstance(self.training_run, str):
-            raise TypeError(f"training_run must be a str or None, got {type(self.training_run).__name__}")
-        if self.training_run == "":
-            raise ValueError("training_run must be a non-empty str or None, got ''")
-
-    def to_dict(self) -> dict[str, Any]:
-        d = dataclasses.asdict(self)
-        d["layers"] = list(self.layers)
-        d["layer_weights"] = None if self.layer_weights is None else list(self.layer_weights)
-        if self.training_run is None:  # absent, as in what stores and indexes recorded before the field existed
-            del d["training_run"]
-        return d
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "EmbedderConfig":
-        if not isinstance(d, Mapping):
-            raise TypeError(f"an EmbedderConfig dict must be a dict, got {type(d).__name__}")
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(d) - known)
-        if unknown:
-            raise ValueError(f"unknown EmbedderConfig fields {unknown}; expected some of {sorted(known)}")
-        return cls(**d)
 
 
 @dataclass
@@ -155,7 +87,9 @@ class Embedder:
         >>> sent = emb.embed_sentences(["A sentence."])                   # (1, 384), as sentence-transformers
 
     Args:
-        encoder: a loaded :class:`Encoder`.
+        encoder: a loaded :class:`Encoder`, or a transformers model behind
+            :class:`~ctxemb.modeling.transformers_backend.TransformersEncoder` (see :func:`ctxemb.loading.load_encoder`;
+            it runs "fp32" and "bf16" only).
         tokenizer: its tokenizer.
         config: pooling choices; ``config.model`` is recorded, not loaded.
         batch_size: most texts (or windows) per forward pass, >= 1.
@@ -178,8 +112,9 @@ class Embedder:
 
     def __init__(self, encoder: Encoder, tokenizer: Tokenizer, config: EmbedderConfig | None = None, *,
                  batch_size: int = 64, max_tokens_per_batch: int = 8192):
-        if not isinstance(encoder, Encoder):
-            raise TypeError(f"encoder must be a ctxemb Encoder (see load_encoder), got {type(encoder).__name__}")
+        if not isinstance(encoder, (Encoder, TransformersEncoder)):
+            raise TypeError("encoder must be a ctxemb Encoder or TransformersEncoder (see load_encoder), got "
+                            f"{type(encoder).__name__}")
         if not isinstance(tokenizer, Tokenizer):
             raise TypeError("tokenizer must be a ctxemb Tokenizer (see load_tokenizer), got "
                             f"{type(tokenizer).__name__}")
@@ -189,6 +124,8 @@ class Embedder:
         self.tokenizer = tokenizer
         self.config = config or EmbedderConfig()
         _resolve_layers(encoder, self.config.layers)
+        if self.config.dimensions is not None:
+            self._width(self.config.layers, self.config.layer_pooling)  # checks dimensions against the width
         self.batch_size = check_int(batch_size, "batch_size", low=1)
         self.max_tokens_per_batch = _check_token_budget(max_tokens_per_batch)
         #: What ``precision="auto"`` chose and why (None when the configuration named a path).
@@ -196,6 +133,8 @@ class Embedder:
         self._backend: EncoderBackend | None = None
         self._fingerprint: str | None = None
         precision = self.config.precision
+        if isinstance(encoder, TransformersEncoder):
+            precision = self._transformers_precision(precision)
         if precision == "auto":
             self.precision_choice = choose_precision(encoder, tokenizer, layers=self.config.layers,
                                                      model_name=self.config.model, fingerprint=self.fingerprint)
@@ -209,15 +148,35 @@ class Embedder:
             if precision.startswith("onnx"):
                 import_onnxruntime()
 
+    def _transformers_precision(self, precision: str) -> str:
+        """The precision the transformers backend runs for the configured one: "fp32" and "bf16" as they are,
+        "auto" as "fp32" (its other candidates are ctxemb's own int8 and ONNX paths); int8 and ONNX refused."""
+        if precision == "auto":
+            logger.info("precision 'auto' with the transformers backend (model_type %r): fp32 (the int8 and ONNX "
+                        "paths need ctxemb's own encoder)", self.encoder.config.model_type)
+            self.config = dataclasses.replace(self.config, precision="fp32")
+            return "fp32"
+        if precision not in ("fp32", "bf16"):
+            raise ValueError(f"precision {precision!r} is not available on the transformers backend (model_type "
+                             f"{self.encoder.config.model_type!r}): ctxemb's int8 and ONNX paths run its own encoder "
+                             "(model types " + ", ".join(SUPPORTED_MODEL_TYPES) + "); use 'fp32' or 'bf16'")
+        return precision
+
     @classmethod
     def from_pretrained(cls, model: str | os.PathLike = DEFAULT_MODEL, *, device: str | torch.device = "cpu",
-                        batch_size: int = 64, max_tokens_per_batch: int = 8192, **config: Any) -> "Embedder":
+                        batch_size: int = 64, max_tokens_per_batch: int = 8192, backend: str = "auto",
+                        **config: Any) -> "Embedder":
         """Load a model by name or path; keyword arguments are :class:`EmbedderConfig` fields.
 
         A sentence-transformers directory (``modules.json``) is read with its modules (:attr:`sentence_modules`):
         :meth:`embed_sentences` follows them by default; word, token and span vectors keep the configuration's
         layers. A layer choice given here (``layers``, ``layer_pooling``, ``layer_weights``) replaces the modules'
         for sentence vectors too.
+
+        ``backend`` runs the model on ctxemb's own encoder ("native") or on ``transformers.AutoModel``
+        ("transformers"); "auto" (the default) takes the native encoder for the model types it implements
+        (:data:`ctxemb.config.SUPPORTED_MODEL_TYPES`) and transformers for other encoders (see
+        :func:`ctxemb.loading.choose_backend`).
 
         Every argument is checked before the model is loaded. ``training_run`` is read from the model directory
         (None for models no ctxemb recipe stamped); passing it (as a store's or index's recorded configuration does)
@@ -231,8 +190,8 @@ class Embedder:
                 ``training_run`` other than the one the model directory records.
             FileNotFoundError: the model cannot be found.
             CorruptFileError: a model file is unreadable (see :func:`ctxemb.loading.load_encoder`).
-            ImportError: an ONNX precision ("onnx-fp32", "onnx-int8") without onnxruntime; the message names the
-                extra to install.
+            ImportError: an ONNX precision ("onnx-fp32", "onnx-int8") without onnxruntime, or the transformers
+                backend without transformers; the message names the extra to install.
         """
         if model is None or not isinstance(model, (str, os.PathLike)):
             raise TypeError(f"model must be a name or a path, got {type(model).__name__}")
@@ -240,10 +199,11 @@ class Embedder:
         unknown = sorted(set(config) - known)
         if unknown:
             raise TypeError(f"Embedder.from_pretrained got unknown option(s) {unknown}; expected device, batch_size, "
-                            f"max_tokens_per_batch or EmbedderConfig fields {sorted(known)}")
+                            f"max_tokens_per_batch, backend or EmbedderConfig fields {sorted(known)}")
         cfg = EmbedderConfig(model=os.fspath(model), **config)
         batch_size = check_int(batch_size, "batch_size", low=1)
         max_tokens_per_batch = _check_token_budget(max_tokens_per_batch)
+        check_choice(backend, "backend", BACKENDS)
         if not isinstance(device, (str, torch.device)):
             raise TypeError(f"device must be a str or torch.device, got {type(device).__name__}")
         try:
@@ -257,8 +217,9 @@ class Embedder:
                              f"{cfg.training_run!r}: the directory now holds other weights than the ones asked for "
                              "(e.g. those a sense store or index was built with); use that run's model, or rebuild")
         cfg = dataclasses.replace(cfg, training_run=recorded)
-        embedder = cls(load_encoder(model_dir, device=device), load_tokenizer(model_dir), cfg, batch_size=batch_size,
-                       max_tokens_per_batch=max_tokens_per_batch)
+        backend = choose_backend(model_dir, backend)
+        embedder = cls(load_encoder(model_dir, device=device, backend=backend), load_tokenizer(model_dir), cfg,
+                       batch_size=batch_size, max_tokens_per_batch=max_tokens_per_batch)
         embedder.sentence_modules = configured_layers_win(modules, config)  # layers=... given here win
         return embedder
 
@@ -294,22 +255,11 @@ class Embedder:
                 the message names it), or a bad option; nothing is written.
             FileExistsError: ``path`` exists, is not empty and ``overwrite`` is False.
         """
-        from ctxemb.modeling.checkpoint import TRAINING_RUN_KEY
-        from ctxemb.sentence_transformers_writer import save_sentence_transformers
+        from ctxemb.sentence_transformers_writer import save_embedder
 
-        opts = resolve_sentence_options(self.sentence_modules, self.tokenizer, pooling=pooling, normalize=normalize,
-                                        layers=layers, layer_pooling=layer_pooling, layer_weights=layer_weights,
-                                        max_seq_length=max_seq_length)
-        layers, lp, weights = self._layer_args(opts.layers, opts.layer_pooling, opts.layer_weights)
-        modules = self.sentence_modules
-        extra = {TRAINING_RUN_KEY: self.config.training_run} if self.config.training_run else None
-        return save_sentence_transformers(
-            path, self.encoder, encoder_dir(self.config.model)[0], overwrite=overwrite, config_extra=extra,
-            pooling=opts.pooling, layers=layers, layer_pooling=lp, layer_weights=weights, steps=opts.steps,
-            max_seq_length=opts.max_seq_length or self.tokenizer.max_length, do_lower_case=opts.do_lower_case,
-            include_prompt=modules.include_prompt if modules else True, prompts=modules.prompts if modules else None,
-            default_prompt_name=modules.default_prompt_name if modules else None,
-            similarity_fn_name=(modules.similarity_fn_name if modules else None) or "cosine")
+        return save_embedder(self, path, pooling=pooling, normalize=normalize, layers=layers,
+                             layer_pooling=layer_pooling, layer_weights=layer_weights,
+                             max_seq_length=max_seq_length, overwrite=overwrite)
 
     @property
     def fingerprint(self) -> str:
@@ -322,6 +272,8 @@ class Embedder:
     def backend(self) -> EncoderBackend:
         """What runs the encoder on ``config.precision``; built on first use (int8: a quantized copy of the encoder;
         ONNX: the export, made once and cached, and an ONNX Runtime session)."""
+        if self._backend is None and isinstance(self.encoder, TransformersEncoder):
+            self._backend = TorchBackend(self.encoder, self.config.precision)
         if self._backend is None:
             fingerprint = self.fingerprint if self.config.precision.startswith("onnx") else None
             self._backend = load_backend(self.encoder, self.config.precision, model_name=self.config.model,
@@ -339,9 +291,10 @@ class Embedder:
 
     @property
     def dim(self) -> int:
-        """Dimension of the vectors this configuration gives (``concat`` multiplies the hidden size)."""
+        """Dimension of the vectors this configuration gives (``concat`` multiplies the hidden size;
+        ``dimensions`` truncates)."""
         n = len(self.config.layers) if self.config.layer_pooling == "concat" else 1
-        return self.hidden_size * n
+        return self.config.dimensions or self.hidden_size * n
 
     def sentence_dim(self, *, layers: Sequence[int] | str | None = None, layer_pooling: str | None = None,
                      layer_weights: Sequence[float] | None = None, pooling: str | None = None) -> int:
@@ -421,17 +374,27 @@ class Embedder:
         return self.batch_size if batch_size is None else check_int(batch_size, "batch_size", low=1)
 
     def _width(self, layers, pooling) -> tuple[int, ...]:
-        """The shape of one vector for these layer options: (H,), (n * H,) for concat, (n, H) for stack."""
+        """The shape of one vector for these layer options: (H,), (n * H,) for concat, (n, H) for stack; the last
+        axis cut to ``config.dimensions`` when set (a ValueError if that is wider than the vectors)."""
         if pooling == "concat":
-            return (self.hidden_size * len(layers),)
-        if pooling == "stack":
-            return (len(layers), self.hidden_size)
-        return (self.hidden_size,)
+            shape = (self.hidden_size * len(layers),)
+        elif pooling == "stack":
+            shape = (len(layers), self.hidden_size)
+        else:
+            shape = (self.hidden_size,)
+        k = self.config.dimensions
+        if k is None:
+            return shape
+        if k > shape[-1]:
+            raise ValueError(f"dimensions={k} exceeds the width of the vectors ({shape[-1]} with layer_pooling "
+                             f"{pooling!r} over {len(layers)} layer(s) of hidden size {self.hidden_size})")
+        return (*shape[:-1], k)
 
     def _stream(self, items: Sequence[TokenizedText], layers, pooling, weights, show_progress_bar: bool,
                 batch_size: int) -> Iterator[tuple[int, torch.Tensor]]:
-        """Yield (index, (T_i + 2, ...) layer-pooled states) in length-sorted order."""
-        reduce = _layer_reducer(pooling, weights)
+        """Yield (index, (T_i + 2, ...) layer-pooled states) in length-sorted order (cut to ``config.dimensions``:
+        the poolings that follow are per component, so cutting here equals cutting their results)."""
+        reduce = _layer_reducer(pooling, weights, self.config.dimensions)
         yield from run_encoder(self.encoder, self.tokenizer, items, layers=layers, reduce_layers=reduce,
                                backend=self.backend, batch_size=batch_size,
                                max_tokens_per_batch=self.max_tokens_per_batch, show_progress_bar=show_progress_bar)
@@ -615,59 +578,8 @@ class Embedder:
 
 
 # ---- pooling helpers ------------------------------------------------------------------------------------------
-def _layer_reducer(pooling: str, weights: Sequence[float] | None):
-    """A function (B, T, n, H) -> pooled states, applied per batch so only the pooled result is kept."""
-    if pooling == "mean":
-        return lambda s: s.mean(dim=2)
-    if pooling == "sum":
-        return lambda s: s.sum(dim=2)
-    if pooling == "concat":
-        return lambda s: s.flatten(2)
-    if pooling == "weighted":
-        w = torch.tensor(weights, dtype=torch.float32)
-        w = w / w.sum()
-        return lambda s: torch.einsum("btnh,n->bth", s, w.to(s.device))
-    return None  # stack: keep the layer axis
-
-
-def _pool_rows(x, pooling: str):
-    check_choice(pooling, "pooling", SUBWORD_POOLINGS)
-    return x.mean(0) if pooling == "mean" else (x[0] if pooling == "first" else x[-1])
-
-
 def _convert(t: torch.Tensor, output: str):
     return t if output == "torch" else t.numpy().astype(np.float32, copy=False)
-
-
-def _check_layer_list(layers) -> tuple[int, ...]:
-    """``layers`` as a tuple of ints; refuses an int, None, a str and non-integer items (by index)."""
-    if isinstance(layers, bool) or isinstance(layers, numbers.Integral):
-        raise TypeError(f"layers must be a list of hidden-state indices, got the int {layers!r}; pass a list, "
-                        f"e.g. layers=[{int(layers)}]")
-    if layers is None or isinstance(layers, (bytes, Mapping, Set)) or not hasattr(layers, "__iter__"):
-        raise TypeError(f"layers must be a list of hidden-state indices (0 = embedding output, -1 = last layer), "
-                        f"got {type(layers).__name__}")
-    out = []
-    for i, v in enumerate(layers):
-        if isinstance(v, bool) or not isinstance(v, numbers.Integral):
-            raise TypeError(f"layers[{i}] must be an int hidden-state index, got {v!r} ({type(v).__name__})")
-        out.append(int(v))
-    return tuple(out)
-
-
-def _check_weights(weights) -> tuple[float, ...]:
-    """``layer_weights`` as a tuple of floats; each must be a finite real number."""
-    if isinstance(weights, (str, bytes, Mapping, Set)) or not hasattr(weights, "__iter__"):
-        raise TypeError(f"layer_weights must be a list of numbers, got {type(weights).__name__}")
-    out = []
-    for i, w in enumerate(weights):
-        if isinstance(w, bool) or not isinstance(w, numbers.Real):
-            raise TypeError(f"layer_weights[{i}] must be a number, got {w!r} ({type(w).__name__})")
-        if not math.isfinite(w):
-            raise ValueError(f"layer_weights[{i}] is {w!r}; every layer weight must be a finite number (a NaN or "
-                             "infinite weight would make every vector NaN)")
-        out.append(float(w))
-    return tuple(out)
 
 
 def _resolve_layers(encoder: Encoder, layers: Sequence[int]) -> list[int]:
@@ -683,62 +595,3 @@ def _resolve_layers(encoder: Encoder, layers: Sequence[int]) -> list[int]:
     return resolved
 
 
-def _check_token_budget(value) -> int | None:
-    return None if value is None else check_int(value, "max_tokens_per_batch", low=1)
-
-
-def _text_batch(texts) -> list[str]:
-    """Raw texts as a list of str, all checked before any work (an empty batch is allowed: empty result)."""
-    texts = _as_list(texts, "texts")
-    check_texts(texts, "texts")
-    return texts
-
-
-def _word_batch(sentences) -> list[list[str]]:
-    """Pre-tokenized sentences as lists of str, all checked before any work (an empty batch is allowed)."""
-    return check_word_lists(_as_list(sentences, "sentences"), "sentences")
-
-
-def _check_spans(spans, sentences: list[list[str]]) -> list[tuple[int, int]]:
-    spans = _as_list(spans, "spans")
-    if len(spans) != len(sentences):
-        raise ValueError(f"spans has {len(spans)} entries but sentences has {len(sentences)}; expected one each")
-    out = []
-    for i, span in enumerate(spans):
-        pair = None if isinstance(span, (str, bytes)) or not hasattr(span, "__len__") or len(span) != 2 else span
-        if pair is None or any(isinstance(v, bool) or not isinstance(v, numbers.Integral) for v in pair):
-            raise TypeError(f"spans[{i}] must be a pair (start, end) of ints, got {span!r}")
-        s, e = int(pair[0]), int(pair[1])
-        if not 0 <= s < e <= len(sentences[i]):
-            raise ValueError(f"spans[{i}] = ({s}, {e}) is empty or outside sentence {i} of {len(sentences[i])} words")
-        out.append((s, e))
-    return out
-
-
-def _check_layer_args(layers: Sequence[int], pooling: str, weights: Sequence[float] | None) -> None:
-    check_choice(pooling, "layer_pooling", LAYER_POOLINGS)
-    if len(layers) == 0:
-        raise ValueError("layers is empty: expected at least one hidden-state index (0 = embedding output, -1 = last)")
-    if len(set(layers)) != len(layers):
-        raise ValueError(f"layers has repeated indices: {list(layers)}")
-    if pooling == "weighted":
-        if weights is None or len(weights) != len(layers):
-            raise ValueError(f"layer_pooling 'weighted' needs layer_weights with one weight per layer ({len(layers)}); "
-                             f"got {None if weights is None else list(weights)}")
-        if sum(weights) == 0:
-            raise ValueError("layer_weights sum to 0")
-    elif weights is not None:
-        raise ValueError(f"layer_weights are only used with layer_pooling='weighted', not {pooling!r}")
-
-
-def _as_list(x, name: str) -> list:
-    if x is None:
-        raise TypeError(f"{name} is None; expected a list")
-    if isinstance(x, (str, bytes)):
-        raise TypeError(f"{name} must be a list, got a single {type(x).__name__}; wrap it in a list")
-    if isinstance(x, (Mapping, Set)):
-        raise TypeError(f"{name} must be a list (an ordered sequence), got a {type(x).__name__}")
-    try:
-        return list(x)
-    except TypeError:
-        raise TypeError(f"{name} must be a list, got {type(x).__name__}") from None

@@ -42,6 +42,8 @@ from ctxemb.sentence_transformers_format import (
     DenseLayer,
     LayerNormStep,
     NormalizeStep,
+    encoder_dir,
+    resolve_sentence_options,
 )
 from ctxemb.tokenization import TOKENIZER_FILES
 
@@ -295,6 +297,29 @@ def save_sentence_transformers(out_dir: str | os.PathLike, encoder: Encoder | st
         raise
     logger.info("wrote a sentence-transformers directory to %s", out_dir)
     return out_dir
+
+
+def save_embedder(embedder: Any, path: str | os.PathLike, *, pooling: str | None = None,
+                  normalize: bool | None = None, layers: Sequence[int] | None = None,
+                  layer_pooling: str | None = None, layer_weights: Sequence[float] | None = None,
+                  max_seq_length: int | None = None, overwrite: bool = False) -> Path:
+    """:meth:`ctxemb.embedding.Embedder.save_pretrained` (see there): an Embedder's model as a sentence-transformers
+    directory whose sentence vectors are the Embedder's ``embed_sentences`` vectors with the same options."""
+    from ctxemb.modeling.checkpoint import TRAINING_RUN_KEY
+
+    opts = resolve_sentence_options(embedder.sentence_modules, embedder.tokenizer, pooling=pooling,
+                                    normalize=normalize, layers=layers, layer_pooling=layer_pooling,
+                                    layer_weights=layer_weights, max_seq_length=max_seq_length)
+    layers, lp, weights = embedder._layer_args(opts.layers, opts.layer_pooling, opts.layer_weights)
+    modules = embedder.sentence_modules
+    extra = {TRAINING_RUN_KEY: embedder.config.training_run} if embedder.config.training_run else None
+    return save_sentence_transformers(
+        path, embedder.encoder, encoder_dir(embedder.config.model)[0], overwrite=overwrite, config_extra=extra,
+        pooling=opts.pooling, layers=layers, layer_pooling=lp, layer_weights=weights, steps=opts.steps,
+        max_seq_length=opts.max_seq_length or embedder.tokenizer.max_length, do_lower_case=opts.do_lower_case,
+        include_prompt=modules.include_prompt if modules else True, prompts=modules.prompts if modules else None,
+        default_prompt_name=modules.default_prompt_name if modules else None,
+        similarity_fn_name=(modules.similarity_fn_name if modules else None) or "cosine")
 
 
 def _tokenizer_max(model_dir: Path) -> int:

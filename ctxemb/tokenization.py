@@ -20,6 +20,7 @@ from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import models, normalizers, pre_tokenizers
 
 from ctxemb._validation import CorruptFileError, check_no_surrogates, decode_utf8, is_int, read_json_file
+from ctxemb.config import POSITIONS_FROM_ZERO
 
 logger = logging.getLogger(__name__)
 
@@ -29,6 +30,10 @@ _DEFAULT_SPECIALS = {
     "xlm-roberta": dict(cls_token="<s>", sep_token="</s>", pad_token="<pad>", mask_token="<mask>", unk_token="<unk>"),
     "mpnet": dict(cls_token="<s>", sep_token="</s>", pad_token="<pad>", mask_token="<mask>", unk_token="[UNK]"),
 }
+for _bert_like in ("distilbert", "electra", "modernbert"):  # BERT's special tokens and pair layout
+    _DEFAULT_SPECIALS[_bert_like] = dict(_DEFAULT_SPECIALS["bert"])
+# Families whose pairs are ``<s> A </s></s> B </s>`` (the others: ``[CLS] A [SEP] B [SEP]``).
+_ROBERTA_PAIRS = ("roberta", "xlm-roberta", "mpnet")
 
 
 @dataclass
@@ -195,7 +200,7 @@ class Tokenizer:
         specials = {k: _token_str(v) for k, v in specials_map.items() if k in _DEFAULT_SPECIALS["bert"]}
         specials.update({k: _token_str(v) for k, v in tok_config.items()
                          if k in _DEFAULT_SPECIALS["bert"] and _token_str(v)})
-        model_max = config.get("max_position_embeddings", 512) - (0 if model_type == "bert" else
+        model_max = config.get("max_position_embeddings", 512) - (0 if model_type in POSITIONS_FROM_ZERO else
                                                                  config.get("pad_token_id", 1) + 1)
         tok_max = tok_config.get("model_max_length")
         if isinstance(tok_max, int) and 0 < tok_max < model_max:
@@ -299,10 +304,10 @@ class Tokenizer:
         types = [0] * len(ids)
         if pair is not None:
             second = list(pair) + [self.sep_token_id]
-            if self.model_type != "bert":
+            if self.model_type in _ROBERTA_PAIRS:
                 second = [self.sep_token_id] + second
             ids += second
-            types += [1 if self.model_type == "bert" else 0] * len(second)
+            types += [0 if self.model_type in _ROBERTA_PAIRS else 1] * len(second)
         return ids, types
 
     def windows(self, items: Sequence[TokenizedText], stride: int | None = None) -> list[Window]:

@@ -18,7 +18,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("ctxemb.tokenization", "ctxemb.registry"),
     ("ctxemb.modeling",),
     ("ctxemb.inference", "ctxemb.backends", "ctxemb.autoprecision", "ctxemb.loading", "ctxemb.training"),
-    ("ctxemb.embedding", "ctxemb.pretraining", "ctxemb.finetuning", "ctxemb.fill_mask",
+    ("ctxemb.embedding", "ctxemb.embedder_config", "ctxemb.pretraining", "ctxemb.finetuning", "ctxemb.fill_mask",
      "ctxemb.sentence_transformers_format", "ctxemb.sentence_transformers_writer"),
     ("ctxemb.corpus_embedding", "ctxemb.geometry", "ctxemb.search"),
     ("ctxemb.wsd",),

@@ -1,9 +1,11 @@
 """Reading and writing Hugging Face-format checkpoint directories (``config.json`` + weights).
 
-Checkpoints name their tensors in several dialects: with or without a ``bert.``/``roberta.``/``mpnet.`` prefix,
-with the old TensorFlow-era ``gamma``/``beta`` LayerNorm names, and, for MPNet, with ``attention.attn.q`` where BERT
-says ``attention.self.query``. :func:`canonical_state_dict` maps all of them onto the names of
-:class:`ctxemb.modeling.encoder.Encoder`; :func:`save_pretrained` maps back, so that transformers loads what we save.
+Checkpoints name their tensors in several dialects: with or without a base-model prefix (``bert.``, ``roberta.``,
+``mpnet.``, ``distilbert.``, ``electra.``, ModernBERT's ``model.``), with the old TensorFlow-era ``gamma``/``beta``
+LayerNorm names, for MPNet with ``attention.attn.q`` and for DistilBERT with ``attention.q_lin`` where BERT says
+``attention.self.query``. :func:`canonical_state_dict` maps all of them onto the names of
+:class:`ctxemb.modeling.encoder.Encoder` (ModernBERT's own names are kept: its encoder uses them);
+:func:`save_pretrained` maps back, so that transformers loads what we save.
 """
 
 from __future__ import annotations
@@ -37,7 +39,13 @@ TRAINING_RUN_KEY = "ctxemb_training_run"
 # Head names, kept apart from the encoder's tensors: pretraining heads (BERT's ``cls.*``; RoBERTa/MPNet's
 # ``lm_head.*`` is mapped onto the BERT names) and the task heads: transformers' ``classifier.*`` (sequence and token
 # classification) and ``qa_outputs.*`` (question answering), and ctxemb's ``crf.*`` and ``span_classifier.*``.
-HEAD_PREFIXES = ("cls.", "classifier.", "qa_outputs.", "crf.", "span_classifier.")
+HEAD_PREFIXES = ("cls.", "classifier.", "qa_outputs.", "crf.", "span_classifier.",
+                 # ELECTRA's discriminator and generator heads; DistilBERT's MLM and classification heads; ModernBERT's
+                 # prediction head and decoder: none is part of the encoder.
+                 "discriminator_predictions.", "generator_predictions.", "generator_lm_head.",
+                 "vocab_transform.", "vocab_layer_norm.", "vocab_projector.", "pre_classifier.", "head.", "decoder.")
+# Families whose MLM head transformers calls ``lm_head`` (mapped onto BERT's ``cls.predictions``).
+_LM_HEAD_MODEL_TYPES = ("roberta", "xlm-roberta", "mpnet")
 _LM_HEAD_TO_BERT = [
     ("lm_head.dense.", "cls.predictions.transform.dense."),
     ("lm_head.layer_norm.", "cls.predictions.transform.LayerNorm."),
@@ -50,6 +58,18 @@ _MPNET_TO_BERT = [
     ("attention.attn.v.", "attention.self.value."),
     ("attention.attn.o.", "attention.output.dense."),
     ("attention.LayerNorm.", "attention.output.LayerNorm."),
+]
+# DistilBERT's block under BERT's names (its ``transformer.layer`` is mapped to ``encoder.layer`` first). The inverse
+# is looked up in this order, so ``attention.output.*`` is matched before ``output.*``.
+_DISTILBERT_TO_BERT = [
+    ("attention.q_lin.", "attention.self.query."),
+    ("attention.k_lin.", "attention.self.key."),
+    ("attention.v_lin.", "attention.self.value."),
+    ("attention.out_lin.", "attention.output.dense."),
+    ("sa_layer_norm.", "attention.output.LayerNorm."),
+    ("ffn.lin1.", "intermediate.dense."),
+    ("ffn.lin2.", "output.dense."),
+    ("output_layer_norm.", "output.LayerNorm."),
 ]
 # Buffers some checkpoints carry that are recomputed here.
 _IGNORED = re.compile(r"(^|\.)position_ids$")
@@ -157,6 +177,9 @@ def canonical_state_dict(state: dict[str, torch.Tensor], model_type: str) -> dic
         key = _replace_prefix(key, _LM_HEAD_TO_BERT, anywhere=False)
         if model_type == "mpnet":
             key = _replace_prefix(key, _MPNET_TO_BERT, anywhere=True)
+        if model_type == "distilbert":
+            key = _replace_prefix(key, [("transformer.layer.", "encoder.layer.")], anywhere=False)
+            key = _replace_prefix(key, _DISTILBERT_TO_BERT, anywhere=True)
         out[key] = tensor
     return out
 
@@ -165,10 +188,13 @@ def hf_state_dict(state: dict[str, torch.Tensor], model_type: str) -> dict[str, 
     """Inverse of :func:`canonical_state_dict`: the names transformers expects for this ``model_type``."""
     out = {}
     for key, tensor in state.items():
-        if model_type != "bert":
+        if model_type in _LM_HEAD_MODEL_TYPES:
             key = _replace_prefix(key, [(b, a) for a, b in _LM_HEAD_TO_BERT], anywhere=False)
         if model_type == "mpnet":
             key = _replace_prefix(key, [(b, a) for a, b in _MPNET_TO_BERT], anywhere=True)
+        if model_type == "distilbert":
+            key = _replace_prefix(key, [(b, a) for a, b in _DISTILBERT_TO_BERT], anywhere=True)
+            key = key.replace("encoder.layer.", "transformer.layer.", 1)
         out[key] = tensor
     return out
 
@@ -232,7 +258,7 @@ def load_encoder_dir(model_dir: str | os.PathLike, *, strict: bool = True) -> tu
     _check_finite(state, weights)
     trunk, heads = split_heads(state)
     encoder = Encoder(config)
-    if "pooler.dense.weight" not in trunk:
+    if encoder.pooler is not None and "pooler.dense.weight" not in trunk:
         # Several released checkpoints (e.g. RoBERTa exports) drop the pooler; it is not needed for embeddings.
         logger.info("%s has no pooler weights; the pooler is initialised fresh", weights)
         own = encoder.state_dict()

@@ -1,10 +1,12 @@
 """A BERT-family bidirectional transformer encoder in plain PyTorch (Jurafsky & Martin 11.1, eq. 11.1-11.6).
 
 Parameter names follow the BERT layout of Hugging Face checkpoints (``embeddings.word_embeddings``,
-``encoder.layer.{i}.attention.self.query``, ...), so BERT and RoBERTa checkpoints load unchanged; MPNet names are
-mapped in :mod:`ctxemb.modeling.checkpoint`.
+``encoder.layer.{i}.attention.self.query``, ...), so BERT, RoBERTa and ELECTRA checkpoints load unchanged; MPNet and
+DistilBERT names are mapped in :mod:`ctxemb.modeling.checkpoint`. ModernBERT, whose block differs, is
+:class:`ctxemb.modeling.modernbert.ModernBertEncoder`; ``Encoder(config)`` builds it for a ``modernbert`` config.
 
-Shapes: B batch, T subword tokens, H hidden size, N attention heads, D head size (H = N * D), L layers.
+Shapes: B batch, T subword tokens, H hidden size, E embedding width (H, or ELECTRA's embedding_size), N attention heads,
+D head size (H = N * D), L layers.
 ``hidden_states`` has L + 1 entries: index 0 is the embedding output, index -1 the last layer.
 """
 
@@ -47,26 +49,29 @@ class EncoderOutput:
 
 
 class Embeddings(nn.Module):
-    """Token + absolute position (+ segment) embeddings, then LayerNorm and dropout (eq. 11.1)."""
+    """Token + absolute position (+ segment) embeddings, then LayerNorm and dropout (eq. 11.1).
+
+    Their width E is the hidden size, or ELECTRA's ``embedding_size`` (the encoder then projects them to H).
+    """
 
     def __init__(self, config: EncoderConfig):
         super().__init__()
         self.config = config
-        padding_idx = config.pad_token_id if config.model_type != "bert" else None
-        self.word_embeddings = nn.Embedding(config.vocab_size, config.hidden_size, padding_idx=config.pad_token_id)
-        self.position_embeddings = nn.Embedding(config.max_position_embeddings, config.hidden_size,
-                                                padding_idx=padding_idx)
+        width = config.embedding_size or config.hidden_size  # E
+        padding_idx = config.pad_token_id if config.position_offset else None
+        self.word_embeddings = nn.Embedding(config.vocab_size, width, padding_idx=config.pad_token_id)
+        self.position_embeddings = nn.Embedding(config.max_position_embeddings, width, padding_idx=padding_idx)
         if config.type_vocab_size > 0:
-            self.token_type_embeddings = nn.Embedding(config.type_vocab_size, config.hidden_size)
+            self.token_type_embeddings = nn.Embedding(config.type_vocab_size, width)
         else:
             self.token_type_embeddings = None
-        self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.LayerNorm = nn.LayerNorm(width, eps=config.layer_norm_eps)
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
 
     def position_ids(self, input_ids: torch.Tensor) -> torch.Tensor:
-        """(B, T) position ids. BERT counts from 0; RoBERTa/MPNet count real tokens from pad_token_id + 1 and
-        give padding the padding index (whose embedding is never trained)."""
-        if self.config.model_type == "bert":
+        """(B, T) position ids. BERT, DistilBERT and ELECTRA count from 0; RoBERTa/MPNet count real tokens from
+        pad_token_id + 1 and give padding the padding index (whose embedding is never trained)."""
+        if self.config.position_offset == 0:
             return torch.arange(input_ids.shape[1], device=input_ids.device).expand_as(input_ids)
         is_token = (input_ids != self.config.pad_token_id).long()
         return torch.cumsum(is_token, dim=1) * is_token + self.config.pad_token_id
@@ -77,7 +82,7 @@ class Embeddings(nn.Module):
             if token_type_ids is None:
                 token_type_ids = torch.zeros_like(input_ids)
             x = x + self.token_type_embeddings(token_type_ids)
-        return self.dropout(self.LayerNorm(x))  # (B, T, H)
+        return self.dropout(self.LayerNorm(x))  # (B, T, E)
 
 
 class SelfAttention(nn.Module):
@@ -212,8 +217,27 @@ class Pooler(nn.Module):
         return torch.tanh(self.dense(last_hidden_state[:, 0]))
 
 
+def resolve_hidden_state_indices(layers: Sequence[int], num_layers: int) -> list[int]:
+    """Map hidden-state indices (0 = embedding output, -1 = last layer) of an encoder with ``num_layers`` layers to
+    0..L, with a clear error."""
+    L = num_layers
+    out = []
+    for i in layers:
+        if isinstance(i, bool) or not isinstance(i, int) or not -(L + 1) <= i <= L:
+            raise ValueError(
+                f"layer index {i!r} is out of range: this encoder has {L + 1} hidden states, so valid indices "
+                f"are {-(L + 1)}..{L} (0 = embedding output, -1 = last layer)"
+            )
+        out.append(i % (L + 1))
+    return out
+
+
 class Encoder(nn.Module):
-    """BERT / RoBERTa / MPNet encoder giving every layer's hidden states.
+    """BERT / RoBERTa / MPNet / DistilBERT / ELECTRA encoder giving every layer's hidden states.
+
+    ``Encoder(config)`` with a ``modernbert`` config builds a :class:`~ctxemb.modeling.modernbert.ModernBertEncoder`
+    (a subclass with the same interface). Subclasses change the family's body through :meth:`_embed`,
+    :meth:`_layer_context`, :attr:`blocks` and :meth:`_final`; :meth:`forward` is shared.
 
     Example:
         >>> enc = Encoder(EncoderConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
@@ -223,19 +247,36 @@ class Encoder(nn.Module):
         (3, torch.Size([1, 4, 32]))
     """
 
+    #: The subclasses that build other families' bodies, by ``model_type``. ModernBERT's module registers itself;
+    #: the package ``ctxemb.modeling`` imports it, so it is registered before any encoder is built.
+    family_classes: dict[str, type["Encoder"]] = {}
+
+    def __new__(cls, config: EncoderConfig | None = None, *args, **kwargs):
+        if cls is Encoder and isinstance(config, EncoderConfig):
+            cls = Encoder.family_classes.get(config.model_type, Encoder)
+        return super().__new__(cls)
+
     def __init__(self, config: EncoderConfig):
         super().__init__()
+        if config.model_type == "modernbert":
+            raise ValueError("a modernbert config needs ctxemb.modeling.modernbert.ModernBertEncoder (which "
+                             "Encoder(config) builds once that module is imported)")
         self.config = config
         self.embeddings = Embeddings(config)
+        if config.embedding_size is not None and config.embedding_size != config.hidden_size:
+            self.embeddings_project = nn.Linear(config.embedding_size, config.hidden_size)  # ELECTRA: E -> H
+        else:
+            self.embeddings_project = None
         self.encoder = TransformerStack(config)
-        self.pooler = Pooler(config)
+        self.pooler = Pooler(config) if config.has_pooler else None
         self.apply(self._init_weights)
 
     def _init_weights(self, module: nn.Module) -> None:
         std = self.config.initializer_range
         if isinstance(module, nn.Linear):
             nn.init.normal_(module.weight, std=std)
-            nn.init.zeros_(module.bias)
+            if module.bias is not None:
+                nn.init.zeros_(module.bias)
         elif isinstance(module, nn.Embedding):
             nn.init.normal_(module.weight, std=std)
             if module.padding_idx is not None:
@@ -243,7 +284,8 @@ class Encoder(nn.Module):
                     module.weight[module.padding_idx].zero_()
         elif isinstance(module, nn.LayerNorm):
             nn.init.ones_(module.weight)
-            nn.init.zeros_(module.bias)
+            if module.bias is not None:
+                nn.init.zeros_(module.bias)
 
     @property
     def num_layers(self) -> int:
@@ -251,16 +293,26 @@ class Encoder(nn.Module):
 
     def resolve_layers(self, layers: Sequence[int]) -> list[int]:
         """Map hidden-state indices (0 = embedding output, -1 = last layer) to 0..L, with a clear error."""
-        L = self.num_layers
-        out = []
-        for i in layers:
-            if isinstance(i, bool) or not isinstance(i, int) or not -(L + 1) <= i <= L:
-                raise ValueError(
-                    f"layer index {i!r} is out of range: this encoder has {L + 1} hidden states, so valid indices "
-                    f"are {-(L + 1)}..{L} (0 = embedding output, -1 = last layer)"
-                )
-            out.append(i % (L + 1))
-        return out
+        return resolve_hidden_state_indices(layers, self.num_layers)
+
+    # ---- the family's body (overridden by ModernBertEncoder) ----------------------------------------------
+    def _embed(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None) -> torch.Tensor:
+        """Hidden state 0 (B, T, H): the embeddings (ELECTRA: projected to H)."""
+        x = self.embeddings(input_ids, token_type_ids)
+        return x if self.embeddings_project is None else self.embeddings_project(x)
+
+    def _layer_context(self, attention_mask: torch.Tensor, x: torch.Tensor):
+        """What every block takes besides its input: here the additive attention mask."""
+        return self.attention_mask(attention_mask, x.dtype)
+
+    @property
+    def blocks(self) -> nn.ModuleList:
+        """The L transformer blocks, each called as ``block(x, context)``."""
+        return self.encoder.layer
+
+    def _final(self, x: torch.Tensor) -> torch.Tensor:
+        """Applied to the last block's output (ModernBERT's final LayerNorm); nothing here."""
+        return x
 
     def attention_mask(self, attention_mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         """Additive mask for SDPA: (B, 1, 1, T) for BERT/RoBERTa, (B, N, T, T) with MPNet's position bias."""
@@ -284,7 +336,8 @@ class Encoder(nn.Module):
             output_hidden_states: return hidden states (all L + 1 unless ``hidden_state_indices`` is given).
             hidden_state_indices: keep only these hidden states (0 = embedding output, -1 = last layer); the
                 others are dropped as soon as the next layer has used them, which saves memory.
-            compute_pooler: compute ``pooler_output``.
+            compute_pooler: compute ``pooler_output`` (None for families without a pooler: DistilBERT, ELECTRA,
+                ModernBERT).
 
         Returns:
             EncoderOutput.
@@ -305,18 +358,21 @@ class Encoder(nn.Module):
         if not output_hidden_states:
             keep = set()
 
-        x = self.embeddings(input_ids, token_type_ids)
-        mask = self.attention_mask(attention_mask, x.dtype)
+        x = self._embed(input_ids, token_type_ids)
+        context = self._layer_context(attention_mask, x)
         kept: list[torch.Tensor] = []
         kept_idx: list[int] = []
         if keep is None or 0 in keep:
             kept.append(x)
             kept_idx.append(0)
-        for i, layer in enumerate(self.encoder.layer, start=1):
-            x = layer(x, mask)
+        L = self.num_layers
+        for i, layer in enumerate(self.blocks, start=1):
+            x = layer(x, context)
+            if i == L:
+                x = self._final(x)
             if keep is None or i in keep:
                 kept.append(x)
                 kept_idx.append(i)
-        pooled = self.pooler(x) if compute_pooler else None
+        pooled = self.pooler(x) if compute_pooler and self.pooler is not None else None
         return EncoderOutput(last_hidden_state=x, pooler_output=pooled, hidden_states=tuple(kept),
                              hidden_state_indices=tuple(kept_idx))

@@ -173,6 +173,8 @@ def _output_dim(embedder, recipe: dict) -> int | None:
     if recipe.get("layers") is None and recipe.get("layer_pooling") is None:
         return dim
     config = embedder_config_dict(embedder)
+    if isinstance(config.get("dimensions"), int):  # EmbedderConfig.dimensions cuts every vector to that width
+        return config["dimensions"]
     base_layers, base_pooling = config.get("layers"), config.get("layer_pooling")
     hidden = getattr(embedder, "hidden_size", None)
     if not isinstance(hidden, int) or isinstance(hidden, bool):
