@@ -448,7 +448,8 @@ SENTENCES = [
 def test_sentence_index_round_trip_with_fake_embedder(tmp_path):
     emb = FakeEmbedder()
     index = build_sentence_index(emb, SENTENCES, kind="flat", show_progress_bar=False)
-    assert index.recipe == {"mode": "sentences", "pooling": "mean", "layers": None, "layer_pooling": None}
+    assert index.recipe == {"mode": "sentences", "pooling": "mean", "layers": None, "layer_pooling": None,
+                            "sentence_defaults": 2}
     hits = query_sentences(index, emb, SENTENCES[3], k=2)
     assert hits[0].id == "3" and hits[0].metadata == {"text": SENTENCES[3]}
     index.save(tmp_path)
@@ -517,3 +518,19 @@ def test_cli_build_and_query(tmp_path, monkeypatch, capsys):
     args = parser.parse_args(["index", "query", str(tmp_path / "w"), "muddy river bank", "-k", "1"])
     assert args.func(args) == 0
     assert "line:1:2" in capsys.readouterr().out
+
+
+def test_sentence_index_built_before_model_sentence_defaults_is_queried_with_its_configured_layers():
+    """An index whose recipe predates ``sentence_defaults`` was embedded with the embedder's configured layers; its
+    queries must use them too (a sentence-transformers model's own modules now choose the layers by default)."""
+    from types import SimpleNamespace
+
+    from ctxemb.search.text import _layer_kwargs
+
+    config = {"layers": [-4, -3, -2, -1], "layer_pooling": "mean", "layer_weights": None}
+    embedder = SimpleNamespace(config=SimpleNamespace(to_dict=lambda: config))
+    old = {"mode": "sentences", "pooling": "mean", "layers": None, "layer_pooling": None}
+    assert _layer_kwargs(old, embedder) == {"layers": (-4, -3, -2, -1), "layer_pooling": "mean"}
+    new = dict(old, sentence_defaults=2)
+    assert _layer_kwargs(new, embedder) == {}
+    assert _layer_kwargs(dict(old, layers=[-1]), embedder) == {"layers": (-1,)}

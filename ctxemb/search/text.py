@@ -98,6 +98,9 @@ def build_sentence_index(
         "pooling": pooling,
         "layers": _check_layers(layers),
         "layer_pooling": layer_pooling,
+        # 2: layers not given follow embed_sentences' defaults (a sentence-transformers model's own modules);
+        # indexes without it were built with the embedder's configured layers (see _layer_kwargs)
+        "sentence_defaults": SENTENCE_DEFAULTS_VERSION,
     }
     make_index = _index_factory(embedder, recipe, kind=kind, metric=metric, params=params, directory=directory)
     vectors = _embed_texts(embedder, texts, recipe, batch_size=batch_size, show_progress_bar=show_progress_bar)
@@ -193,9 +196,24 @@ def _output_dim(embedder, recipe: dict) -> int | None:
     return hidden
 
 
-def _layer_kwargs(recipe: dict) -> dict:
-    """The layer overrides a recipe records, as keyword arguments for the embedder (none when not overridden)."""
+SENTENCE_DEFAULTS_VERSION = 2
+
+
+def _layer_kwargs(recipe: dict, embedder=None) -> dict:
+    """The layer overrides a recipe records, as keyword arguments for the embedder (none when not overridden).
+
+    A sentence index built before ``embed_sentences`` followed a sentence-transformers model's own modules (its recipe
+    has no ``sentence_defaults``) was embedded with the embedder's configured layers: those are passed explicitly, so
+    that its queries keep matching its vectors.
+    """
     kwargs = {}
+    if (embedder is not None and recipe.get("mode") == "sentences" and recipe.get("layers") is None
+            and recipe.get("sentence_defaults") is None):
+        config = embedder_config_dict(embedder)
+        kwargs["layers"] = tuple(config["layers"]) if isinstance(config.get("layers"), list) else config.get("layers")
+        kwargs["layer_pooling"] = config.get("layer_pooling")
+        if config.get("layer_weights") is not None:
+            kwargs["layer_weights"] = tuple(config["layer_weights"])
     if recipe.get("layers") is not None:
         kwargs["layers"] = tuple(recipe["layers"])
     if recipe.get("layer_pooling") is not None:
@@ -207,7 +225,7 @@ def _embed_texts(embedder, texts: list[str], recipe: dict, *, batch_size: int, s
     vectors = np.asarray(
         embedder.embed_sentences(
             texts, pooling=recipe["pooling"], batch_size=batch_size, show_progress_bar=show_progress_bar,
-            normalize=False, **_layer_kwargs(recipe),
+            normalize=False, **_layer_kwargs(recipe, embedder),
         )
     )  # (N, H)
     if vectors.ndim != 2 or len(vectors) != len(texts):
