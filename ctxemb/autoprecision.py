@@ -51,8 +51,9 @@ from ctxemb.tokenization import Tokenizer
 logger = logging.getLogger(__name__)
 
 # Bumped whenever the probe (text, batches, statistic) or a path's kernel changes, so that cached choices are made
-# again (2: int8 with one activation scale per token instead of one per batch; 3, 4: outlier features in float32).
-_PROBE_VERSION = 4
+# again (2: int8 with one activation scale per token instead of one per batch; 3, 4: outlier features in float32;
+# 5: the fused int8 kernel with outlier features calibrated once per model).
+_PROBE_VERSION = 5
 PROBE_BATCH_SIZE = 16
 
 PROBE_SENTENCES: tuple[str, ...] = (
@@ -296,7 +297,7 @@ def probe_precisions(encoder: Encoder, tokenizer: Tokenizer, *, layers: Sequence
     for p in candidates:
         start = time.perf_counter()
         try:
-            backends[p] = load_backend(encoder, p, model_name=model_name, fingerprint=fingerprint)
+            backends[p] = load_backend(encoder, p, model_name=model_name, fingerprint=fingerprint, tokenizer=tokenizer)
         except Exception as e:  # noqa: BLE001  (a path that cannot be built here is skipped, with the reason)
             if p == "fp32":
                 raise

@@ -263,9 +263,9 @@ class Embedder:
         """What runs the encoder on ``config.precision``; built on first use (int8: a quantized copy of the encoder;
         ONNX: the export, made once and cached, and an ONNX Runtime session)."""
         if self._backend is None:
-            fingerprint = self.fingerprint if self.config.precision.startswith("onnx") else None
+            fingerprint = self.fingerprint if self.config.precision not in ("fp32", "bf16") else None
             self._backend = load_backend(self.encoder, self.config.precision, model_name=self.config.model,
-                                         fingerprint=fingerprint)
+                                         fingerprint=fingerprint, tokenizer=self.tokenizer)
         return self._backend
 
     @property
