@@ -221,19 +221,31 @@ def _product(x: torch.Tensor, weight_int8: torch.Tensor, weight_scale: torch.Ten
     return y
 
 
-def _activate(y: torch.Tensor, activation: str) -> torch.Tensor:
-    if activation == "gelu":
-        return F.gelu(y)
-    if activation == "gelu_tanh":
-        return F.gelu(y, approximate="tanh")
-    if activation == "relu":
-        return F.relu(y)
-    return y
+# One function per activation, not one with the activation as an argument: torch.compile keeps its compiled variants
+# per function (a handful each: with and without outlier features, grad modes), so they do not crowd one cache.
+def linear_kernel(x, weight_int8, weight_scale, bias, keep, outlier_index, outlier_weight):
+    """x W^T + b in int8: (M, K) -> (M, N)."""
+    return _product(x, weight_int8, weight_scale, bias, keep, outlier_index, outlier_weight)
 
 
-def linear_kernel(x, weight_int8, weight_scale, bias, keep, outlier_index, outlier_weight, activation: str):
-    """activation(x W^T + b) in int8: (M, K) -> (M, N)."""
-    return _activate(_product(x, weight_int8, weight_scale, bias, keep, outlier_index, outlier_weight), activation)
+def linear_gelu_kernel(x, weight_int8, weight_scale, bias, keep, outlier_index, outlier_weight):
+    """GELU(x W^T + b) with the product in int8."""
+    return F.gelu(_product(x, weight_int8, weight_scale, bias, keep, outlier_index, outlier_weight))
+
+
+def linear_gelu_tanh_kernel(x, weight_int8, weight_scale, bias, keep, outlier_index, outlier_weight):
+    """GELU (tanh approximation) of x W^T + b with the product in int8."""
+    return F.gelu(_product(x, weight_int8, weight_scale, bias, keep, outlier_index, outlier_weight),
+                  approximate="tanh")
+
+
+def linear_relu_kernel(x, weight_int8, weight_scale, bias, keep, outlier_index, outlier_weight):
+    """ReLU(x W^T + b) with the product in int8."""
+    return F.relu(_product(x, weight_int8, weight_scale, bias, keep, outlier_index, outlier_weight))
+
+
+_LINEAR_KERNELS = {"none": linear_kernel, "gelu": linear_gelu_kernel, "gelu_tanh": linear_gelu_tanh_kernel,
+                   "relu": linear_relu_kernel}
 
 
 def residual_norm_kernel(x, weight_int8, weight_scale, bias, keep, outlier_index, outlier_weight, residual,
@@ -243,9 +255,21 @@ def residual_norm_kernel(x, weight_int8, weight_scale, bias, keep, outlier_index
     return F.layer_norm(y, (y.shape[-1],), norm_weight, norm_bias, eps)
 
 
+# Compiled variants per kernel function: each (K, N) shape pair of a model's layers, with and without outlier
+# features, is one (torch._int_mm's lowering fixes K and N), so two models in one process pass dynamo's default of 8;
+# beyond the limit dynamo would run the function unfused.
+_RECOMPILE_LIMIT = 64
+
+
 @functools.lru_cache(maxsize=None)
 def _compiled(fn: Callable) -> Callable:
-    return torch.compile(fn, dynamic=True, backend="inductor")
+    compiled = torch.compile(fn, dynamic=True, backend="inductor")
+
+    @functools.wraps(fn)
+    def run(*args):
+        with torch._dynamo.config.patch(recompile_limit=_RECOMPILE_LIMIT):
+            return compiled(*args)
+    return run
 
 
 @functools.lru_cache(maxsize=1)
@@ -297,7 +321,7 @@ class Int8Linear(nn.Module):
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, outliers: Sequence[int] = (), *,
                  activation: str = "none", mode: str = "eager"):
         super().__init__()
-        if activation not in ("none", "gelu", "gelu_tanh", "relu"):
+        if activation not in _LINEAR_KERNELS:
             raise ValueError(f"activation must be 'none', 'gelu', 'gelu_tanh' or 'relu', got {activation!r}")
         if mode not in ("inductor", "eager"):
             raise ValueError(f"mode must be 'inductor' or 'eager', got {mode!r}")
@@ -339,7 +363,7 @@ class Int8Linear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.reshape(-1, self.in_features)
-        y = self._fn(linear_kernel)(*self._args(rows), self.activation)
+        y = self._fn(_LINEAR_KERNELS[self.activation])(*self._args(rows))
         return y.reshape(*x.shape[:-1], self.out_features)
 
     def extra_repr(self) -> str:
