@@ -149,7 +149,9 @@ def test_auto_picks_a_path_caches_it_reuses_it_and_records_it(tiny, monkeypatch,
     choice = first.precision_choice
     assert choice is not None and not choice.from_cache
     assert first.config.precision == choice.precision and choice.precision in PRECISIONS
-    assert all(r.passed == (r.cosine_mean >= r.bound) for r in choice.results.values())
+    assert all(r.passed == (r.cosine_mean >= r.bound and (r.precision == "fp32" or
+                                                            r.cosine_min >= autoprecision.LEAST_WORD_COSINE))
+               for r in choice.results.values())
     assert choice.results[choice.precision].passed
     saved = json.loads(choice.cache_file.read_text())
     assert saved["precision"] == choice.precision and saved["key"]["model"] == first.fingerprint
@@ -202,6 +204,14 @@ def test_auto_keeps_fp32_when_no_path_meets_its_bound(tiny, monkeypatch):
                                             layers=[3, 4], candidates=["fp32", "int8"], repeats=1)
     assert choice.precision == "fp32" and not choice.results["int8"].passed
     assert choice.backend.precision == "fp32"
+
+
+def test_auto_needs_every_word_above_the_least_cosine(tiny, monkeypatch):
+    monkeypatch.setitem(ACCURACY_BOUNDS, "int8", 0.0)  # any mean passes ...
+    monkeypatch.setattr(autoprecision, "LEAST_WORD_COSINE", 1.01)  # ... but no word reaches the least cosine
+    choice = autoprecision.probe_precisions(load_encoder(tiny), Embedder.from_pretrained(tiny).tokenizer,
+                                            layers=[3, 4], candidates=["fp32", "int8"], repeats=1)
+    assert choice.precision == "fp32" and not choice.results["int8"].passed and choice.results["fp32"].passed
 
 
 @pytest.mark.parametrize("speeds, expected", [
