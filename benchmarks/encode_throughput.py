@@ -26,8 +26,16 @@ each row's achieved FLOP/s (the encoder's matrix products: Q, K, V, output and t
 QK^T and AV, over the padded batches) as a share of the peak of the runtime and type it runs (int8 rows: their
 attention products stay fp32 but count against the int8 peak).
 
+int8 linear layers alone: a profiling pass of the int8 path (after the timed rounds) times every int8 product with
+its fused quantization and epilogue (forward hooks on :mod:`ctxemb.quantization`'s modules) and counts its FLOPs
+(2 M K N per product, M the padded tokens), reported as a share of the torch int8 peak.
+
+Token budget sweep (``--sweep-tokens``): the int8 and fp32 paths over the same sentences in length-sorted batches
+limited only by a budget of padded tokens, for each budget (alternating rounds); the padding each budget costs, and
+the budget :func:`ctxemb.backends.recommended_tokens_per_batch` picks for this machine's cache.
+
     PYTHONPATH=. python benchmarks/encode_throughput.py [--model all-MiniLM-L6-v2] [--sentences 2000]
-        [--batch-size 32] [--repeats 2] [--threads N]
+        [--batch-size 32] [--repeats 2] [--threads N] [--sweep-tokens 512,1024,2048,4096,8192]
 
 Writes ``benchmarks/results/encode_throughput_<model>.{md,json}`` (with ``_<n>s`` appended when ``--sentences`` is not
 2000, so a smoke run never overwrites the real table).
@@ -108,6 +116,75 @@ def word_pass(batches: list[Batch], items, layers_fn: Callable[[torch.Tensor, to
                 n = len(items[j].ids)
                 words[j] = pool_subwords(states[r, 1:1 + n], items[j].word_spans)
     return words  # type: ignore[return-value]
+
+
+def budget_batches(tokenizer, items, budget: int) -> list[Batch]:
+    """Length-sorted batches limited only by ``budget`` padded tokens (what the token-budget sweep runs)."""
+    seqs = [tokenizer.with_specials(it.ids)[0] for it in items]
+    out = []
+    for rows in make_batches([len(s) for s in seqs], 1 << 30, budget):
+        T = max(len(seqs[j]) for j in rows)
+        ids = torch.full((len(rows), T), tokenizer.pad_token_id, dtype=torch.long)
+        mask = torch.zeros((len(rows), T), dtype=torch.long)
+        for r, j in enumerate(rows):
+            ids[r, :len(seqs[j])], mask[r, :len(seqs[j])] = torch.tensor(seqs[j]), 1
+        out.append(Batch(rows, ids, mask))
+    return out
+
+
+def sweep_token_budgets(budgets: list[int], tokenizer, items, enc, paths: dict, repeats: int) -> list[dict]:
+    """Real tokens/s of each path (name -> backend) for each token budget, best of alternating rounds."""
+    layers = enc.resolve_layers(LAST_FOUR)
+    plans = {b: budget_batches(tokenizer, items, b) for b in budgets}
+    runs = {(name, b): (lambda be=be, bb=bb: word_pass(bb, items, lambda i, m: be.hidden_states(i, m, layers)))
+            for name, be in paths.items() for b, bb in plans.items()}
+    for fn in runs.values():
+        fn()  # warm-up (and compiles a shape class once)
+    best = alternating_best({f"{n} @ {b}": fn for (n, b), fn in runs.items()}, repeats)
+    n_tokens = sum(int(b.mask.sum()) for b in plans[budgets[0]])
+    rows = []
+    for b, bb in plans.items():
+        padded = sum(x.ids.numel() for x in bb)
+        rows.append({"tokens_per_batch": b, "batches": len(bb), "padding": 1 - n_tokens / padded,
+                     **{f"{n} tok/s": n_tokens / best[f"{n} @ {b}"] for n in paths}})
+    return rows
+
+
+def profile_int8_linears(backend, batches: list[Batch], items, enc, repeats: int = 1) -> dict:
+    """Time every int8 product of ``backend`` (its quantization, int32 product and fused epilogue) in a pass over
+    the batches, and count its FLOPs (2 M K N); the pass whose products took least of ``repeats`` is kept."""
+    passes = [_profile_pass(backend, batches, items, enc) for _ in range(max(1, repeats))]
+    return min(passes, key=lambda p: p["seconds"])
+
+
+def _profile_pass(backend, batches: list[Batch], items, enc) -> dict:
+    from ctxemb.quantization import Int8Linear, Int8ResidualNorm
+
+    stats = {"seconds": 0.0, "flops": 0.0, "calls": 0}
+    start: dict[int, float] = {}
+
+    def before(module, inputs):
+        start[id(module)] = time.perf_counter()
+
+    def after(module, inputs, output):
+        stats["seconds"] += time.perf_counter() - start.pop(id(module))
+        dense = module.dense if isinstance(module, Int8ResidualNorm) else module
+        stats["flops"] += 2 * inputs[0].numel() // dense.in_features * dense.in_features * dense.out_features
+        stats["calls"] += 1
+
+    handles = []
+    for m in backend.encoder.modules():
+        if isinstance(m, (Int8Linear, Int8ResidualNorm)):  # (a residual block's own Linear is never called)
+            handles += [m.register_forward_pre_hook(before), m.register_forward_hook(after)]
+    layers = enc.resolve_layers(LAST_FOUR)
+    try:
+        t0 = time.perf_counter()
+        word_pass(batches, items, lambda i, m: backend.hidden_states(i, m, layers))
+        stats["pass_seconds"] = time.perf_counter() - t0
+    finally:
+        for h in handles:
+            h.remove()
+    return stats
 
 
 def matmul_flops(batches: list[Batch], cfg) -> float:
@@ -259,6 +336,8 @@ def main():
     ap.add_argument("--batch-size", type=int, default=32)
     ap.add_argument("--repeats", type=int, default=2, help="timed rounds per row (best kept)")
     ap.add_argument("--threads", type=int, default=None, help="torch and ONNX Runtime threads (default: torch's)")
+    ap.add_argument("--sweep-tokens", default="512,1024,2048,4096,8192",
+                    help="token budgets to sweep on the int8 and fp32 paths (comma-separated; 'none' skips)")
     ap.add_argument("--with-emulated-bf16", action="store_true",
                     help="time bf16 even where the CPU emulates it (several times slower than fp32)")
     args = ap.parse_args()
@@ -289,6 +368,7 @@ def main():
     rows: list[Row] = []
     notes: list[str] = []
     setup: dict[str, float] = {}
+    path_backends: dict[str, object] = {}
 
     # ---- ctxemb paths
     for p in PRECISIONS:
@@ -300,8 +380,9 @@ def main():
             notes.append(f"ctxemb {p} not timed: onnxruntime is not installed ({backends.ONNX_EXTRA_HINT})")
             continue
         t0 = time.perf_counter()
-        backend = backends.load_backend(enc, p, model_name=args.model)
+        backend = backends.load_backend(enc, p, model_name=args.model, tokenizer=tok)
         setup[f"ctxemb {p}"] = time.perf_counter() - t0
+        path_backends[p] = backend
         rows.append(Row(f"ctxemb {p}" + (" (exact)" if p == "fp32" else ""), p, PATH_PEAK[p],
                         lambda b=backend: word_pass(batches, items, lambda i, m: b.hidden_states(
                             i, m, enc.resolve_layers(LAST_FOUR)))))
@@ -400,6 +481,20 @@ def main():
         print(f"  {row.name}: cosine to exact mean {cos.mean():.5f} min {cos.min():.5f}", flush=True)
     best = alternating_best({row.name: row.run for row in rows}, args.repeats)
 
+    # The int8 linear layers alone, then the token-budget sweep (both after the timed rows, before the peaks again).
+    int8_profile = None
+    if "int8" in path_backends:
+        int8_profile = profile_int8_linears(path_backends["int8"], batches, items, enc, args.repeats)
+        print(f"int8 linear layers: {int8_profile['flops'] / 1e9:,.1f} GFLOP in {int8_profile['seconds']:.2f} s of a "
+              f"{int8_profile['pass_seconds']:.2f} s pass", flush=True)
+    budget = backends.recommended_tokens_per_batch(enc.config)
+    sweep = []
+    if args.sweep_tokens.lower() != "none":
+        budgets = sorted({int(b) for b in args.sweep_tokens.split(",")} | {budget})
+        print(f"token budget sweep {budgets} (recommended here: {budget}):", flush=True)
+        sweep = sweep_token_budgets(budgets, tok, items, enc, {p: path_backends[p] for p in ("int8", "fp32")
+                                                               if p in path_backends}, args.repeats)
+
     # The peaks again, after the rows: a machine busy at the start would otherwise lower them (and raise the shares).
     print("matrix-multiply peaks, again:", flush=True)
     for k, v in measure_peaks(threads, onnx_ok).items():
@@ -424,12 +519,27 @@ def main():
                "peak", "share_of_peak"]
     peak_rows = [{"runtime and type": k, "GFLOP/s": v["flops_per_s"] / 1e9, "note": v["note"]}
                  for k, v in peaks.items()]
+    int8_md = ""
+    if int8_profile is not None:
+        rate = int8_profile["flops"] / int8_profile["seconds"]
+        int8_profile |= {"gflops_per_s": rate / 1e9, "share_of_int8_peak": rate / peaks["torch int8"]["flops_per_s"],
+                         "share_of_pass": int8_profile["seconds"] / int8_profile["pass_seconds"]}
+        int8_md = (f"\n\nint8 linear layers alone (one profiling pass of ctxemb int8; each product with its fused "
+                   f"quantization and epilogue, {int8_profile['calls']} calls): {int8_profile['flops'] / 1e9:,.1f} GFLOP "
+                   f"in {int8_profile['seconds']:.2f} s = {rate / 1e9:,.1f} GFLOP/s, "
+                   f"{int8_profile['share_of_int8_peak']:.0%} of the torch int8 peak; "
+                   f"{int8_profile['share_of_pass']:.0%} of the pass ({int8_profile['pass_seconds']:.2f} s).")
+    if sweep:
+        int8_md += (f"\n\nToken budget sweep (length-sorted batches limited only by the budget; real tokens/s, best of "
+                    f"{args.repeats} alternating rounds; recommended_tokens_per_batch here: {budget}):\n\n"
+                    + markdown_table(sweep, list(sweep[0])))
     meta = {"model": args.model, "cpu": cpu, "native_bf16": native_bf16, "sentences": len(texts), "tokens": n_tokens,
             "padded_tokens": n_padded, "batches": len(batches), "batch_size": args.batch_size,
             "repeats": args.repeats, "matmul_flops": flops, "machine": machine(), "threads": threads,
             "transformers": transformers.__version__, "onnxruntime": backends.onnxruntime_version(),
             "auto": choice.to_dict() | {"from_cache": choice.from_cache}, "auto_fresh_probe": fresh.to_dict(),
-            "setup_seconds": setup, "notes": notes}
+            "setup_seconds": setup, "notes": notes, "int8_linears": int8_profile, "token_budget_sweep": sweep,
+            "recommended_tokens_per_batch": budget, "last_level_cache_bytes": backends.last_level_cache_bytes()}
     md = (f"# Encoding throughput: {args.model}\n\n"
           f"{cpu}. {len(texts):,} WikiText-2 sentences, {n_tokens:,} tokens (special tokens included, padding "
           f"excluded; {n_padded:,} padded) in {len(batches)} length-sorted batches of {args.batch_size}; "
@@ -442,7 +552,7 @@ def main():
           + markdown_table(table, columns)
           + "\n\nMatrix-multiply peaks measured in the same run, before and after the rows (square products, best "
           + "of sizes 1024 and 2048 and of the two measurements):\n\n"
-          + markdown_table(peak_rows, ["runtime and type", "GFLOP/s", "note"])
+          + markdown_table(peak_rows, ["runtime and type", "GFLOP/s", "note"]) + int8_md
           + ("\n\nNotes:\n" + "\n".join(f"- {n}" for n in notes) if notes else "")
           + "\n\nSet-up (not in the times): " + ", ".join(f"{k} {v:.1f} s" for k, v in setup.items()) + ".\n")
     name = "encode_throughput_" + args.model.replace("/", "_")

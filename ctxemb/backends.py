@@ -2,16 +2,17 @@
 int8). :func:`load_backend` gives the backend of any path in :data:`ctxemb.inference.PRECISIONS`; the accuracy
 bound of each path is in :mod:`ctxemb.inference`.
 
-**int8** (:func:`quantize_int8`): a copy of the encoder whose ``nn.Linear`` layers are :class:`PerTokenInt8Linear`:
-int8 weights with one scale per output channel, activations quantized with one scale per token, int32 sums by
-``torch._int_mm``, and the few input features where some token exceeds 30 in magnitude multiplied in float32 (the
-LLM.int8() decomposition, with a higher threshold: see :class:`PerTokenInt8Linear`). Both choices are for all-mpnet-base-v2, whose feed-forward outputs carry activation
-outliers on a few tokens: with one activation scale per batch (torch's ``quantize_dynamic``, ONNX Runtime's dynamic
-quantization) every other token of the batch loses its resolution (mean per-word cosine to fp32 0.87, some words
-near 0); one scale per token lifts the mean to 0.995 but a token with a massive activation (a mid-sentence "." in
-10,741 WikiText-2 words) still collapses, since its own scale leaves its other features nothing; taking the outlier
-features out fixes that (least word cosine 0.96). Per-token scales also make a text's int8 vectors independent of
-the rest of its batch. Speed and accuracy per model: ``benchmarks/encode_throughput.py``.
+**int8** (:func:`ctxemb.quantization.quantize_int8`, scheme and fusion described there): a copy of the encoder whose
+Linear layers run in int8 with int8 weights per output channel, activations with one scale per token, int32 sums, and
+a fixed set of outlier input features per Linear in float32, found once per model on calibration text
+(:func:`int8_calibration`, cached). Per-token scales are for all-mpnet-base-v2, whose feed-forward outputs carry
+activation outliers on a few tokens: with one activation scale per batch (torch's ``quantize_dynamic``, ONNX
+Runtime's dynamic quantization) every other token of the batch loses its resolution (mean per-word cosine to fp32
+0.87, some words near 0); one scale per token lifts the mean to 0.995 but a token with a massive activation (a
+mid-sentence "." in 10,741 WikiText-2 words) still collapses, since its own scale leaves its other features nothing;
+taking the outlier features out fixes that. Per-token scales and a fixed outlier set make a text's int8 vectors
+independent of the rest of its batch. Speed and accuracy per model: ``benchmarks/encode_throughput.py``; design:
+``docs/design/int8.md``.
 
 **ONNX Runtime** (:func:`onnx_model_path`, :class:`OnnxBackend`): the encoder is exported with
 ``torch.onnx.export`` (the torch.export-based exporter) to a graph ``(input_ids, attention_mask) -> hidden_state_0
@@ -30,7 +31,6 @@ Shapes: B batch, T tokens, n requested layers, H hidden size, L layers.
 from __future__ import annotations
 
 import contextlib
-import copy
 import hashlib
 import json
 import logging
@@ -43,11 +43,15 @@ import numpy as np
 import torch
 from torch import nn
 
+from ctxemb._validation import read_json_file
 from ctxemb._version import __version__
 from ctxemb.inference import PRECISIONS, EncoderBackend, TorchBackend
 from ctxemb.modeling.encoder import Encoder
 from ctxemb.paths import atomic_path, atomic_write
+from ctxemb.quantization import (CALIBRATION_SENTENCES, CALIBRATION_VERSION, DEFAULT_MAX_OUTLIER_FRACTION,
+                                 DEFAULT_OUTLIER_THRESHOLD, Int8Calibration, calibrate_outliers, quantize_int8)
 from ctxemb.registry import cache_dir
+from ctxemb.tokenization import Tokenizer
 
 logger = logging.getLogger(__name__)
 
@@ -57,17 +61,20 @@ _EXPORT_FORMAT = 1
 
 
 def load_backend(encoder: Encoder, precision: str, *, model_name: str | None = None,
-                 fingerprint: str | None = None) -> EncoderBackend:
+                 fingerprint: str | None = None, tokenizer: Tokenizer | None = None) -> EncoderBackend:
     """The backend that runs ``encoder`` on the path ``precision``.
 
     Args:
         encoder: a loaded encoder (CPU for "int8" and the ONNX paths).
         precision: one of :data:`ctxemb.inference.PRECISIONS`.
-        model_name: a readable name for the ONNX cache folder (default: the model type).
+        model_name: a readable name for the ONNX and calibration cache files (default: the model type).
         fingerprint: :func:`encoder_fingerprint` of ``encoder`` if already known (it reads every weight).
+        tokenizer: the model's tokenizer; "int8" needs it to calibrate its outlier features once per model
+            (:func:`int8_calibration`).
 
     Raises:
-        ValueError: an unknown precision, or a CPU-only path for an encoder on another device.
+        ValueError: an unknown precision, a CPU-only path for an encoder on another device, or "int8" without a
+            tokenizer.
         ImportError: an ONNX path without onnxruntime (the message names the extra to install).
     """
     if not isinstance(encoder, Encoder):
@@ -81,87 +88,104 @@ def load_backend(encoder: Encoder, precision: str, *, model_name: str | None = N
         raise ValueError(f"precision {precision!r} runs on the CPU only; the encoder is on {device}. Use 'fp32' or "
                          "'bf16' there")
     if precision == "int8":
-        return TorchBackend(quantize_int8(encoder), "int8")
+        if tokenizer is None:
+            raise ValueError("precision 'int8' needs the model's tokenizer (tokenizer=...): its outlier features are "
+                             "calibrated once per model on a fixed text")
+        calibration = int8_calibration(encoder, tokenizer, model_name=model_name, fingerprint=fingerprint)
+        return TorchBackend(quantize_int8(encoder, calibration), "int8")
     path = onnx_model_path(encoder, quantized=precision == "onnx-int8", model_name=model_name,
                            fingerprint=fingerprint)
     return OnnxBackend(path, precision=precision, num_layers=encoder.num_layers)
 
 
-# ---- int8 dynamic quantization ---------------------------------------------------------------------------------
-_TINY = torch.finfo(torch.float32).tiny
+# ---- int8: calibration (cached), token budget --------------------------------------------------------------------
+def int8_calibration(encoder: Encoder, tokenizer: Tokenizer, *, model_name: str | None = None,
+                     fingerprint: str | None = None, use_cache: bool = True) -> Int8Calibration:
+    """The outlier features of ``encoder``'s Linear layers (:func:`ctxemb.quantization.calibrate_outliers` on
+    :data:`ctxemb.quantization.CALIBRATION_SENTENCES`), found once per model and cached beside the auto-precision
+    choices: ``$CTXEMB_CACHE/autoprecision/<model>-int8-calibration-<key>.json`` (written atomically; the key covers
+    the calibration version, threshold and fraction, the model fingerprint and the calibration token ids).
 
-class PerTokenInt8Linear(nn.Module):
-    """An ``nn.Linear`` in int8: weights quantized once (symmetric, one scale per output channel), activations
-    quantized on the fly with one scale per token (row), products summed exactly in int32 by ``torch._int_mm``;
-    input features where some token exceeds ``outlier_threshold`` in magnitude go through float32 instead (the
-    mixed-precision decomposition of LLM.int8(), Dettmers et al. 2022). Their threshold, 6, triggers on most calls
-    in all-MiniLM-L6-v2 and cost it a fifth of its int8 speed; per-token scales already absorb moderate outliers,
-    so only massive activations (tens to hundreds) need float32: 30 keeps MiniLM's path almost free of it and
-    all-mpnet-base-v2's least word cosine at 0.96 (both measured on WikiText-2 validation sentences).
-
-    y[t] = (s_x[t] * s_w) * (q(x[t]) @ q(W).T) + x[t, O] @ W'[:, O].T + b, with s_x[t] = max|x[t, not O]| / 127,
-    s_w[o] = max|W[o]| / 127, O the outlier features of this input and W' the dequantized int8 weights.
-
-    Shapes: x (..., in_features) float -> (..., out_features) float32.
+    Raises:
+        TypeError: ``tokenizer`` is not a ctxemb Tokenizer.
     """
-
-    outlier_threshold = 30.0
-
-    def __init__(self, linear: nn.Linear):
-        super().__init__()
-        weight = linear.weight.detach().float()
-        scale = weight.abs().amax(dim=1).clamp_min(_TINY) / 127
-        self.in_features, self.out_features = linear.in_features, linear.out_features
-        # (in, out) contiguous: the layout torch._int_mm multiplies fastest as its right operand
-        self.register_buffer("weight_int8", torch.round(weight / scale[:, None]).to(torch.int8).t().contiguous())
-        self.register_buffer("weight_scale", scale)
-        self.register_buffer("bias", None if linear.bias is None else linear.bias.detach().float().clone())
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        rows = x.reshape(-1, self.in_features).float()  # may be a view of x: never written to
-        magnitude = rows.abs()
-        amax = magnitude.amax(dim=1, keepdim=True)
-        outliers = None
-        if float(amax.max()) > self.outlier_threshold:
-            # Outlier features are found on the tokens that exceed the threshold; every token's scale is then taken
-            # without them (an outlier feature is usually large on many tokens, just not always above it).
-            big = (amax.squeeze(1) > self.outlier_threshold).nonzero().squeeze(1)
-            outliers = (magnitude.index_select(0, big).amax(dim=0) > self.outlier_threshold).nonzero().squeeze(1)
-            amax = magnitude.index_fill_(1, outliers, 0.0).amax(dim=1, keepdim=True)
-        scale = amax.clamp_min_(_TINY).div_(127)
-        q = torch.round(rows / scale).to(torch.int8)  # |rows / scale| <= 127 outside the outlier features
-        if outliers is not None:
-            q.index_fill_(1, outliers, 0)  # (their values overflowed int8 above; they go through float32 below)
-        y = torch._int_mm(q, self.weight_int8).float().mul_(scale).mul_(self.weight_scale)
-        if outliers is not None:
-            w = self.weight_int8.index_select(0, outliers).float().mul_(self.weight_scale)  # (|O|, out)
-            y.addmm_(rows.index_select(1, outliers), w)
-        if self.bias is not None:
-            y.add_(self.bias)
-        return y.reshape(*x.shape[:-1], self.out_features)
-
-    def extra_repr(self) -> str:
-        return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
+    if not isinstance(tokenizer, Tokenizer):
+        raise TypeError(f"tokenizer must be a ctxemb Tokenizer, got {type(tokenizer).__name__}")
+    items = tokenizer.tokenize_words([s.split() for s in CALIBRATION_SENTENCES])
+    ids = [tokenizer.with_specials(it.ids[:tokenizer.max_length - tokenizer.num_special_tokens])[0] for it in items]
+    fingerprint = fingerprint or encoder_fingerprint(encoder)
+    key = {"calibration": CALIBRATION_VERSION, "threshold": DEFAULT_OUTLIER_THRESHOLD,
+           "max_fraction": DEFAULT_MAX_OUTLIER_FRACTION, "model": fingerprint,
+           "ids": hashlib.blake2b(json.dumps(ids).encode(), digest_size=8).hexdigest()}
+    digest = hashlib.blake2b(json.dumps(key, sort_keys=True).encode(), digest_size=8).hexdigest()
+    name = re.sub(r"[^A-Za-z0-9._-]+", "_", Path(model_name).name if model_name else "model").strip("._") or "model"
+    path = cache_dir() / "autoprecision" / f"{name}-int8-calibration-{digest}.json"
+    if use_cache and path.is_file():
+        try:
+            data = read_json_file(path, "int8 calibration")
+            if data.get("key") == key:
+                calibration = Int8Calibration.from_dict(data["calibration"])
+                logger.info("int8 calibration of %s from %s: %s", name, path, calibration.summary())
+                return calibration
+        except (ValueError, KeyError, TypeError) as e:
+            logger.warning("ignoring the cached int8 calibration %s (%s); calibrating again", path, e)
+    calibration = calibrate_outliers(encoder, ids)
+    logger.info("int8 calibration of %s: %s", name, calibration.summary())
+    if use_cache:
+        try:
+            with atomic_write(path) as f:
+                json.dump({"key": key, "model_name": model_name, "calibration": calibration.to_dict()}, f, indent=1)
+        except OSError as e:  # a read-only cache costs a calibration per process, nothing else
+            logger.warning("could not cache the int8 calibration in %s: %s", path, e)
+    return calibration
 
 
-def quantize_int8(encoder: nn.Module) -> nn.Module:
-    """A copy of ``encoder`` (in eval mode, on the CPU) with every ``nn.Linear`` replaced by a
-    :class:`PerTokenInt8Linear` (any module works). Embeddings, LayerNorm, softmax and the attention products stay
-    float32. The original encoder is not changed.
+def last_level_cache_bytes() -> int | None:
+    """The size of this CPU's largest (last-level) cache in bytes, from Linux's sysfs; None where it is not known."""
+    best = None
+    for index in sorted(Path("/sys/devices/system/cpu/cpu0/cache").glob("index*")):
+        try:
+            level = int((index / "level").read_text())
+            kind = (index / "type").read_text().strip()
+            size = (index / "size").read_text().strip()
+        except (OSError, ValueError):
+            continue
+        match = re.fullmatch(r"(\d+)([KMG]?)", size)
+        if kind == "Instruction" or match is None:
+            continue
+        value = int(match.group(1)) * {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}[match.group(2)]
+        if best is None or level > best[0]:
+            best = (level, value)
+    return None if best is None else best[1]
+
+
+#: The token budget where the cache size is unknown (the rule below on a 32 MiB last-level cache and MiniLM).
+DEFAULT_TOKENS_PER_BATCH = 2048
+
+
+def recommended_tokens_per_batch(config, cache_bytes: int | None = None) -> int:
+    """A token budget per batch (padded tokens) for CPU inference that keeps a batch's widest activation, the
+    feed-forward one of (tokens, intermediate_size) float32 values, within half of the last-level cache: the largest
+    power of two in 512..8192 that fits (:data:`DEFAULT_TOKENS_PER_BATCH` where the cache size is unknown).
+
+    On a 2-core EPYC (Zen 4, 32 MiB L3; one thread, CPU time), all-MiniLM-L6-v2's int8 path encoded 1,000
+    WikiText-2 sentences, in length-sorted batches limited by the budget alone, at 8,410 real tokens/s with 2,048
+    (7% padding) against 4,461 with 8,192 (22% padding; the activations of 8,192 tokens, 6 KiB each, exceed the L3
+    cache), and 8,365 with 1,024; ``benchmarks/encode_throughput.py --sweep-tokens`` measures the sweep on the machine
+    at hand.
+
+    Args:
+        config: the encoder's configuration (its ``intermediate_size`` is used).
+        cache_bytes: the last-level cache size (default: :func:`last_level_cache_bytes`).
     """
-    if isinstance(encoder, nn.Linear):
-        return PerTokenInt8Linear(encoder).eval()
-    was_training = encoder.training
-    encoder.eval()
-    try:
-        quantized = copy.deepcopy(encoder)
-    finally:
-        encoder.train(was_training)
-    for module in list(quantized.modules()):
-        for name, child in list(module.named_children()):
-            if isinstance(child, nn.Linear):
-                setattr(module, name, PerTokenInt8Linear(child))
-    return quantized.eval()
+    cache_bytes = last_level_cache_bytes() if cache_bytes is None else cache_bytes
+    if not cache_bytes:
+        return DEFAULT_TOKENS_PER_BATCH
+    per_token = 4 * int(config.intermediate_size)
+    budget = 512
+    while budget * 2 <= 8192 and budget * 2 * per_token <= cache_bytes // 2:
+        budget *= 2
+    return budget
 
 
 # ---- ONNX export and ONNX Runtime ------------------------------------------------------------------------------

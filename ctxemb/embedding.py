@@ -275,9 +275,9 @@ class Embedder:
         if self._backend is None and isinstance(self.encoder, TransformersEncoder):
             self._backend = TorchBackend(self.encoder, self.config.precision)
         if self._backend is None:
-            fingerprint = self.fingerprint if self.config.precision.startswith("onnx") else None
+            fingerprint = self.fingerprint if self.config.precision not in ("fp32", "bf16") else None
             self._backend = load_backend(self.encoder, self.config.precision, model_name=self.config.model,
-                                         fingerprint=fingerprint)
+                                         fingerprint=fingerprint, tokenizer=self.tokenizer)
         return self._backend
 
     @property

@@ -1,0 +1,479 @@
+"""The int8 path's kernel: an encoder whose matrix products run in int8, fused, with outlier features fixed per model.
+
+Scheme (one Linear, y = x W^T + b, x (M, K) with M = B * T tokens):
+
+- weights: int8, symmetric, one scale per output channel, s_w[o] = max|W[o]| / 127, quantized once;
+- activations: int8, symmetric, one scale per token, s_x[t] = max over the inlier features of |x[t]| / 127;
+- the products of the inlier features are summed exactly in int32 (``torch._int_mm``);
+- the *outlier features* O (a fixed set of input features per Linear, found once per model on calibration text by
+  :func:`calibrate_outliers`) are multiplied in float32 with the original weights (the mixed-precision decomposition
+  of LLM.int8(), Dettmers et al. 2022, with the set fixed instead of found per call):
+
+      y[t] = s_x[t] * s_w * (q(x[t, ~O]) @ q(W[:, ~O]).T) + x[t, O] @ W[:, O].T + b
+
+Every quantity of a token depends on that token alone (its own scale; O is fixed), so a text's vectors do not depend
+on the rest of its batch, and the int32 sums are exact, so the int8 products are bitwise the same in any batch.
+
+Fusion (:func:`kernel_mode`): each quantized module's whole computation is one function run through
+``torch.compile`` (Inductor, CPU): the per-token scale, the rounding and the cast to int8 become one pass over the
+input (with the gather of the outlier features), ``torch._int_mm`` and the small outlier product are library calls,
+and dequantization, bias, the following activation (GELU) or the following residual add and LayerNorm become one
+pass over the output. Q, K and V are one product of the concatenated weights, so their shared input is quantized
+once. Without a working Inductor (no C++ compiler) the same functions run eagerly, with a warning.
+
+The quantized copy is for inference: dropout is left out.
+
+Shapes: M tokens (rows), K input features, N output features, |O| outlier features, B batch, T tokens, H hidden.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import logging
+from dataclasses import dataclass, field
+from typing import Callable, Mapping, Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ctxemb.modeling.encoder import ACTIVATIONS, AttentionOutput, Intermediate, Output, SelfAttention
+
+logger = logging.getLogger(__name__)
+
+_TINY = torch.finfo(torch.float32).tiny
+#: Bumped whenever the calibration (text, statistic, rule) changes, so cached outlier sets are made again.
+CALIBRATION_VERSION = 1
+#: A feature is an outlier of a Linear when its largest magnitude over the calibration text exceeds this.
+DEFAULT_OUTLIER_THRESHOLD = 20.0
+#: At most this share of a Linear's input features go through float32 (the largest by calibration magnitude).
+DEFAULT_MAX_OUTLIER_FRACTION = 0.02
+# Up to this many outlier features are summed inside the fused dequantization, more by a matrix product.
+_FUSED_OUTLIERS = 16
+# Activations the fused feed-forward epilogue knows, by the encoder config's ``hidden_act``.
+_ACTIVATION_NAMES = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "relu": "relu"}
+
+CALIBRATION_SENTENCES: tuple[str, ...] = (
+    "The council approved the budget on Tuesday , after a debate that lasted well past midnight .",
+    "He bought three apples , two pears and a loaf of bread for 4.50 euros .",
+    "\" Where are you going ? \" she asked , but the train had already left the station .",
+    "In 1969 , Apollo 11 landed on the Moon ; Neil Armstrong was the first person to walk on its surface .",
+    "The results ( see Table 2 ) show a 12 % increase in yield over the control plots .",
+    "Proteins fold into three-dimensional shapes that determine their function in the cell .",
+    "I can't believe it 's already December !",
+    "The river burst its banks and flooded the lower town for the second time in a decade .",
+    "Install the package , restart the server and check the logs for errors .",
+    "Her first novel , published when she was 23 , sold more than a million copies worldwide .",
+    "What time does the museum open on Sundays ?",
+    "The striker scored twice in the first half , but the visitors equalised in stoppage time .",
+    "Dr. Okafor and Prof. Lindqvist co-authored the study with colleagues from Nairobi , Uppsala and Kyoto .",
+    "Interest rates , inflation and unemployment are the three figures most voters remember .",
+    "The old lighthouse keeper lit the lamp every evening at exactly six o'clock .",
+    "Mix 200 g of flour with 2 eggs , a pinch of salt and 300 ml of milk ; let the batter rest .",
+    "According to the report , emissions fell by 7 per cent in 2020 but rebounded the following year .",
+    "The judge dismissed the case .",
+    "Bats navigate in the dark by emitting high-pitched calls and listening for the echoes .",
+    "Yes .",
+    "The company 's shares rose 8 % on Monday after it announced record quarterly revenue of $ 2.3 billion .",
+    "Under the new rules , tenants must be given at least two months ' notice before any rent increase .",
+    "A thin layer of frost covered the windscreen , and the engine refused to start .",
+    "The enzyme catalyses the hydrolysis of ATP to ADP , releasing energy for muscle contraction .",
+    "Parliament was dissolved on 30 May and elections were held on 4 July .",
+    "The children built a sandcastle , complete with towers , a moat and a drawbridge made of driftwood .",
+    "Neural networks with billions of parameters are trained on thousands of GPUs for weeks .",
+    "\" Never , \" he replied . \" Not in a million years . \"",
+    "The map showed roads , rivers , railways and the borders of every county in the kingdom .",
+    "Symptoms include fever , cough , fatigue and , in severe cases , difficulty breathing .",
+    "The ceasefire collapsed within hours , and fighting resumed along the northern front .",
+    "Please , sit down ; the doctor will see you in a few minutes .",
+)
+
+
+@dataclass
+class Int8Calibration:
+    """The outlier features of each Linear of one model, found once on calibration text.
+
+    Attributes:
+        threshold: a feature whose largest magnitude over the calibration text exceeds it is an outlier.
+        max_fraction: at most this share of a Linear's input features are outliers (the largest kept).
+        features: Linear name (as in ``encoder.named_modules()``) -> sorted outlier feature indices.
+        maxima: Linear name -> the largest input magnitude over the calibration text (for the record).
+        tokens: calibration tokens seen (special tokens included).
+    """
+
+    threshold: float
+    max_fraction: float
+    features: dict[str, list[int]]
+    maxima: dict[str, float] = field(default_factory=dict)
+    tokens: int = 0
+
+    def to_dict(self) -> dict:
+        return {"version": CALIBRATION_VERSION, "threshold": self.threshold, "max_fraction": self.max_fraction,
+                "features": self.features, "maxima": self.maxima, "tokens": self.tokens}
+
+    @classmethod
+    def from_dict(cls, data: Mapping) -> "Int8Calibration":
+        """Raises ValueError (naming the field) on a record of another version or a damaged one."""
+        if data.get("version") != CALIBRATION_VERSION:
+            raise ValueError(f"calibration version {data.get('version')!r}, expected {CALIBRATION_VERSION}")
+        features = data["features"]
+        if not isinstance(features, dict) or not all(
+                isinstance(v, list) and all(isinstance(i, int) and i >= 0 for i in v) for v in features.values()):
+            raise ValueError("'features' must map Linear names to lists of non-negative feature indices")
+        return cls(threshold=float(data["threshold"]), max_fraction=float(data["max_fraction"]),
+                   features={str(k): sorted(v) for k, v in features.items()},
+                   maxima={str(k): float(v) for k, v in data.get("maxima", {}).items()},
+                   tokens=int(data.get("tokens", 0)))
+
+    def summary(self) -> str:
+        n = sum(len(v) for v in self.features.values())
+        used = sum(1 for v in self.features.values() if v)
+        return (f"{n} outlier features in {used} of {len(self.features)} Linear layers (threshold {self.threshold:g}, "
+                f"{self.tokens} calibration tokens)")
+
+
+def calibrate_outliers(encoder: nn.Module, token_ids: Sequence[Sequence[int]], *,
+                       threshold: float = DEFAULT_OUTLIER_THRESHOLD,
+                       max_fraction: float = DEFAULT_MAX_OUTLIER_FRACTION) -> Int8Calibration:
+    """Find each Linear's outlier features: run the float32 encoder over ``token_ids`` (one text at a time, so no
+    padding is seen) and keep, per Linear, the input features whose largest magnitude exceeds ``threshold`` (at most
+    ``max_fraction`` of its inputs, the largest first).
+
+    Args:
+        encoder: the float32 encoder (any module called as ``encoder(ids, mask)``; not changed).
+        token_ids: model inputs, special tokens included.
+        threshold: > 0.
+        max_fraction: in [0, 1].
+
+    Returns:
+        The :class:`Int8Calibration`.
+
+    Raises:
+        ValueError: ``token_ids`` empty, or a bad ``threshold``/``max_fraction``.
+    """
+    if not token_ids:
+        raise ValueError("token_ids is empty: calibration needs at least one text")
+    if not threshold > 0:
+        raise ValueError(f"threshold must be > 0, got {threshold!r}")
+    if not 0.0 <= max_fraction <= 1.0:
+        raise ValueError(f"max_fraction must be in [0, 1], got {max_fraction!r}")
+    linears = {name: m for name, m in encoder.named_modules() if isinstance(m, nn.Linear)}
+    maxima: dict[str, torch.Tensor] = {}
+
+    def hook(name):
+        def record(_module, inputs, _output):
+            m = inputs[0].detach().reshape(-1, inputs[0].shape[-1]).abs().amax(dim=0).float()
+            maxima[name] = m if name not in maxima else torch.maximum(maxima[name], m)
+        return record
+
+    handles = [m.register_forward_hook(hook(name)) for name, m in linears.items()]
+    was_training = encoder.training
+    encoder.eval()
+    tokens = 0
+    try:
+        with torch.inference_mode():
+            device = next(encoder.parameters()).device
+            for ids in token_ids:
+                ids_t = torch.tensor([list(ids)], dtype=torch.long, device=device)
+                encoder(ids_t, torch.ones_like(ids_t))
+                tokens += ids_t.shape[1]
+    finally:
+        for h in handles:
+            h.remove()
+        encoder.train(was_training)
+    features = {}
+    for name, m in maxima.items():
+        cap = int(max_fraction * m.numel())
+        above = (m > threshold).nonzero().squeeze(1)
+        if len(above) > cap:
+            above = above[m[above].argsort(descending=True)[:cap]]
+        features[name] = sorted(int(i) for i in above)
+    return Int8Calibration(threshold=float(threshold), max_fraction=float(max_fraction), features=features,
+                           maxima={name: float(m.max()) for name, m in maxima.items()}, tokens=tokens)
+
+
+# ---- the fused functions ---------------------------------------------------------------------------------------
+# Pure functions of tensors (the weights are arguments), so that one compiled graph serves every layer.
+def _quantize(x: torch.Tensor, keep: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(M, K) float -> (M, K) int8, (M, 1) per-token scale over the kept (inlier) features."""
+    if keep is not None:
+        x = x * keep
+    scale = x.abs().amax(dim=1, keepdim=True).clamp_min(_TINY) / 127
+    return torch.round(x / scale).to(torch.int8), scale
+
+
+def _product(x: torch.Tensor, weight_int8: torch.Tensor, weight_scale: torch.Tensor, bias: torch.Tensor,
+             keep: torch.Tensor | None, outlier_index: torch.Tensor | None,
+             outlier_weight: torch.Tensor | None) -> torch.Tensor:
+    """The dequantized product plus bias, (M, N) float32 (see the module docstring)."""
+    x = x.float()
+    q, scale = _quantize(x, keep)
+    y = torch._int_mm(q, weight_int8).float() * scale * weight_scale + bias
+    if outlier_index is not None:
+        xo = x.index_select(1, outlier_index)  # (M, |O|)
+        if torch.compiler.is_compiling() and outlier_weight.shape[0] <= _FUSED_OUTLIERS:
+            # a sum Inductor fuses into the dequantization pass; as a matrix product, a few outlier features cost a
+            # full extra pass over the (M, N) output (measured: as much as the int8 product itself for one feature)
+            y = y + (xo[:, :, None] * outlier_weight[None]).sum(1)
+        else:
+            y = y + torch.mm(xo, outlier_weight)
+    return y
+
+
+# One function per activation, not one with the activation as an argument: torch.compile keeps its compiled variants
+# per function (a handful each: with and without outlier features, grad modes), so they do not crowd one cache.
+def linear_kernel(x, weight_int8, weight_scale, bias, keep, outlier_index, outlier_weight):
+    """x W^T + b in int8: (M, K) -> (M, N)."""
+    return _product(x, weight_int8, weight_scale, bias, keep, outlier_index, outlier_weight)
+
+
+def linear_gelu_kernel(x, weight_int8, weight_scale, bias, keep, outlier_index, outlier_weight):
+    """GELU(x W^T + b) with the product in int8."""
+    return F.gelu(_product(x, weight_int8, weight_scale, bias, keep, outlier_index, outlier_weight))
+
+
+def linear_gelu_tanh_kernel(x, weight_int8, weight_scale, bias, keep, outlier_index, outlier_weight):
+    """GELU (tanh approximation) of x W^T + b with the product in int8."""
+    return F.gelu(_product(x, weight_int8, weight_scale, bias, keep, outlier_index, outlier_weight),
+                  approximate="tanh")
+
+
+def linear_relu_kernel(x, weight_int8, weight_scale, bias, keep, outlier_index, outlier_weight):
+    """ReLU(x W^T + b) with the product in int8."""
+    return F.relu(_product(x, weight_int8, weight_scale, bias, keep, outlier_index, outlier_weight))
+
+
+_LINEAR_KERNELS = {"none": linear_kernel, "gelu": linear_gelu_kernel, "gelu_tanh": linear_gelu_tanh_kernel,
+                   "relu": linear_relu_kernel}
+
+
+def residual_norm_kernel(x, weight_int8, weight_scale, bias, keep, outlier_index, outlier_weight, residual,
+                         norm_weight, norm_bias, eps: float):
+    """LayerNorm(residual + x W^T + b) with the product in int8: (M, K), (M, N) -> (M, N)."""
+    y = _product(x, weight_int8, weight_scale, bias, keep, outlier_index, outlier_weight) + residual
+    return F.layer_norm(y, (y.shape[-1],), norm_weight, norm_bias, eps)
+
+
+# Compiled variants per kernel function: each (K, N) shape pair of a model's layers, with and without outlier
+# features, is one (torch._int_mm's lowering fixes K and N), so two models in one process pass dynamo's default of 8;
+# beyond the limit dynamo would run the function unfused.
+_RECOMPILE_LIMIT = 64
+
+
+@functools.lru_cache(maxsize=None)
+def _compiled(fn: Callable) -> Callable:
+    compiled = torch.compile(fn, dynamic=True, backend="inductor")
+
+    @functools.wraps(fn)
+    def run(*args):
+        with torch._dynamo.config.patch(recompile_limit=_RECOMPILE_LIMIT):
+            return compiled(*args)
+    return run
+
+
+@functools.lru_cache(maxsize=1)
+def inductor_works() -> bool:
+    """Whether ``torch.compile`` with Inductor can build a CPU kernel in this process (it needs a C++ compiler);
+    tried once per process on a tiny function."""
+    try:
+        with torch.inference_mode():
+            x = torch.randn(4, 8)
+            torch.testing.assert_close(torch.compile(lambda t: (t * 2).amax(1), backend="inductor")(x), (x * 2).amax(1))
+        return True
+    except Exception as e:  # noqa: BLE001  (any failure means: no compiled kernels here)
+        logger.warning("torch.compile (Inductor, CPU) does not work here (%s: %s); the int8 path runs its kernel "
+                       "unfused, several times slower", type(e).__name__, str(e).splitlines()[0] if str(e) else "")
+        return False
+
+
+def kernel_mode(fused: bool | None = None) -> str:
+    """"inductor" (fused by ``torch.compile``) or "eager" (the same functions, unfused).
+
+    Args:
+        fused: True requires Inductor (raises if it does not work), False runs eagerly, None: Inductor where it works
+            (a warning otherwise).
+    """
+    if fused is False:
+        return "eager"
+    if inductor_works():
+        return "inductor"
+    if fused is True:
+        raise RuntimeError("fused=True needs torch.compile with Inductor on the CPU, which failed here (a C++ compiler "
+                           "is required); pass fused=False or None")
+    return "eager"
+
+
+# ---- the quantized modules -------------------------------------------------------------------------------------
+class Int8Linear(nn.Module):
+    """``activation(x W^T + b)`` in int8 (see the module docstring for the scheme).
+
+    Args:
+        weight: (N, K) float weights (of one Linear, or Q, K and V concatenated).
+        bias: (N,) or None.
+        outliers: the outlier input features (float32 path).
+        activation: "none", "gelu", "gelu_tanh" or "relu", fused into the dequantization.
+        mode: "inductor" or "eager" (:func:`kernel_mode`).
+
+    Shapes: x (..., K) float -> (..., N) float32.
+    """
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, outliers: Sequence[int] = (), *,
+                 activation: str = "none", mode: str = "eager"):
+        super().__init__()
+        if activation not in _LINEAR_KERNELS:
+            raise ValueError(f"activation must be 'none', 'gelu', 'gelu_tanh' or 'relu', got {activation!r}")
+        if mode not in ("inductor", "eager"):
+            raise ValueError(f"mode must be 'inductor' or 'eager', got {mode!r}")
+        weight = weight.detach().float()
+        self.out_features, self.in_features = weight.shape
+        outliers = sorted({int(i) for i in outliers})
+        if outliers and not (0 <= outliers[0] and outliers[-1] < self.in_features):
+            raise ValueError(f"outlier features must be in 0..{self.in_features - 1}, got {outliers}")
+        self.activation, self.mode = activation, mode
+        index = torch.tensor(outliers, dtype=torch.long)
+        inliers = weight.index_fill(1, index, 0.0) if outliers else weight
+        scale = inliers.abs().amax(dim=1).clamp_min(_TINY) / 127
+        # (K, N) contiguous: the layout torch._int_mm multiplies fastest as its right operand; outlier rows are 0
+        self.register_buffer("weight_int8", torch.round(inliers / scale[:, None]).to(torch.int8).t().contiguous())
+        self.register_buffer("weight_scale", scale)
+        self.register_buffer("bias", torch.zeros(self.out_features) if bias is None else bias.detach().float().clone())
+        if outliers:
+            keep = torch.ones(self.in_features).index_fill_(0, index, 0.0)
+            self.register_buffer("keep", keep)
+            self.register_buffer("outlier_index", index)
+            self.register_buffer("outlier_weight", weight.index_select(1, index).t().contiguous())  # (|O|, N)
+        else:
+            self.keep = self.outlier_index = self.outlier_weight = None
+
+    @classmethod
+    def from_linear(cls, linear: nn.Linear, outliers: Sequence[int] = (), **kwargs) -> "Int8Linear":
+        return cls(linear.weight, linear.bias, outliers, **kwargs)
+
+    @property
+    def outliers(self) -> list[int]:
+        return [] if self.outlier_index is None else self.outlier_index.tolist()
+
+    def _args(self, rows: torch.Tensor) -> tuple:
+        return (rows, self.weight_int8, self.weight_scale, self.bias, self.keep, self.outlier_index,
+                self.outlier_weight)
+
+    def _fn(self, fn: Callable) -> Callable:
+        return _compiled(fn) if self.mode == "inductor" else fn
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        rows = x.reshape(-1, self.in_features)
+        y = self._fn(_LINEAR_KERNELS[self.activation])(*self._args(rows))
+        return y.reshape(*x.shape[:-1], self.out_features)
+
+    def extra_repr(self) -> str:
+        return (f"in_features={self.in_features}, out_features={self.out_features}, activation={self.activation}, "
+                f"outliers={len(self.outliers)}, mode={self.mode}")
+
+
+class Int8SelfAttention(nn.Module):
+    """:class:`~ctxemb.modeling.encoder.SelfAttention` with Q, K and V as one int8 product (their shared input
+    quantized once); attention itself stays float32."""
+
+    def __init__(self, attention: SelfAttention, outliers: Sequence[int] = (), mode: str = "eager"):
+        super().__init__()
+        self.num_heads, self.head_size = attention.num_heads, attention.head_size
+        parts = (attention.query, attention.key, attention.value)
+        self.qkv = Int8Linear(torch.cat([p.weight for p in parts]), torch.cat([p.bias for p in parts]), outliers,
+                              mode=mode)
+
+    def forward(self, x: torch.Tensor, attn_mask: torch.Tensor) -> torch.Tensor:
+        B, T, H = x.shape
+        qkv = self.qkv(x).view(B, T, 3, self.num_heads, self.head_size)
+        q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # each (B, N, T, D)
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask)
+        return y.transpose(1, 2).reshape(B, T, H)
+
+
+class Int8Intermediate(nn.Module):
+    """:class:`~ctxemb.modeling.encoder.Intermediate` (up-projection and activation) with the activation fused into
+    the int8 product's dequantization."""
+
+    def __init__(self, intermediate: Intermediate, activation: str, outliers: Sequence[int] = (), mode: str = "eager"):
+        super().__init__()
+        self.dense = Int8Linear.from_linear(intermediate.dense, outliers, activation=activation, mode=mode)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.dense(x)
+
+
+class Int8ResidualNorm(nn.Module):
+    """:class:`~ctxemb.modeling.encoder.AttentionOutput` or :class:`~ctxemb.modeling.encoder.Output`:
+    LayerNorm(residual + dense(h)), with the residual add and the LayerNorm fused into the int8 product's
+    dequantization."""
+
+    def __init__(self, block: AttentionOutput | Output, outliers: Sequence[int] = (), mode: str = "eager"):
+        super().__init__()
+        self.dense = Int8Linear.from_linear(block.dense, outliers, mode=mode)
+        self.LayerNorm = copy.deepcopy(block.LayerNorm)
+
+    def forward(self, h: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
+        d = self.dense
+        rows = h.reshape(-1, d.in_features)
+        ln = self.LayerNorm
+        y = d._fn(residual_norm_kernel)(*d._args(rows), residual.reshape(-1, d.out_features).float(), ln.weight,
+                                        ln.bias, float(ln.eps))
+        return y.reshape(*h.shape[:-1], d.out_features)
+
+
+def quantize_int8(encoder: nn.Module, outliers: Mapping[str, Sequence[int]] | Int8Calibration | None = None, *,
+                  fused: bool | None = None) -> nn.Module:
+    """A copy of ``encoder`` (eval mode, CPU) with every ``nn.Linear`` in int8; the original is not changed.
+
+    The BERT-family blocks of :mod:`ctxemb.modeling.encoder` get the fused modules (Q/K/V as one product; GELU, or
+    residual and LayerNorm, fused into the dequantization); any other Linear (the pooler, other architectures) a
+    plain :class:`Int8Linear`. Embeddings, LayerNorm, softmax and the attention products stay float32.
+
+    Args:
+        encoder: the encoder (or a lone ``nn.Linear``, which gives an :class:`Int8Linear`).
+        outliers: each Linear's outlier features by name (``encoder.named_modules()``), or an
+            :class:`Int8Calibration`; None: no outlier features.
+        fused: see :func:`kernel_mode`.
+
+    Raises:
+        KeyError: ``outliers`` names a module that is not a Linear of ``encoder``.
+    """
+    if isinstance(outliers, Int8Calibration):
+        outliers = outliers.features
+    outliers = dict(outliers or {})
+    mode = kernel_mode(fused)
+    if isinstance(encoder, nn.Linear):
+        return Int8Linear.from_linear(encoder, outliers.get("", ()), mode=mode).eval()
+    linear_names = {name for name, m in encoder.named_modules() if isinstance(m, nn.Linear)}
+    unknown = sorted(set(outliers) - linear_names)
+    if unknown:
+        raise KeyError(f"outliers name modules that are not Linear layers of this encoder: {unknown[:5]}")
+    was_training = encoder.training
+    encoder.eval()
+    try:
+        quantized = copy.deepcopy(encoder)
+    finally:
+        encoder.train(was_training)
+    hidden_act = getattr(getattr(encoder, "config", None), "hidden_act", None)
+    activation = _ACTIVATION_NAMES.get(hidden_act) if hidden_act in ACTIVATIONS else None
+
+    def features(*names: str) -> list[int]:
+        return sorted(set().union(*(outliers.get(n, ()) for n in names)))
+
+    replaced: dict[str, nn.Module] = {}
+    for name, m in quantized.named_modules():
+        if any(name.startswith(p + ".") for p in replaced):
+            continue  # inside a block already replaced
+        prefix = name + "." if name else ""
+        if type(m) is SelfAttention:
+            replaced[name] = Int8SelfAttention(m, features(prefix + "query", prefix + "key", prefix + "value"), mode)
+        elif type(m) is Intermediate and activation is not None and m.act is ACTIVATIONS[hidden_act]:
+            replaced[name] = Int8Intermediate(m, activation, features(prefix + "dense"), mode)
+        elif type(m) in (AttentionOutput, Output):
+            replaced[name] = Int8ResidualNorm(m, features(prefix + "dense"), mode)
+        elif isinstance(m, nn.Linear):
+            replaced[name] = Int8Linear.from_linear(m, features(name), mode=mode)
+    for name, module in replaced.items():
+        parent_name, _, child = name.rpartition(".")
+        setattr(quantized.get_submodule(parent_name) if parent_name else quantized, child, module)
+    return quantized.eval()
