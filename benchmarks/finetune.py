@@ -59,7 +59,7 @@ def _config(task: str, out: Path, *, regime="full", head="checkpoint", precision
     train_split, report, epochs, cap, lr = RECIPES[task]
     return FinetuneConfig(task=task, model=MODEL, head=head, regime=regime, epochs=epochs, batch_size=32,
                           max_length=128, train_split=train_split, eval_split=report[0], max_train_examples=cap,
-                          train=TrainConfig(learning_rate=lr if regime == "full" else 1e-3, max_steps=1,
+                          train=TrainConfig(learning_rate=lr if regime == "full" else 1e-3,
                                             warmup_ratio=0.1, out_dir=str(out), progress_bar=False, seed=0,
                                             precision=precision, log_every=50))
 
@@ -155,7 +155,7 @@ def run_token_part(part: str, rows: list) -> None:
     shutil.rmtree(out, ignore_errors=True)
     options = {"batch_size": 32, "max_length": 128, **options}
     config = TokenFinetuneConfig(task=task, model=MODEL, head=head, epochs=epochs, **options,
-                                 train=TrainConfig(learning_rate=lr, max_steps=1, warmup_ratio=0.1, out_dir=str(out),
+                                 train=TrainConfig(learning_rate=lr, warmup_ratio=0.1, out_dir=str(out),
                                                    progress_bar=False, seed=0, precision="fp32", log_every=50))
     t = time.perf_counter()
     result = run_token_finetuning(config)

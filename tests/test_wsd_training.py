@@ -79,7 +79,7 @@ def nearest_sense_accuracy(embedder, train=TRAIN, test=TEST) -> float:
 
 
 def config(recipe, out_dir, **kw) -> SenseTrainConfig:
-    train = dict(learning_rate=3e-3, max_steps=1, warmup_ratio=0.1, out_dir=str(out_dir), progress_bar=False,
+    train = dict(learning_rate=3e-3, warmup_ratio=0.1, out_dir=str(out_dir), progress_bar=False,
                  precision="fp32", seed=0, log_every=5)
     train.update(kw.pop("train", {}))
     base = dict(recipe=recipe, held_out_fraction=0.0, eval_sentences=0, max_items_per_batch=16,

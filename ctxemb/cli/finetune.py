@@ -96,7 +96,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 def run_finetune(args: argparse.Namespace) -> int:
     token_task = args.task in TOKEN_TASKS
     lr = args.learning_rate or (5e-5 if token_task else 2e-5)
-    train = TrainConfig(learning_rate=lr, max_steps=1, warmup_ratio=args.warmup_ratio,
+    train = TrainConfig(learning_rate=lr, warmup_ratio=args.warmup_ratio,
                         precision=args.precision, seed=args.seed, out_dir=args.out, resume=args.resume,
                         save_every=args.save_every or 0, progress_bar=not args.no_progress)
     common = dict(task=args.task, model=args.model, regime=args.regime, last_k=args.last_k,

@@ -147,7 +147,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def _add_train_parser(sub) -> None:
-    d = SenseTrainConfig(recipe="bem", train=TrainConfig(learning_rate=2e-5, max_steps=1, out_dir="-"))
+    d = SenseTrainConfig(recipe="bem", train=TrainConfig(learning_rate=2e-5, out_dir="-"))
     r = sub.add_parser("train", help="fine-tune an encoder for nearest-sense WSD on SemCor (bem or supcon)",
                        description="Train a sense-aware encoder on a sense-annotated corpus's training documents and "
                                    "save it as an HF-format model for `wsd build` and the Embedder.")
@@ -211,7 +211,7 @@ def _add_train_parser(sub) -> None:
 
 
 def train_config_from_args(args: argparse.Namespace) -> SenseTrainConfig:
-    train = TrainConfig(learning_rate=args.learning_rate, max_steps=1, warmup_ratio=args.warmup_ratio,
+    train = TrainConfig(learning_rate=args.learning_rate, warmup_ratio=args.warmup_ratio,
                         grad_accumulation_steps=args.grad_accumulation_steps, precision=args.precision,
                         seed=args.seed, eval_every=args.eval_every, save_every=args.save_every,
                         log_every=args.log_every, device=args.device, out_dir=args.out, resume=bool(args.resume),
