@@ -437,7 +437,7 @@ def test_a_resume_with_other_recipe_settings_is_flagged_and_a_time_budget_stops(
     info = json.loads((first.model_dir / TRAINING_FILE).read_text())
     assert info["training"]["time_budget_hit"] is True
     assert json.loads((tmp_path / "run" / SETTINGS_FILE).read_text())["max_candidates"] == 2
-    with caplog.at_level("WARNING", logger="ctxemb.wsd.training"):
+    with caplog.at_level("WARNING", logger="ctxemb.training.recipe"):  # the one resume check of every recipe
         again = run_sense_training(config("bem", tmp_path / "run", max_minutes=1e-9, **{**kw, "max_candidates": 3},
                                           train={"resume": True}), corpus=SMALL, inventory=PlantedInventory())
     assert again.train.start_step == 1 and again.train.step == 2

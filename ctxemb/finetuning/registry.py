@@ -2,7 +2,7 @@
 
 The built-in tasks are registered at the bottom of this module, one line per task; a user's task registers with
 :func:`register_task` and then trains, saves and predicts through the same path (``ctxemb finetune NAME``,
-:func:`ctxemb.finetuning.runner.run_task`, :func:`ctxemb.finetuning.predict.load_predictor`).
+:func:`ctxemb.finetuning.runner.run_task`, ``ctxemb predict``).
 """
 
 from __future__ import annotations

@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ctxemb.finetuning.config import FinetuneRunConfig
-from ctxemb.finetuning.registry import get_task
 from ctxemb.finetuning.task import Task, TaskData
 from ctxemb.loading import load_tokenizer
 from ctxemb.training.data import DatasetBatches
@@ -41,14 +40,14 @@ class TaskRun:
         return self.run.final_metrics
 
 
-def run_task(config: FinetuneRunConfig, *, task: Task | None = None,
+def run_task(task: Task, config: FinetuneRunConfig, *,
              after_train: Callable[[RunResult, TaskData], None] | None = None,
              extra_record: Callable[[RunResult, TaskData], dict[str, Any]] | None = None) -> TaskRun:
-    """Fine-tune ``config.task`` (or ``task``) and save ``<config.train.out_dir>/model``.
+    """Fine-tune ``task`` and save ``<config.train.out_dir>/model``.
 
     Args:
+        task: the task object (``ctxemb.finetuning.registry.get_task(name)`` for a registered one).
         config: the run's settings (the task's ``config_class``).
-        task: the task object (default: the registry's ``config.task``).
         after_train: called after training, before saving (e.g. to calibrate a threshold on dev).
         extra_record: recipe entries for the run record.
 
@@ -56,10 +55,8 @@ def run_task(config: FinetuneRunConfig, *, task: Task | None = None,
         A :class:`TaskRun`.
 
     Raises:
-        KeyError: an unknown task name.
         TypeError: ``config`` is not the task's ``config_class``.
     """
-    task = task if task is not None else get_task(config.task)
     if not isinstance(config, task.config_class):
         raise TypeError(f"task {task.name!r} takes a {task.config_class.__name__}, got {type(config).__name__}")
     data = task.read(config)

@@ -7,7 +7,7 @@ task through the one run skeleton (:mod:`ctxemb.training.recipe`); ``ctxemb fine
 and ``benchmarks/finetune.py`` look tasks up here. A user's task registers the same way as the built-in ones::
 
     from ctxemb.finetuning.registry import register_task
-    register_task(MyTask())          # then: run_task(FinetuneRunConfig(task="my-task", ...))
+    register_task(MyTask())          # then: run_task(get_task("my-task"), FinetuneRunConfig(...))
 
 Methods (``config`` is the task's ``config_class``; ``data`` is what :meth:`Task.read` returned):
 

@@ -202,7 +202,7 @@ def run_finetuning(config: FinetuneConfig) -> FinetuneResult:
     The run goes through :func:`ctxemb.finetuning.runner.run_task` (the one run skeleton)."""
     from ctxemb.finetuning.runner import run_task
 
-    done = run_task(config, task=SequenceTask(config.task))
+    done = run_task(SequenceTask(config.task), config)
     run = done.run
     return FinetuneResult(train=run.train, eval_history=run.eval_history, final_metrics=run.final_metrics,
                           model_dir=run.model_dir, eval_seconds=run.eval_seconds, training_run=run.training_run)

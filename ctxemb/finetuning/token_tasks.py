@@ -346,7 +346,7 @@ def run_token_finetuning(config: TokenFinetuneConfig) -> TokenFinetuneResult:
         data.info["calibrated"] = task.calibrate(config, data)
         outcome.final_metrics = {**outcome.final_metrics, **data.info["calibrated"]}
 
-    done = run_task(config, task=task, after_train=calibrate)
+    done = run_task(task, config, after_train=calibrate)
     run = done.run
     calibrated = done.data.info.get("calibrated", {})
     return TokenFinetuneResult(train=run.train, eval_history=run.eval_history, final_metrics=run.final_metrics,

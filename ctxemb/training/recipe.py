@@ -59,7 +59,7 @@ RUN_RECORD_FILE = "run.json"
 _CPU_FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16", "amx_int8", "avx_vnni")
 
 
-def resolve_steps(train_config: TrainConfig, *, epochs: float | None, batches_per_epoch: int,
+def resolve_steps(train_config: TrainConfig, *, epochs: float | None, batches_per_epoch: int | None,
                   evaluate_each_epoch: bool = True) -> TrainConfig:
     """The loop's settings with ``max_steps`` resolved: kept if set, else ``epochs`` passes over
     ``batches_per_epoch`` micro-batches; ``eval_every`` (if 0 and ``evaluate_each_epoch``) becomes once per epoch.
@@ -69,8 +69,9 @@ def resolve_steps(train_config: TrainConfig, *, epochs: float | None, batches_pe
     """
     steps = train_config.max_steps
     if steps is None:
-        if epochs is None:
-            raise ValueError("set train.max_steps or the recipe's epochs: the run's length is unknown")
+        if epochs is None or not batches_per_epoch:
+            raise ValueError("set train.max_steps, or the recipe's epochs over data with a known number of batches "
+                             "per epoch: the run's length is unknown")
         steps = epochs_to_steps(epochs, batches_per_epoch, train_config.grad_accumulation_steps)
     eval_every = train_config.eval_every
     if not eval_every and evaluate_each_epoch and epochs:
@@ -258,7 +259,7 @@ def run_training(spec: RunSpec, *, build_model: Callable[[], nn.Module],
         seed_everything(spec.train.seed)  # before the model: a fresh head (or a fresh model) belongs to the seed
         model = build_model()
         data = make_data(model, ctx)
-        train_config = resolve_steps(spec.train, epochs=spec.epochs, batches_per_epoch=data.source.batches_per_epoch,
+        train_config = resolve_steps(spec.train, epochs=spec.epochs, batches_per_epoch=getattr(data.source, "batches_per_epoch", None),
                                      evaluate_each_epoch=spec.evaluate_each_epoch)
 
         def timed_evaluate(m: nn.Module) -> dict[str, float]:
