@@ -20,7 +20,8 @@ from pathlib import Path
 
 from ctxemb.cli._common import (UsageError, add_train_flags, command_help, fraction, load_preset, non_negative_float,
                                 positive_int, train_overrides)
-from ctxemb.finetuning.config import REGIMES, load_finetune_config
+from ctxemb.finetuning.config import REGIMES
+from ctxemb.finetuning.predictor import load_predictor, model_kind
 from ctxemb.finetuning.readers import TASKS
 from ctxemb.finetuning.registry import get_task, task_names
 from ctxemb.finetuning.runner import run_task
@@ -29,7 +30,7 @@ from ctxemb.finetuning.tasks import HEADS, FinetuneConfig, run_finetuning
 from ctxemb.finetuning.token_tasks import (TASK_HEADS, TOKEN_HEADS, TOKEN_TASKS, TokenFinetuneConfig,
                                            run_token_finetuning)
 from ctxemb.modeling.token_heads import BOUNDARY_KINDS, SUMMARY_KINDS, WORD_DECODINGS
-from ctxemb.registry import DEFAULT_MODEL, resolve_model_dir
+from ctxemb.registry import DEFAULT_MODEL
 from ctxemb.training.config import TrainConfig
 
 
@@ -160,17 +161,8 @@ def run_finetune(args: argparse.Namespace) -> int:
 
 
 def _model_kind(model_dir: str) -> str:
-    """"sequence", "token" (taggers and span classifiers) or "qa", from the run's config or the architecture."""
-    path = Path(resolve_model_dir(model_dir))
-    saved = load_finetune_config(path) or {}
-    if saved.get("head") == "qa":
-        return "qa"
-    if saved.get("kind") == "token":
-        return "token"
-    archs = json.loads((path / "config.json").read_text(encoding="utf-8")).get("architectures") or [""]
-    if archs[0].endswith("ForQuestionAnswering"):
-        return "qa"
-    return "token" if archs[0].endswith("ForTokenClassification") else "sequence"
+    """"sequence", "token" (taggers and span classifiers), "qa", or "task:<name>" (a registered task)."""
+    return model_kind(model_dir)
 
 
 def run_predict(args: argparse.Namespace) -> int:
@@ -183,6 +175,16 @@ def run_predict(args: argparse.Namespace) -> int:
         raise UsageError("--out is where a tagged CoNLL file goes: give the file to tag (--conll FILE)")
     if args.conll is None and not args.text:
         raise UsageError("give texts to predict for (or --conll FILE --out FILE for a tagger)")
+    if kind.startswith("task:"):
+        if not args.text:
+            raise UsageError("give the inputs to predict for")
+        try:  # a registered task's inputs: one JSON value per argument
+            inputs = [json.loads(t) for t in args.text]
+        except json.JSONDecodeError as e:
+            raise UsageError(f"{args.model_dir} is a {kind[5:]!r} model: give each input as JSON ({e})") from None
+        for value, p in zip(inputs, load_predictor(args.model_dir, device=args.device).predict(inputs)):
+            print(json.dumps({"input": value, "prediction": p}, ensure_ascii=False, default=str))
+        return 0
     if args.question is not None and kind != "qa":
         raise UsageError(f"--question is for QA models; {args.model_dir} is a {kind} model")
     if kind == "qa":

@@ -66,7 +66,7 @@ def config_from_args(args: argparse.Namespace) -> PretrainConfig:
     """The TOML file's settings (if any) with the flags the user gave on top."""
     d: dict[str, Any] = {}
     if args.config:
-        d = PretrainConfig.from_dict(load_preset(args.config, "pretrain")).to_dict()
+        d = dict(load_preset(args.config, "pretrain"))  # validated below, with the flags on top
     train = dict(d.pop("train", {}) or {})
     train.setdefault("learning_rate", 5e-4)
     train.setdefault("max_steps", 1000)

@@ -17,6 +17,7 @@ Examples::
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import math
@@ -32,6 +33,7 @@ from ctxemb.cli._common import (
     embedder_overrides,
     fraction,
     load_embedder,
+    load_preset,
     non_negative_float,
     positive_float,
     positive_int,
@@ -158,6 +160,10 @@ def _add_train_parser(sub) -> None:
     r.add_argument("--recipe", required=True, choices=RECIPES,
                    help="bem: context-gloss bi-encoder (cross-entropy over the candidates' glosses); supcon: "
                         "supervised contrastive on occurrences (same sense together, the lemma's other senses apart)")
+    r.add_argument("--preset", default=None,
+                   help="a TOML file of SenseTrainConfig settings ([train] for the loop's), or a preset shipped in "
+                        "ctxemb/presets (e.g. 'supcon' for wsd-supcon.toml); flags that differ from their default "
+                        "override it")
     r.add_argument("--model", default=DEFAULT_MODEL, help="the encoder to start from (default %(default)s)")
     r.add_argument("--corpus", default=None, help="Raganato-format training set (default: SemCor in the shared data)")
     r.add_argument("--held-out-fraction", type=fraction, default=d.held_out_fraction,
@@ -208,10 +214,21 @@ _WSD_TRAIN_DEFAULTS = {"learning_rate": 2e-5, "warmup_ratio": 0.1, "save_every":
 
 
 def train_config_from_args(args: argparse.Namespace) -> SenseTrainConfig:
-    train_fields = {**_WSD_TRAIN_DEFAULTS, **train_overrides(args)}
+    preset = dict(load_preset(args.preset, "wsd")) if args.preset else {}
+    train_fields = {**_WSD_TRAIN_DEFAULTS, **(preset.pop("train", {}) or {}), **train_overrides(args)}
     if not train_fields.get("out_dir"):
         raise UsageError("give the run directory: --out-dir DIR")
     train = TrainConfig.from_dict(train_fields)
+    config = _sense_config_from_args(args, train)
+    if not preset:
+        return config
+    # a preset's settings apply where the flag was left at its default
+    default = SenseTrainConfig(recipe=config.recipe, train=train)
+    kept = {k: getattr(config, k) for k in preset if getattr(config, k) != getattr(default, k)}
+    return dataclasses.replace(config, **{**preset, **kept})
+
+
+def _sense_config_from_args(args: argparse.Namespace, train: TrainConfig) -> SenseTrainConfig:
     return SenseTrainConfig(
         recipe=args.recipe, model=args.model, corpus=args.corpus, held_out_fraction=args.held_out_fraction,
         split_seed=args.split_seed, max_train_sentences=args.max_sentences, eval_sentences=args.eval_sentences,

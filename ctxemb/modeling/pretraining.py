@@ -24,6 +24,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ctxemb.config import EncoderConfig
+from ctxemb.modeling.architectures import architecture_name
 from ctxemb.modeling.checkpoint import load_encoder_dir, load_weights_into, save_pretrained
 from ctxemb.modeling.encoder import Encoder
 from ctxemb.modeling.heads import EncoderWithHeads, MaskedLMHead, SpanBoundaryHead
@@ -34,8 +35,6 @@ NspInput = Literal["pooled", "cls"]
 NSP_INPUTS: tuple[str, ...] = ("pooled", "cls")
 IGNORE_INDEX = -100  # label of positions that carry no loss
 
-_MLM_ARCHITECTURES = {"bert": "BertForMaskedLM", "roberta": "RobertaForMaskedLM",
-                      "xlm-roberta": "XLMRobertaForMaskedLM", "mpnet": "MPNetForMaskedLM"}
 
 
 class PretrainingHeads(nn.Module):
@@ -219,7 +218,7 @@ class EncoderForPretraining(EncoderWithHeads):
         """Save encoder and heads: transformers' ``BertForPreTraining`` (with NSP) or ``*ForMaskedLM`` loads it,
         and so do :func:`ctxemb.loading.load_encoder` and the ``Embedder``."""
         mt = self.config.model_type
-        arch = "BertForPreTraining" if self.has_nsp and mt == "bert" else _MLM_ARCHITECTURES[mt]
+        arch = architecture_name(mt, "pretraining" if self.has_nsp and mt == "bert" else "masked_lm")
         return save_pretrained(self.encoder, out_dir, extra_tensors=self.head_state_dict(), architectures=[arch])
 
 

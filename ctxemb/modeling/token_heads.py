@@ -32,6 +32,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ctxemb.modeling.architectures import architecture_name
 from ctxemb.modeling.checkpoint import load_encoder_dir, load_weights_into, save_pretrained
 from ctxemb.modeling.crf import LinearChainCRF, bio_transition_mask
 from ctxemb.modeling.encoder import Encoder
@@ -48,12 +49,6 @@ SUMMARY_KINDS: tuple[str, ...] = ("mean", "attention")
 WordDecoding = Literal["first", "mean"]
 WORD_DECODINGS: tuple[str, ...] = ("first", "mean")
 
-_TOKEN_ARCHS = {"bert": "BertForTokenClassification", "roberta": "RobertaForTokenClassification",
-                "xlm-roberta": "XLMRobertaForTokenClassification", "mpnet": "MPNetForTokenClassification"}
-_QA_ARCHS = {"bert": "BertForQuestionAnswering", "roberta": "RobertaForQuestionAnswering",
-             "xlm-roberta": "XLMRobertaForQuestionAnswering", "mpnet": "MPNetForQuestionAnswering"}
-_BARE_ARCHS = {"bert": "BertModel", "roberta": "RobertaModel", "xlm-roberta": "XLMRobertaModel",
-               "mpnet": "MPNetModel"}
 _BIO_TAG = re.compile(r"^(O|[BI]-.+)$")
 # config.json keys of our own (transformers ignores unknown keys)
 CRF_CONFIG_KEY = "ctxemb_crf"
@@ -262,7 +257,7 @@ class EncoderForTokenClassification(EncoderWithHeads):
         if self.classifier_dropout is not None:
             extra["classifier_dropout"] = self.classifier_dropout
         return save_pretrained(self.encoder, out_dir, extra_tensors=heads,
-                               architectures=[_TOKEN_ARCHS[self.config.model_type]], config_extra=extra)
+                               architectures=[architecture_name(self.config.model_type, "token_classification")], config_extra=extra)
 
     @classmethod
     def from_pretrained(cls, model_dir: str | os.PathLike, *, id2label: Mapping[int, str] | None = None,
@@ -433,7 +428,7 @@ class EncoderForSpanClassification(EncoderWithHeads):
         if self.classifier_dropout is not None:
             extra["classifier_dropout"] = self.classifier_dropout
         return save_pretrained(self.encoder, out_dir, extra_tensors=heads,
-                               architectures=[_BARE_ARCHS[self.config.model_type]], config_extra=extra)
+                               architectures=[architecture_name(self.config.model_type)], config_extra=extra)
 
     @classmethod
     def from_pretrained(cls, model_dir: str | os.PathLike, *, id2label: Mapping[int, str] | None = None,
@@ -509,7 +504,7 @@ class EncoderForQuestionAnswering(EncoderWithHeads):
     def save_pretrained(self, out_dir: str | os.PathLike) -> Path:
         heads = {"qa_outputs." + k: v for k, v in self.qa_outputs.state_dict().items()}
         return save_pretrained(self.encoder, out_dir, extra_tensors=heads,
-                               architectures=[_QA_ARCHS[self.config.model_type]])
+                               architectures=[architecture_name(self.config.model_type, "question_answering")])
 
     @classmethod
     def from_pretrained(cls, model_dir: str | os.PathLike, *, strict: bool = True) -> "EncoderForQuestionAnswering":
