@@ -57,7 +57,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--epochs", type=non_negative_float, default=None, help="default 3")
     p.add_argument("--batch-size", type=positive_int, default=None, help="default 32")
     p.add_argument("--max-length", type=positive_int, default=None, help="default 128")
-    p.add_argument("--max-train-examples", type=positive_int, default=None)
+    p.add_argument("--max-train-examples", type=positive_int, default=None, help="use only the first N training examples")
+    p.add_argument("--train-split", default=None, help="the split to train on (default train)")
+    p.add_argument("--eval-split", default=None, help="the split evaluated each epoch (default dev; tune on dev)")
     add_train_flags(p, shown_defaults={"learning_rate": "2e-5 for sentence tasks, 5e-5 for token and span tasks",
                                        "warmup_ratio": 0.1})
     c = p.add_argument_group("a custom task (TSV or JSONL with named columns)")
@@ -101,7 +103,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 # recipe flags that set a field of the task's config under the same name
 _RECIPE_FLAGS = ("model", "head", "regime", "last_k", "layerwise_lr_decay", "epochs", "batch_size", "max_length",
-                 "max_train_examples", "train_file", "dev_file", "text_a", "text_b", "label", "label_names",
+                 "max_train_examples", "train_split", "eval_split", "train_file", "dev_file", "text_a", "text_b", "label", "label_names",
                  "regression", "label_subwords", "decoding", "max_span_length", "span_boundary", "span_summary",
                  "target_precision", "doc_stride", "max_query_length", "max_answer_length")
 
@@ -146,14 +148,19 @@ def finetune_config_from_args(args: argparse.Namespace):
     return task, task.config_class(task=task.name, train=TrainConfig.from_dict(train), **d)
 
 
+def train_task(task, config):
+    """Train a task from its config: what ``ctxemb finetune`` runs (``benchmarks/finetune.py`` too). Returns the
+    family's result (``FinetuneResult``, ``TokenFinetuneResult``, or the skeleton's ``TaskRun`` for a user's task)."""
+    if isinstance(config, TokenFinetuneConfig):
+        return run_token_finetuning(config)
+    if isinstance(config, FinetuneConfig):
+        return run_finetuning(config)
+    return run_task(task, config)  # a task registered by the user: the same skeleton
+
+
 def run_finetune(args: argparse.Namespace) -> int:
     task, config = finetune_config_from_args(args)
-    if isinstance(config, TokenFinetuneConfig):
-        result = run_token_finetuning(config)
-    elif isinstance(config, FinetuneConfig):
-        result = run_finetuning(config)
-    else:  # a task registered by the user: the same skeleton
-        result = run_task(task, config)
+    result = train_task(task, config)
     print(f"eval after {result.run.train.step if hasattr(result, 'run') else result.train.step} steps: "
           + ", ".join(f"{k} {v:.2f}" for k, v in result.final_metrics.items()))
     print(f"model: {result.model_dir}")
