@@ -30,7 +30,7 @@ from ctxemb.tokenization import Tokenizer, copy_tokenizer_files
 from ctxemb.training.callbacks import TrainResult
 from ctxemb.training.config import TrainConfig
 from ctxemb.training.distributed import DistributedContext, barrier
-from ctxemb.training.recipe import MODEL_DIR, RunData, RunResult, RunSpec, run_training  # noqa: F401 (MODEL_DIR)
+from ctxemb.training.recipe import MODEL_DIR, RunData, RunResult, RunSpec, run_training  # noqa: F401
 
 logger = logging.getLogger(__name__)
 
