@@ -37,7 +37,7 @@ from ctxemb.finetuning.features import model_inputs  # noqa: E402
 from ctxemb.finetuning.outputs import predict_outputs  # noqa: E402
 from ctxemb.finetuning.tasks import task_metrics  # noqa: E402
 from ctxemb.loading import load_tokenizer  # noqa: E402
-from ctxemb.modeling.task_heads import EncoderForPairSimilarity, EncoderForSequenceClassification  # noqa: E402
+from ctxemb.modeling.sequence_classification import (EncoderForPairSimilarity, EncoderForSequenceClassification)  # noqa: E402
 from ctxemb.training.data import EvalBatches  # noqa: E402
 
 MODEL = "all-MiniLM-L6-v2"

@@ -13,7 +13,7 @@ from ctxemb.finetuning.tagging import (ScoredSpan, TaggingCollator, calibrate_th
                                        encode_tagged, enumerate_spans, stitch_words)
 from ctxemb.finetuning.token_tasks import TokenFinetuneConfig, run_token_finetuning
 from ctxemb.loading import load_tokenizer
-from ctxemb.modeling.token_heads import IGNORE_INDEX
+from ctxemb.modeling.token_classification import IGNORE_INDEX
 from ctxemb.training.loop import TrainConfig
 from tests.helpers import WORDS, write_tiny_model
 
@@ -47,7 +47,7 @@ def test_the_books_example_is_aligned_and_decoded_from_first_subwords(minilm_tok
     import torch
 
     from ctxemb.modeling.encoder import Encoder
-    from ctxemb.modeling.token_heads import EncoderForTokenClassification
+    from ctxemb.modeling.token_classification import EncoderForTokenClassification
     from tests.test_modeling_task_heads import _config
     model = EncoderForTokenClassification(Encoder(_config()), id2label={v: k for k, v in label2id.items()})
     logits = torch.zeros(1, len(feat.input_ids), 3)

@@ -1,4 +1,4 @@
-"""Sense training (ctxemb.wsd.training, ctxemb.modeling.wsd_heads) on a tiny model and a planted task: the pooling is
+"""Sense training (ctxemb.wsd.training, ctxemb.modeling.sense_heads) on a tiny model and a planted task: the pooling is
 the Embedder's, the losses are what they say, both recipes learn a planted sense distinction, the saved encoder feeds
 the Embedder and the sense store, a store refuses queries from another training run, and resuming is exact."""
 
@@ -15,8 +15,8 @@ import torch
 from ctxemb.embedding import Embedder
 from ctxemb.loading import load_encoder, load_tokenizer
 from ctxemb.modeling.checkpoint import read_training_run
-from ctxemb.modeling.wsd_heads import (ContextGlossBiEncoder, SupConSenseEncoder, bem_loss, pool_in_length_chunks,
-                                       supcon_loss)
+from ctxemb.modeling.sense_heads import (ContextGlossBiEncoder, SupConSenseEncoder, bem_loss, pool_in_length_chunks,
+                                         supcon_loss)
 from ctxemb.training import Callback, PlannedBatches, TrainConfig, pack_batches
 from ctxemb.wsd.build import BuildConfig, build_sense_store
 from ctxemb.wsd.corpus import Corpus, Document, Instance, Sentence, regex_tokenize

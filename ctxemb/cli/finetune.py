@@ -29,7 +29,7 @@ from ctxemb.finetuning.tagging import LABEL_SUBWORDS
 from ctxemb.finetuning.tasks import HEADS, FinetuneConfig, run_finetuning
 from ctxemb.finetuning.token_tasks import (TASK_HEADS, TOKEN_HEADS, TOKEN_TASKS, TokenFinetuneConfig,
                                            run_token_finetuning)
-from ctxemb.modeling.token_heads import BOUNDARY_KINDS, SUMMARY_KINDS, WORD_DECODINGS
+from ctxemb.modeling.token_classification import BOUNDARY_KINDS, SUMMARY_KINDS, WORD_DECODINGS
 from ctxemb.registry import DEFAULT_MODEL
 from ctxemb.training.config import TrainConfig
 

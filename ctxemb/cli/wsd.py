@@ -41,7 +41,7 @@ from ctxemb.cli._common import (
     write_json,
 )
 from ctxemb.evaluation.wsd import evaluate_wsd
-from ctxemb.modeling.wsd_heads import GLOSS_ENCODERS, LAYER_POOLINGS, NEGATIVES, SCORES
+from ctxemb.modeling.sense_heads import GLOSS_ENCODERS, LAYER_POOLINGS, NEGATIVES, SCORES
 from ctxemb.registry import DEFAULT_MODEL
 from ctxemb.training.config import TrainConfig
 from ctxemb.wsd.build import BuildConfig, build_sense_store

@@ -12,8 +12,9 @@ import numpy as np
 import torch
 
 from ctxemb.finetuning.tagging import ScoredSpan, TaggedFeature, score_spans, stitch_words
-from ctxemb.modeling.heads import EncoderWithHeads
-from ctxemb.modeling.token_heads import EncoderForSpanClassification, EncoderForTokenClassification
+from ctxemb.modeling.base import EncoderWithHeads
+from ctxemb.modeling.span_classification import EncoderForSpanClassification
+from ctxemb.modeling.token_classification import EncoderForTokenClassification
 from ctxemb.training.data import move_to_device
 
 __all__ = ["decode_tags", "model_logits", "predict_outputs", "scored_spans"]

@@ -26,7 +26,8 @@ from ctxemb.finetuning.readers import TASKS, TaskData as TableData, TextExample,
 from ctxemb.finetuning.task import Task, TaskData, save_model_files
 from ctxemb.metrics.classification import accuracy, binary_f1
 from ctxemb.metrics.correlation import pearson, spearman
-from ctxemb.modeling.task_heads import PAIR_HEAD_CONFIG_KEY, EncoderForPairSimilarity, EncoderForSequenceClassification
+from ctxemb.modeling.sequence_classification import (PAIR_HEAD_CONFIG_KEY, EncoderForPairSimilarity,
+                                                     EncoderForSequenceClassification)
 from ctxemb.registry import resolve_model_dir
 from ctxemb.training.callbacks import TrainResult
 from ctxemb.training.data import EvalBatches

@@ -49,10 +49,11 @@ from ctxemb.finetuning.tagging import (LABEL_SUBWORDS, TaggingCollator, bio_to_e
 from ctxemb.finetuning.task import Task, TaskData, save_model_files
 from ctxemb.metrics.conlleval import chunk_scores
 from ctxemb.metrics.squad import squad_scores
-from ctxemb.modeling.heads import EncoderWithHeads
-from ctxemb.modeling.token_heads import (BOUNDARY_KINDS, NULL_LABEL, SUMMARY_KINDS, WORD_DECODINGS,
-                                         EncoderForQuestionAnswering, EncoderForSpanClassification,
-                                         EncoderForTokenClassification)
+from ctxemb.modeling.base import EncoderWithHeads
+from ctxemb.modeling.token_classification import (BOUNDARY_KINDS, NULL_LABEL, SUMMARY_KINDS, WORD_DECODINGS,
+                                                  EncoderForTokenClassification)
+from ctxemb.modeling.question_answering import EncoderForQuestionAnswering
+from ctxemb.modeling.span_classification import EncoderForSpanClassification
 from ctxemb.registry import resolve_model_dir
 from ctxemb.training.callbacks import TrainResult
 from ctxemb.training.config import TrainConfig
@@ -88,7 +89,7 @@ class TokenFinetuneConfig(FinetuneRunConfig):
         label_subwords: ``"all"`` (the book's default: every subword takes its word's tag) or ``"first"``.
         decoding: a word's tag from its ``"first"`` subword or the ``"mean"`` of its subwords' distributions.
         max_span_length: L, the longest span in words (span head).
-        span_boundary, span_summary: the span representation (see :mod:`ctxemb.modeling.token_heads`).
+        span_boundary, span_summary: the span representation (see :mod:`ctxemb.modeling.token_classification`).
         target_precision: calibrate the span head's NULL threshold for this precision (percent) instead of F1.
         crf_lr_scale: the CRF's learning rate is this multiple of the encoder's (its transition scores start at
             ~0 and would barely move at an encoder's 5e-5; BiLSTM-CRF taggers train them at ~1e-2).

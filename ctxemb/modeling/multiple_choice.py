@@ -18,9 +18,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from ctxemb.modeling.architectures import architecture_name
+from ctxemb.modeling.base import EncoderWithHeads
 from ctxemb.modeling.checkpoint import load_encoder_dir, load_weights_into, save_pretrained
 from ctxemb.modeling.encoder import Encoder
-from ctxemb.modeling.heads import EncoderWithHeads
 
 logger = logging.getLogger(__name__)
 

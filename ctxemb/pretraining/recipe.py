@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Literal, Mapping
 
 from ctxemb.config import EncoderConfig
-from ctxemb.modeling.pretraining import NSP_INPUTS, EncoderForPretraining, NspInput
+from ctxemb.modeling.pretraining_heads import NSP_INPUTS, EncoderForPretraining, NspInput
 from ctxemb.pretraining.batches import PretrainingBatches
 from ctxemb.pretraining.masking import MaskingConfig, MaskingStrategy, Masker, SelectionMode
 from ctxemb.pretraining.shards import TokenShards, build_token_shards

@@ -11,7 +11,7 @@ from typing import Any, Literal, Mapping, Protocol
 
 
 from ctxemb._validation import check_choice, check_int
-from ctxemb.modeling.wsd_heads import GLOSS_ENCODERS, LAYER_POOLINGS, NEGATIVES, SCORES
+from ctxemb.modeling.sense_heads import GLOSS_ENCODERS, LAYER_POOLINGS, NEGATIVES, SCORES
 from ctxemb.registry import DEFAULT_MODEL
 from ctxemb.training.loop import TrainConfig
 from ctxemb.wsd.corpus_pass import MULTIWORD_MODES

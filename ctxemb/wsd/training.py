@@ -5,7 +5,7 @@ fine-tuned so that the sense points separate).
 Two recipes (:data:`RECIPES`) on the shared loop (:func:`ctxemb.training.train`: progress, checkpoints, exact resume,
 torchrun), both reading a target word's vector as the Embedder pools it at query time (``layers``,
 ``layer_pooling``, ``subword_pooling``: by default the mean of the last four hidden states and of the word's
-subwords), see :mod:`ctxemb.modeling.wsd_heads`:
+subwords), see :mod:`ctxemb.modeling.sense_heads`:
 
 - ``"bem"``, a context-gloss bi-encoder (Blevins & Zettlemoyer 2020): the target's contextual vector is scored
   against the gloss vectors of its candidate senses (WordNet's, as the disambiguator takes them; each gloss is
@@ -57,7 +57,7 @@ import numpy as np
 
 from ctxemb.loading import load_encoder, load_tokenizer
 from ctxemb.modeling.checkpoint import save_pretrained, stamp_training_run
-from ctxemb.modeling.wsd_heads import ContextGlossBiEncoder, SupConSenseEncoder
+from ctxemb.modeling.sense_heads import ContextGlossBiEncoder, SupConSenseEncoder
 from ctxemb.paths import shared_data_dir
 from ctxemb.registry import resolve_model_dir
 from ctxemb.tokenization import copy_tokenizer_files
