@@ -147,6 +147,9 @@ def test_a_cosine_bi_encoder_learns_scored_pairs_and_saves_a_plain_encoder(tmp_p
     a, b = "he sat on the bank", "she sat on a bank"
     (p,) = SequencePredictor.from_pretrained(result.model_dir).predict([a], pairs=[b])
     emb = Embedder.from_pretrained(result.model_dir, layers=[-1], layer_pooling="mean")
+    # the fine-tuned bi-encoder carries its run's identity, which stores and indexes record from the Embedder
+    assert emb.config.training_run == result.training_run is not None
+    assert emb.config.to_dict()["training_run"] == result.training_run
     u, v = emb.embed_sentences([a, b], pooling="mean", show_progress_bar=False)
     cos = float(u @ v / np.linalg.norm(u) / np.linalg.norm(v))
     assert p.score == pytest.approx(5.0 * cos, abs=1e-4)  # the Embedder sees the geometry that was trained

@@ -1,7 +1,7 @@
 """``ctxemb finetune TASK`` and ``ctxemb predict DIR``: fine-tuning (sequence, token and span level) and predictions.
 
     ctxemb finetune sst2 --model all-MiniLM-L6-v2 --out-dir runs/sst2 --epochs 1
-    ctxemb finetune custom --train-file my_train.tsv --dev-file my_dev.tsv --text-a review --label stars --out-dir runs/mine
+    ctxemb finetune custom --train-file train.tsv --dev-file dev.tsv --text-a review --label stars --out-dir runs/mine
     ctxemb finetune conll2003-ner --head crf --out-dir runs/ner
     ctxemb finetune xquad --preset xquad --out-dir runs/qa
     ctxemb predict runs/sst2/model "A gripping, funny film." "Dull and far too long."
@@ -57,7 +57,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--epochs", type=non_negative_float, default=None, help="default 3")
     p.add_argument("--batch-size", type=positive_int, default=None, help="default 32")
     p.add_argument("--max-length", type=positive_int, default=None, help="default 128")
-    p.add_argument("--max-train-examples", type=positive_int, default=None, help="use only the first N training examples")
+    p.add_argument("--max-train-examples", type=positive_int, default=None,
+                   help="use only the first N training examples")
     p.add_argument("--train-split", default=None, help="the split to train on (default train)")
     p.add_argument("--eval-split", default=None, help="the split evaluated each epoch (default dev; tune on dev)")
     add_train_flags(p, shown_defaults={"learning_rate": "2e-5 for sentence tasks, 5e-5 for token and span tasks",
@@ -103,7 +104,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 # recipe flags that set a field of the task's config under the same name
 _RECIPE_FLAGS = ("model", "head", "regime", "last_k", "layerwise_lr_decay", "epochs", "batch_size", "max_length",
-                 "max_train_examples", "train_split", "eval_split", "train_file", "dev_file", "text_a", "text_b", "label", "label_names",
+                 "max_train_examples", "train_split", "eval_split", "train_file", "dev_file", "text_a", "text_b",
+                 "label", "label_names",
                  "regression", "label_subwords", "decoding", "max_span_length", "span_boundary", "span_summary",
                  "target_precision", "doc_stride", "max_query_length", "max_answer_length")
 
@@ -139,8 +141,10 @@ def finetune_config_from_args(args: argparse.Namespace):
     if args.trainable_layers is not None:  # one freezing option: K top layers (0: the head only)
         if args.trainable_layers < 0:
             raise UsageError(f"--trainable-layers must be >= 0; got {args.trainable_layers}")
-        d.update(regime="frozen") if args.trainable_layers == 0 else d.update(regime="last_k",
-                                                                             last_k=args.trainable_layers)
+        if args.trainable_layers == 0:
+            d["regime"] = "frozen"
+        else:
+            d.update(regime="last_k", last_k=args.trainable_layers)
     if task.name in TOKEN_TASKS and d.get("head") is not None and d["head"] not in TASK_HEADS[task.name]:
         raise UsageError(f"--head {d['head']} does not fit {task.name}: it takes one of {TASK_HEADS[task.name]}")
     if task.name in TASKS + ("custom",) and d.get("head") is not None and d["head"] not in HEADS:

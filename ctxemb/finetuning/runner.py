@@ -78,15 +78,15 @@ def run_task(task: Task, config: FinetuneRunConfig, *,
                        stats={"train_examples": len(data.train), "eval_examples": len(data.eval),
                               "train_features": len(train_features), "eval_features": len(eval_features)})
 
-    def save_files(model, directory: Path) -> None:
-        task.save(model, directory, config, data, tokenizer, train_config=result_config[0])
-
-    result_config: list = [config.train]
+    resolved: dict[str, Any] = {}  # the loop's settings as run (max_steps resolved), saved with the model
 
     def after(outcome: RunResult) -> None:
-        result_config[0] = outcome.train_config
+        resolved["train"] = outcome.train_config
         if after_train is not None:
             after_train(outcome, data)
+
+    def save_files(model, directory: Path) -> None:
+        task.save(model, directory, config, data, tokenizer, train_config=resolved["train"])
 
     run = run_training(spec, build_model=lambda: task.build_model(config, data), make_data=make_data,
                        save_files=save_files, after_train=after,

@@ -19,7 +19,8 @@ Methods (``config`` is the task's ``config_class``; ``data`` is what :meth:`Task
 - ``evaluator(config, tokenizer, data, features, collate) -> (model -> {metric: number})``: the dev evaluation;
   its dict holds ``primary_metric``.
 - ``param_groups(model, config) -> list | None``: AdamW groups (None: the loop's default).
-- ``save(model, directory, config, data, tokenizer, train_config=...)``: the model's files (weights, ``config.json`` with its
+- ``save(model, directory, config, data, tokenizer, train_config=...)``: the model's files (weights,
+  ``config.json`` with its
   ``architectures``, tokenizer, ``finetune_config.json``); the skeleton adds the stamp and the run record.
 - ``load(model_dir) -> model`` and ``predict(model, tokenizer, inputs, saved) -> list``: predictions on raw inputs
   (``saved`` is the run's ``finetune_config.json``).

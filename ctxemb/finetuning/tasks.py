@@ -166,11 +166,7 @@ class SequenceTask(Task):
                         info={"table": table, "metrics": tuple(table.metrics), "name": table.name})
 
     def build_model(self, config: FinetuneConfig, data: TaskData):
-        table = data.info["table"]
-        if config.max_train_examples:  # the cosine head's score scale is read from the (cut) training split
-            table = TableData(name=table.name, splits={**table.splits, _train_split(config): data.train},
-                              label_names=table.label_names, metrics=table.metrics)
-        return build_model(config, table)
+        return build_model(config, data.info["table"])  # the cosine head's score scale: the whole training split
 
     def encode(self, config: FinetuneConfig, tokenizer, examples, data: TaskData):
         return model_inputs(tokenizer, examples, head=config.head, regression=data.labels is None,

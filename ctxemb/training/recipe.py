@@ -224,7 +224,8 @@ def run_training(spec: RunSpec, *, build_model: Callable[[], nn.Module],
                  make_data: Callable[[nn.Module, DistributedContext], RunData],
                  save_files: Callable[[nn.Module, Path], None],
                  extra_record: Callable[[RunResult], Mapping[str, Any]] | None = None,
-                 callbacks: Iterable[Callback] = (), after_train: Callable[[RunResult], None] | None = None) -> RunResult:
+                 callbacks: Iterable[Callback] = (),
+                 after_train: Callable[[RunResult], None] | None = None) -> RunResult:
     """Run one recipe through the skeleton (module docstring) and save ``<out_dir>/model``.
 
     Args:
@@ -259,7 +260,8 @@ def run_training(spec: RunSpec, *, build_model: Callable[[], nn.Module],
         seed_everything(spec.train.seed)  # before the model: a fresh head (or a fresh model) belongs to the seed
         model = build_model()
         data = make_data(model, ctx)
-        train_config = resolve_steps(spec.train, epochs=spec.epochs, batches_per_epoch=getattr(data.source, "batches_per_epoch", None),
+        train_config = resolve_steps(spec.train, epochs=spec.epochs,
+                                     batches_per_epoch=getattr(data.source, "batches_per_epoch", None),
                                      evaluate_each_epoch=spec.evaluate_each_epoch)
 
         def timed_evaluate(m: nn.Module) -> dict[str, float]:

@@ -214,7 +214,8 @@ def run_sense_training(config: SenseTrainConfig, *, corpus: Corpus | None = None
             check_run_settings(out_dir, settings, resume=config.train.resume, resume_free=_RESUME_FREE)
         source = make_batch_source(features, tokenizer, config, seed=config.train.seed, rank=ctx.rank,
                                    world_size=ctx.world_size)
-        train_config = resolve_steps(dataclasses.replace(config.train, max_steps=config.max_steps or config.train.max_steps),
+        asked = dataclasses.replace(config.train, max_steps=config.max_steps or config.train.max_steps)
+        train_config = resolve_steps(asked,
                                      epochs=config.epochs, batches_per_epoch=source.batches_per_epoch,
                                      evaluate_each_epoch=False)
         steps = train_config.max_steps
