@@ -31,13 +31,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks._common import markdown_table, write_results  # noqa: E402
 from benchmarks.pretrain import cpu_name  # noqa: E402
 from ctxemb.finetuning.readers import load_task  # noqa: E402
-from ctxemb.finetuning.tasks import (FinetuneConfig, model_inputs, predict_outputs, run_finetuning,  # noqa: E402
-                                    task_metrics)
-from ctxemb.finetuning.token_tasks import TokenFinetuneConfig, run_token_finetuning  # noqa: E402
+from ctxemb.cli import build_parser  # noqa: E402
+from ctxemb.cli.finetune import finetune_config_from_args, train_task  # noqa: E402
+from ctxemb.finetuning.features import model_inputs  # noqa: E402
+from ctxemb.finetuning.outputs import predict_outputs  # noqa: E402
+from ctxemb.finetuning.tasks import task_metrics  # noqa: E402
 from ctxemb.loading import load_tokenizer  # noqa: E402
-from ctxemb.modeling.task_heads import EncoderForPairSimilarity, EncoderForSequenceClassification  # noqa: E402
+from ctxemb.modeling.sequence_classification import (EncoderForPairSimilarity, EncoderForSequenceClassification)  # noqa: E402
 from ctxemb.training.data import EvalBatches  # noqa: E402
-from ctxemb.training.loop import TrainConfig  # noqa: E402
 
 MODEL = "all-MiniLM-L6-v2"
 WORK = Path("/tmp/ctxemb-finetune-bench")
@@ -55,13 +56,28 @@ RECIPES = {
 }
 
 
-def _config(task: str, out: Path, *, regime="full", head="checkpoint", precision="fp32") -> FinetuneConfig:
+# --limit N / --max-steps N: smoke runs (every part, tiny budgets); empty = the full recipe
+SMOKE: list[str] = []
+
+
+def cli_run(task: str, out: Path, flags: list[str]):
+    """Parse ``ctxemb finetune TASK --out-dir OUT FLAGS`` with the command line's parser and train it as the command
+    does (:func:`ctxemb.cli.finetune.train_task`): the benchmark and the CLI share one code path. Returns the parsed
+    config and the result."""
+    argv = ["finetune", task, "--out-dir", str(out), "--no-progress", "--seed", "0", "--log-every", "50", *flags,
+            *SMOKE]
+    args = build_parser("finetune").parse_args(argv)
+    task_obj, config = finetune_config_from_args(args)
+    return config, train_task(task_obj, config)
+
+
+def _flags(task: str, *, regime="full", head="checkpoint", precision="fp32") -> list[str]:
     train_split, report, epochs, cap, lr = RECIPES[task]
-    return FinetuneConfig(task=task, model=MODEL, head=head, regime=regime, epochs=epochs, batch_size=32,
-                          max_length=128, train_split=train_split, eval_split=report[0], max_train_examples=cap,
-                          train=TrainConfig(learning_rate=lr if regime == "full" else 1e-3, max_steps=1,
-                                            warmup_ratio=0.1, out_dir=str(out), progress_bar=False, seed=0,
-                                            precision=precision, log_every=50))
+    flags = ["--model", MODEL, "--head", head, "--regime", regime, "--epochs", str(epochs), "--batch-size", "32",
+             "--max-length", "128", "--train-split", train_split, "--eval-split", report[0],
+             "--learning-rate", str(lr if regime == "full" else 1e-3), "--warmup-ratio", "0.1",
+             "--precision", precision]
+    return flags + (["--max-train-examples", str(cap)] if cap else [])
 
 
 def _evaluate(model_dir: Path, task: str, splits, head: str) -> dict[str, float]:
@@ -83,9 +99,8 @@ def _evaluate(model_dir: Path, task: str, splits, head: str) -> dict[str, float]
 def run_task(task: str, rows: list, **kw) -> Path:
     out = WORK / f"{task}_{kw.get('regime', 'full')}{'_cosine' if kw.get('head') == 'cosine' else ''}"
     shutil.rmtree(out, ignore_errors=True)
-    config = _config(task, out, **kw)
     t = time.perf_counter()
-    result = run_finetuning(config)
+    config, result = cli_run(task, out, _flags(task, **kw))
     seconds = time.perf_counter() - t
     n = min(len(load_task(task, splits=[config.train_split]).splits[config.train_split]),
             config.max_train_examples or 10**9)
@@ -154,11 +169,12 @@ def run_token_part(part: str, rows: list) -> None:
     out = WORK / part
     shutil.rmtree(out, ignore_errors=True)
     options = {"batch_size": 32, "max_length": 128, **options}
-    config = TokenFinetuneConfig(task=task, model=MODEL, head=head, epochs=epochs, **options,
-                                 train=TrainConfig(learning_rate=lr, max_steps=1, warmup_ratio=0.1, out_dir=str(out),
-                                                   progress_bar=False, seed=0, precision="fp32", log_every=50))
+    flags = ["--model", MODEL, "--head", head, "--epochs", str(epochs), "--learning-rate", str(lr),
+             "--warmup-ratio", "0.1", "--precision", "fp32"]
+    for k, v in options.items():
+        flags += [f"--{k.replace('_', '-')}", str(v)]
     t = time.perf_counter()
-    result = run_token_finetuning(config)
+    config, result = cli_run(task, out, flags)
     seconds = time.perf_counter() - t
     n = result.train.step * config.batch_size  # features seen (QA: windows), the last batch of an epoch may be short
     row = {"task": task, "head": head, "epochs": epochs, "steps": result.train.step, "seconds": seconds,
@@ -243,10 +259,30 @@ TOKEN_PARTS = ["ner-softmax", "ner-transformers", "ner-crf", "ner-span", "pos", 
 
 
 def main() -> None:
+    global WORK
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--parts", nargs="*", default=SEQUENCE_PARTS + TOKEN_PARTS,
                         choices=SEQUENCE_PARTS + TOKEN_PARTS, help="none: rewrite the report from saved rows")
+    parser.add_argument("--limit", type=int, default=None,
+                        help="smoke run: train on the first N examples (passed as --max-train-examples)")
+    parser.add_argument("--max-steps", type=int, default=None, help="smoke run: stop after N optimizer steps")
+    parser.add_argument("--work", default=None, help=f"working directory (default {WORK})")
     args = parser.parse_args()
+    if args.work:
+        WORK = Path(args.work)
+    if args.limit:
+        SMOKE.extend(["--max-train-examples", str(args.limit)])
+    if args.max_steps:
+        SMOKE.extend(["--max-steps", str(args.max_steps)])
+    if SMOKE:  # a smoke run measures nothing worth keeping: print its rows, leave the committed results alone
+        rows, embedder_rows, token_rows = [], [], []
+        for part in args.parts:
+            if part in TOKEN_RECIPES:
+                run_token_part(part, token_rows)
+            elif part in RECIPES:
+                run_task(part, rows)
+        print(json.dumps({"rows": rows, "token_rows": token_rows}, indent=1, default=str))
+        return
     results_path = WORK / "rows.json"
     WORK.mkdir(parents=True, exist_ok=True)
     # parts run earlier: this machine's working rows, else the committed results (so one part run on a fresh machine

@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks._common import RESULTS, markdown_table, write_results  # noqa: E402
 from ctxemb.config import EncoderConfig  # noqa: E402
 from ctxemb.loading import load_tokenizer  # noqa: E402
-from ctxemb.modeling.pretraining import IGNORE_INDEX, EncoderForPretraining  # noqa: E402
+from ctxemb.modeling.pretraining_heads import IGNORE_INDEX, EncoderForPretraining  # noqa: E402
 from ctxemb.paths import shared_data_dir  # noqa: E402
 from ctxemb.pretraining.batches import PretrainingBatches  # noqa: E402
 from ctxemb.pretraining.masking import Masker, MaskingConfig  # noqa: E402

@@ -151,7 +151,7 @@ def train_recipe(args, recipe: str) -> dict:
         max_steps=steps, max_minutes=args.max_minutes, max_tokens_per_batch=args.max_tokens_per_batch,
         max_candidates=args.max_candidates, score=args.bem_score, temperature=args.temperature,
         trainable_layers=args.trainable_layers,
-        train=TrainConfig(learning_rate=args.learning_rate, max_steps=1, warmup_ratio=0.1, out_dir=str(out_dir),
+        train=TrainConfig(learning_rate=args.learning_rate, warmup_ratio=0.1, out_dir=str(out_dir),
                           save_every=args.save_every, eval_every=max(1, steps // 4), log_every=10, resume=resume,
                           progress_bar=not args.no_progress, seed=0))
     result = run_sense_training(config)

@@ -16,7 +16,7 @@ from typing import Sequence
 import torch
 
 from ctxemb._validation import check_int, check_string_batch
-from ctxemb.modeling.pretraining import EncoderForPretraining
+from ctxemb.modeling.pretraining_heads import EncoderForPretraining
 from ctxemb.registry import resolve_model_dir
 from ctxemb.tokenization import Tokenizer
 

@@ -82,7 +82,7 @@ def test_saved_checkpoint_loads_in_transformers(tmp_path, model_type):
 
 
 def test_pretraining_heads_match_bert_for_pretraining(tmp_path):
-    from ctxemb.modeling.pretraining import EncoderForPretraining
+    from ctxemb.modeling.pretraining_heads import EncoderForPretraining
 
     torch.manual_seed(5)
     cfg = transformers.BertConfig(type_vocab_size=2, **TINY)
@@ -109,10 +109,10 @@ def test_pretraining_heads_match_bert_for_pretraining(tmp_path):
 def test_missing_heads_are_initialised_fresh_and_logged(tmp_path, caplog):
     import logging
 
-    from ctxemb.modeling.pretraining import EncoderForPretraining
+    from ctxemb.modeling.pretraining_heads import EncoderForPretraining
 
     _reference("bert", 0).save_pretrained(tmp_path)
-    with caplog.at_level(logging.INFO, logger="ctxemb.modeling.pretraining"):
+    with caplog.at_level(logging.INFO, logger="ctxemb.modeling.pretraining_heads"):
         model = EncoderForPretraining.from_pretrained(tmp_path)
     assert "initialised fresh" in caplog.text
     assert model.cls.predictions.decoder.weight is model.bert.embeddings.word_embeddings.weight

@@ -63,7 +63,7 @@ def finetuned(tmp_path_factory):
         task="custom", model=str(model), head="cls", epochs=4, batch_size=16, max_length=32,
         train_file=str(_write_task(d / "train.tsv", 320, 0)), dev_file=str(_write_task(d / "dev.tsv", 100, 1)),
         label_names=["no_bank", "bank"],
-        train=TrainConfig(learning_rate=3e-3, max_steps=1, warmup_ratio=0.1, out_dir=str(d / "run"),
+        train=TrainConfig(learning_rate=3e-3, warmup_ratio=0.1, out_dir=str(d / "run"),
                           progress_bar=False, precision="fp32", seed=0))
     return d, run_finetuning(config)
 
@@ -101,7 +101,7 @@ def test_task_metrics_are_the_glue_ones():
 
 
 def test_bad_configs_are_named(tmp_path):
-    train = TrainConfig(learning_rate=1e-3, max_steps=1, out_dir=str(tmp_path))
+    train = TrainConfig(learning_rate=1e-3, out_dir=str(tmp_path))
     with pytest.raises(ValueError, match="task must be one of"):
         FinetuneConfig(task="cola", train=train)
     with pytest.raises(ValueError, match="needs train_file and dev_file"):
@@ -138,7 +138,7 @@ def test_a_cosine_bi_encoder_learns_scored_pairs_and_saves_a_plain_encoder(tmp_p
         train_file=str(_write_scored_pairs(tmp_path / "train.tsv", 320, 0)),
         dev_file=str(_write_scored_pairs(tmp_path / "dev.tsv", 100, 1)), text_a="sentence1", text_b="sentence2",
         label="score", regression=True,
-        train=TrainConfig(learning_rate=3e-3, max_steps=1, warmup_ratio=0.1, out_dir=str(tmp_path / "run"),
+        train=TrainConfig(learning_rate=3e-3, warmup_ratio=0.1, out_dir=str(tmp_path / "run"),
                           progress_bar=False, precision="fp32", seed=0))
     result = run_finetuning(config)
     assert result.final_metrics["spearman"] >= 80.0, result.eval_history
@@ -147,9 +147,12 @@ def test_a_cosine_bi_encoder_learns_scored_pairs_and_saves_a_plain_encoder(tmp_p
     a, b = "he sat on the bank", "she sat on a bank"
     (p,) = SequencePredictor.from_pretrained(result.model_dir).predict([a], pairs=[b])
     emb = Embedder.from_pretrained(result.model_dir, layers=[-1], layer_pooling="mean")
+    # the fine-tuned bi-encoder carries its run's identity, which stores and indexes record from the Embedder
+    assert emb.config.training_run == result.training_run is not None
+    assert emb.config.to_dict()["training_run"] == result.training_run
     u, v = emb.embed_sentences([a, b], pooling="mean", show_progress_bar=False)
     cos = float(u @ v / np.linalg.norm(u) / np.linalg.norm(v))
     assert p.score == pytest.approx(5.0 * cos, abs=1e-4)  # the Embedder sees the geometry that was trained
     with pytest.raises(ValueError, match="scored pairs"):
-        FinetuneConfig(task="sst2", head="cosine", train=TrainConfig(learning_rate=1e-4, max_steps=1,
+        FinetuneConfig(task="sst2", head="cosine", train=TrainConfig(learning_rate=1e-4,
                                                                      out_dir=str(tmp_path / "x")))

@@ -13,7 +13,7 @@ from ctxemb.finetuning.tagging import (ScoredSpan, TaggingCollator, calibrate_th
                                        encode_tagged, enumerate_spans, stitch_words)
 from ctxemb.finetuning.token_tasks import TokenFinetuneConfig, run_token_finetuning
 from ctxemb.loading import load_tokenizer
-from ctxemb.modeling.token_heads import IGNORE_INDEX
+from ctxemb.modeling.token_classification import IGNORE_INDEX
 from ctxemb.training.loop import TrainConfig
 from tests.helpers import WORDS, write_tiny_model
 
@@ -47,7 +47,7 @@ def test_the_books_example_is_aligned_and_decoded_from_first_subwords(minilm_tok
     import torch
 
     from ctxemb.modeling.encoder import Encoder
-    from ctxemb.modeling.token_heads import EncoderForTokenClassification
+    from ctxemb.modeling.token_classification import EncoderForTokenClassification
     from tests.test_modeling_task_heads import _config
     model = EncoderForTokenClassification(Encoder(_config()), id2label={v: k for k, v in label2id.items()})
     logits = torch.zeros(1, len(feat.input_ids), 3)
@@ -148,7 +148,7 @@ def _run(conll_files, head, **kw):
     config = TokenFinetuneConfig(
         task="conll-file", model=str(model), head=head, train_file=str(train_file), dev_file=str(dev_file),
         epochs=8 if head == "span" else 3, batch_size=16, max_length=48, max_span_length=3, **kw,
-        train=TrainConfig(learning_rate=3e-3, max_steps=1, warmup_ratio=0.1, out_dir=str(d / f"run_{head}"),
+        train=TrainConfig(learning_rate=3e-3, warmup_ratio=0.1, out_dir=str(d / f"run_{head}"),
                           progress_bar=False, precision="fp32", seed=0))
     return run_token_finetuning(config)
 
@@ -216,7 +216,7 @@ def test_qa_learns_a_planted_answer_and_predicts_offsets(conll_files, tmp_path):
         task="squad-file", model=str(model), train_file=str(_write_squad(tmp_path / "train.json", 300, 0)),
         dev_file=str(_write_squad(tmp_path / "dev.json", 60, 1)), epochs=4, batch_size=16, max_length=32,
         doc_stride=8, max_query_length=8, max_answer_length=4,
-        train=TrainConfig(learning_rate=3e-3, max_steps=1, warmup_ratio=0.1, out_dir=str(tmp_path / "run"),
+        train=TrainConfig(learning_rate=3e-3, warmup_ratio=0.1, out_dir=str(tmp_path / "run"),
                           progress_bar=False, precision="fp32", seed=0))
     result = run_token_finetuning(config)
     assert result.final_metrics["exact_match"] >= 90.0, result.eval_history

@@ -8,7 +8,7 @@ import torch.nn.functional as F
 
 from ctxemb.config import EncoderConfig
 from ctxemb.modeling.encoder import Encoder
-from ctxemb.modeling.pretraining import IGNORE_INDEX, EncoderForPretraining
+from ctxemb.modeling.pretraining_heads import IGNORE_INDEX, EncoderForPretraining
 
 TINY = dict(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37,
             max_position_embeddings=64, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
@@ -156,7 +156,7 @@ def test_continued_pretraining_starts_a_fresh_head_on_a_bare_encoder(tmp_path, c
 
     enc = _perturbed(Encoder(_config()))
     save_pretrained(enc, tmp_path)
-    with caplog.at_level(logging.INFO, logger="ctxemb.modeling.pretraining"):
+    with caplog.at_level(logging.INFO, logger="ctxemb.modeling.pretraining_heads"):
         model = EncoderForPretraining.from_pretrained(tmp_path)
     assert "initialised fresh" in caplog.text
     torch.testing.assert_close(model.bert.encoder.layer[0].output.dense.weight, enc.encoder.layer[0].output.dense.weight)

@@ -12,7 +12,7 @@ from ctxemb.config import EncoderConfig
 from ctxemb.loading import load_encoder
 from ctxemb.modeling.checkpoint import save_pretrained
 from ctxemb.modeling.encoder import Encoder
-from ctxemb.modeling.task_heads import EncoderForSequenceClassification, mean_pool
+from ctxemb.modeling.sequence_classification import EncoderForSequenceClassification, mean_pool
 from ctxemb.training.optim import layerwise_lr_groups, make_optimizer
 
 TINY = dict(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37,
@@ -144,7 +144,7 @@ def test_a_bare_encoder_gets_a_fresh_head(tmp_path, caplog):
     save_pretrained(_perturbed(Encoder(_config())), tmp_path / "enc")
     with pytest.raises(ValueError, match="has no classifier .*: pass num_labels"):
         EncoderForSequenceClassification.from_pretrained(tmp_path / "enc")
-    with caplog.at_level(logging.INFO, logger="ctxemb.modeling.task_heads"):
+    with caplog.at_level(logging.INFO, logger="ctxemb.modeling.sequence_classification"):
         model = EncoderForSequenceClassification.from_pretrained(tmp_path / "enc", num_labels=1, head="cls")
     assert "initialised fresh" in caplog.text
     assert (model.problem, model.head, model.num_labels) == ("regression", "cls", 1)

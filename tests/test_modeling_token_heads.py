@@ -8,8 +8,9 @@ import pytest
 import torch
 
 from ctxemb.modeling.encoder import Encoder
-from ctxemb.modeling.token_heads import (IGNORE_INDEX, EncoderForQuestionAnswering, EncoderForSpanClassification,
-                                         EncoderForTokenClassification)
+from ctxemb.modeling.token_classification import IGNORE_INDEX, EncoderForTokenClassification
+from ctxemb.modeling.question_answering import EncoderForQuestionAnswering
+from ctxemb.modeling.span_classification import EncoderForSpanClassification
 from ctxemb.training.optim import make_optimizer
 from tests.test_modeling_task_heads import MODEL_TYPES, _batch, _config, _perturbed
 

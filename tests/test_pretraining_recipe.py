@@ -48,7 +48,7 @@ def test_tiny_model_overfits_a_tiny_corpus(trained):
     assert result.step == 200
     assert sum(result.losses[-10:]) / 10 < 0.5, result.losses[-10:]
     assert result.eval_metrics["mlm_accuracy"] > 0.9 and result.eval_metrics["loss"] < 0.5
-    assert (out / "metrics.jsonl").is_file() and (out / "pretrain_config.json").is_file()
+    assert (out / "metrics.jsonl").is_file() and (out / "run_settings.json").is_file()  # was pretrain_config.json
 
 
 def test_checkpoint_feeds_embedder_fill_mask_and_transformers(trained):

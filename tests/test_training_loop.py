@@ -85,7 +85,7 @@ def test_loss_plot_without_matplotlib_warns(tmp_path, monkeypatch, caplog):
     metrics = tmp_path / "metrics.jsonl"
     metrics.write_text(json.dumps({"step": 1, "loss": 1.0}) + "\n")
     monkeypatch.setitem(sys.modules, "matplotlib.figure", None)  # makes the import fail
-    with caplog.at_level(logging.WARNING, logger="ctxemb.training.loop"):
+    with caplog.at_level(logging.WARNING, logger="ctxemb.training.logging"):
         assert write_loss_plot(metrics, tmp_path / "loss.png") is None
     assert "ctxemb[plot]" in caplog.text
     assert not (tmp_path / "loss.png").exists()

@@ -1,4 +1,4 @@
-"""Sense training (ctxemb.wsd.training, ctxemb.modeling.wsd_heads) on a tiny model and a planted task: the pooling is
+"""Sense training (ctxemb.wsd.training, ctxemb.modeling.sense_heads) on a tiny model and a planted task: the pooling is
 the Embedder's, the losses are what they say, both recipes learn a planted sense distinction, the saved encoder feeds
 the Embedder and the sense store, a store refuses queries from another training run, and resuming is exact."""
 
@@ -15,8 +15,8 @@ import torch
 from ctxemb.embedding import Embedder
 from ctxemb.loading import load_encoder, load_tokenizer
 from ctxemb.modeling.checkpoint import read_training_run
-from ctxemb.modeling.wsd_heads import (ContextGlossBiEncoder, SupConSenseEncoder, bem_loss, pool_in_length_chunks,
-                                       supcon_loss)
+from ctxemb.modeling.sense_heads import (ContextGlossBiEncoder, SupConSenseEncoder, bem_loss, pool_in_length_chunks,
+                                         supcon_loss)
 from ctxemb.training import Callback, PlannedBatches, TrainConfig, pack_batches
 from ctxemb.wsd.build import BuildConfig, build_sense_store
 from ctxemb.wsd.corpus import Corpus, Document, Instance, Sentence, regex_tokenize
@@ -79,7 +79,7 @@ def nearest_sense_accuracy(embedder, train=TRAIN, test=TEST) -> float:
 
 
 def config(recipe, out_dir, **kw) -> SenseTrainConfig:
-    train = dict(learning_rate=3e-3, max_steps=1, warmup_ratio=0.1, out_dir=str(out_dir), progress_bar=False,
+    train = dict(learning_rate=3e-3, warmup_ratio=0.1, out_dir=str(out_dir), progress_bar=False,
                  precision="fp32", seed=0, log_every=5)
     train.update(kw.pop("train", {}))
     base = dict(recipe=recipe, held_out_fraction=0.0, eval_sentences=0, max_items_per_batch=16,
@@ -437,7 +437,7 @@ def test_a_resume_with_other_recipe_settings_is_flagged_and_a_time_budget_stops(
     info = json.loads((first.model_dir / TRAINING_FILE).read_text())
     assert info["training"]["time_budget_hit"] is True
     assert json.loads((tmp_path / "run" / SETTINGS_FILE).read_text())["max_candidates"] == 2
-    with caplog.at_level("WARNING", logger="ctxemb.wsd.training"):
+    with caplog.at_level("WARNING", logger="ctxemb.training.recipe"):  # the one resume check of every recipe
         again = run_sense_training(config("bem", tmp_path / "run", max_minutes=1e-9, **{**kw, "max_candidates": 3},
                                           train={"resume": True}), corpus=SMALL, inventory=PlantedInventory())
     assert again.train.start_step == 1 and again.train.step == 2

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import math
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
@@ -160,3 +161,132 @@ def write_json(path: str | Path, obj: Any) -> Path:
         json.dump(obj, f, indent=2, sort_keys=False, default=str)
         f.write("\n")
     return path
+
+
+# ---- training flags, generated once from the config dataclasses -------------------------------------------------
+class DeprecatedAlias(argparse.Action):
+    """An option whose old spellings still work for one release and log a deprecation warning naming the new one."""
+
+    def __init__(self, option_strings, dest, *, deprecated: Sequence[str] = (), **kwargs):
+        self.deprecated = tuple(deprecated)
+        self.store_true = kwargs.pop("store_true", False)
+        if self.store_true:
+            kwargs["nargs"] = 0
+        super().__init__(option_strings, dest, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        if option_string in self.deprecated:
+            logging.getLogger("ctxemb.cli").warning(
+                "%s is deprecated and will be removed in the next release; use %s", option_string,
+                self.option_strings[0])
+        setattr(namespace, self.dest, True if self.store_true else values)
+
+
+def add_dataclass_flags(group, cls, *, skip: Sequence[str] = (), aliases: Mapping[str, Sequence[str]] | None = None,
+                        shown_defaults: Mapping[str, Any] | None = None, prefix: str = "") -> list[str]:
+    """Add one flag per field of the dataclass ``cls`` (``--field-name``; help from ``metadata["help"]``, type and
+    choices from the annotation); every flag defaults to None (= not given), so a recipe's own defaults, a preset
+    and the flags compose: :func:`dataclass_overrides` returns only what the user typed.
+
+    Args:
+        group: an argparse parser or argument group.
+        cls: the dataclass (e.g. :class:`~ctxemb.training.config.TrainConfig`).
+        skip: fields without a flag.
+        aliases: old spellings per field, accepted with a deprecation warning (e.g. ``{"out_dir": ["--out"]}``).
+        shown_defaults: the defaults to print in the help (the recipe's, where they differ from the dataclass's).
+        prefix: dest prefix (``"train."`` keeps the loop's fields apart from a recipe's own).
+
+    Returns:
+        The dests added.
+    """
+    import dataclasses
+    import typing
+
+    hints = typing.get_type_hints(cls)
+    aliases = aliases or {}
+    shown = dict(shown_defaults or {})
+    added = []
+    for f in dataclasses.fields(cls):
+        if f.name in skip or f.name.startswith("_"):
+            continue
+        hint = hints[f.name]
+        args = typing.get_args(hint)
+        base = [a for a in args if a is not type(None)] if typing.get_origin(hint) in (typing.Union,) or \
+            type(hint).__name__ == "UnionType" else [hint]
+        kind = base[0] if base else str
+        dest = prefix + f.name
+        default = shown.get(f.name, f.default if f.default is not dataclasses.MISSING else None)
+        help_text = f.metadata.get("help", "")
+        if default is not None and default is not dataclasses.MISSING and not isinstance(default, bool):
+            help_text += f" (default {default})"
+        name = "--" + f.name.replace("_", "-")
+        old = list(aliases.get(f.name, ()))
+        kwargs: dict[str, Any] = dict(dest=dest, default=None, help=help_text)
+        if kind is bool or set(base) == {bool, str}:
+            if f.name == "progress_bar":
+                group.add_argument("--no-progress", dest=dest, action="store_const", const=False, default=None,
+                                   help="no progress bar")
+            else:
+                group.add_argument(name, *old, action=DeprecatedAlias, deprecated=old, store_true=True, **kwargs)
+            added.append(dest)
+            continue
+        if typing.get_origin(kind) is typing.Literal:
+            kwargs["choices"] = typing.get_args(kind)
+        elif kind is int:
+            kwargs["type"] = int
+        elif kind is float:
+            kwargs["type"] = non_negative_float
+        group.add_argument(name, *old, action=DeprecatedAlias, deprecated=old, **kwargs)
+        added.append(dest)
+    return added
+
+
+def dataclass_overrides(args: argparse.Namespace, prefix: str = "") -> dict[str, Any]:
+    """The generated flags the user gave (dest prefix stripped), as field -> value."""
+    return {k[len(prefix):]: v for k, v in vars(args).items()
+            if k.startswith(prefix) and v is not None and (prefix or "." not in k)}
+
+
+def add_train_flags(parser, *, shown_defaults: Mapping[str, Any] | None = None,
+                    skip: Sequence[str] = ("find_unused_parameters",)) -> None:
+    """The training loop's flags (:class:`~ctxemb.training.config.TrainConfig`), the same in ``pretrain``,
+    ``finetune`` and ``wsd train``: ``--out-dir`` (old spelling ``--out``), ``--learning-rate``, ``--max-steps``,
+    ``--warmup-ratio``, ``--precision``, ``--seed``, ``--keep-best``, ``--early-stopping-patience``, ..."""
+    from ctxemb.training.config import TrainConfig
+
+    g = parser.add_argument_group("training loop (the same flags in every training command)")
+    add_dataclass_flags(g, TrainConfig, skip=skip, aliases={"out_dir": ["--out"]}, shown_defaults=shown_defaults,
+                        prefix="train.")
+
+
+def train_overrides(args: argparse.Namespace) -> dict[str, Any]:
+    """The training-loop flags the user gave, as TrainConfig field -> value."""
+    return dataclass_overrides(args, "train.")
+
+
+def load_preset(name_or_path: str, recipe: str) -> dict[str, Any]:
+    """A run preset: a TOML file, or the name of one shipped in ``ctxemb/presets`` (``<recipe>-<name>.toml`` or
+    ``<name>.toml``). Top-level keys are the recipe's settings, ``[train]`` the loop's.
+
+    Raises:
+        FileNotFoundError: no such file or shipped preset (the message lists the shipped ones).
+        ValueError: the file is not valid TOML.
+    """
+    import tomllib
+
+    presets = Path(__file__).resolve().parent.parent / "presets"
+    path = Path(name_or_path)
+    if not path.is_file():
+        for candidate in (presets / f"{recipe}-{name_or_path}.toml", presets / f"{name_or_path}.toml"):
+            if candidate.is_file():
+                path = candidate
+                break
+        else:
+            shipped = sorted(p.stem for p in presets.glob("*.toml"))
+            raise FileNotFoundError(f"preset {name_or_path!r} is neither a TOML file nor a shipped preset; shipped: "
+                                    f"{', '.join(shipped)}")
+    try:
+        with open(path, "rb") as f:
+            return tomllib.load(f)
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+        raise ValueError(f"preset {path} is not valid TOML: {e}") from None

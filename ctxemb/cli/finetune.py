@@ -1,9 +1,9 @@
 """``ctxemb finetune TASK`` and ``ctxemb predict DIR``: fine-tuning (sequence, token and span level) and predictions.
 
-    ctxemb finetune sst2 --model all-MiniLM-L6-v2 --out runs/sst2 --epochs 1
-    ctxemb finetune custom --train-file my_train.tsv --dev-file my_dev.tsv --text-a review --label stars --out runs/mine
-    ctxemb finetune conll2003-ner --head crf --out runs/ner
-    ctxemb finetune xquad --out runs/qa --max-length 384
+    ctxemb finetune sst2 --model all-MiniLM-L6-v2 --out-dir runs/sst2 --epochs 1
+    ctxemb finetune custom --train-file train.tsv --dev-file dev.tsv --text-a review --label stars --out-dir runs/mine
+    ctxemb finetune conll2003-ner --head crf --out-dir runs/ner
+    ctxemb finetune xquad --preset xquad --out-dir runs/qa
     ctxemb predict runs/sst2/model "A gripping, funny film." "Dull and far too long."
     ctxemb predict runs/rte/model "A man is sleeping." --pair "Nobody sleeps."
     ctxemb predict runs/ner/model "Jane Villanueva of United Airlines Holding discussed it."
@@ -18,64 +18,73 @@ import json
 
 from pathlib import Path
 
-from ctxemb.cli._common import UsageError, command_help, fraction, non_negative_float, positive_int
+from ctxemb.cli._common import (UsageError, add_train_flags, command_help, fraction, load_preset, non_negative_float,
+                                positive_int, train_overrides)
+from ctxemb.finetuning.config import REGIMES
+from ctxemb.finetuning.predictor import load_predictor, model_kind
 from ctxemb.finetuning.readers import TASKS
+from ctxemb.finetuning.registry import get_task, task_names
+from ctxemb.finetuning.runner import run_task
 from ctxemb.finetuning.tagging import LABEL_SUBWORDS
-from ctxemb.finetuning.tasks import HEADS, REGIMES, FinetuneConfig, run_finetuning
+from ctxemb.finetuning.tasks import HEADS, FinetuneConfig, run_finetuning
 from ctxemb.finetuning.token_tasks import (TASK_HEADS, TOKEN_HEADS, TOKEN_TASKS, TokenFinetuneConfig,
-                                           load_finetune_config, run_token_finetuning)
-from ctxemb.modeling.token_heads import BOUNDARY_KINDS, SUMMARY_KINDS, WORD_DECODINGS
-from ctxemb.registry import DEFAULT_MODEL, resolve_model_dir
-from ctxemb.training.loop import TrainConfig
+                                           run_token_finetuning)
+from ctxemb.modeling.token_classification import BOUNDARY_KINDS, SUMMARY_KINDS, WORD_DECODINGS
+from ctxemb.registry import DEFAULT_MODEL
+from ctxemb.training.config import TrainConfig
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser("finetune", help=command_help("finetune"),
                               description=__doc__.split("\n\n")[0])
-    p.add_argument("task", choices=TASKS + ("custom",) + TOKEN_TASKS,
-                   help="a shared task, 'custom' (TSV/JSONL), 'conll-file' or 'squad-file' with --train-file/--dev-file")
-    p.add_argument("--model", default=DEFAULT_MODEL, help="the encoder to start from (default %(default)s)")
-    p.add_argument("--out", required=True, help="run directory: checkpoints, metrics.jsonl, and model/")
+    p.add_argument("task", choices=task_names(),
+                   help="a registered task: a shared one, 'custom' (TSV/JSONL), 'conll-file' or 'squad-file' with "
+                        "--train-file/--dev-file, or one registered with ctxemb.finetuning.registry.register_task")
+    p.add_argument("--preset", default=None,
+                   help="a TOML file of the run's settings ([train] for the loop's), or a preset shipped in "
+                        "ctxemb/presets (e.g. 'sst2' for finetune-sst2.toml); flags override it")
+    p.add_argument("--model", default=None, help=f"the encoder to start from (default {DEFAULT_MODEL})")
     p.add_argument("--head", choices=HEADS + TOKEN_HEADS, default=None,
                    help="sentence tasks: checkpoint (pooler / dense+tanh, what transformers computes; the default), "
                         "cls (W_C on the raw [CLS]), mean (mean pooling), cosine (a bi-encoder for scored pairs, "
                         "whose encoder then serves the Embedder); CoNLL: softmax (default), crf, span; QA: qa")
-    p.add_argument("--regime", choices=REGIMES, default="full", help="default %(default)s")
-    p.add_argument("--last-k", type=positive_int, default=2, help="layers trained with --regime last_k")
+    p.add_argument("--trainable-layers", type=int, default=None,
+                   help="train only the top K encoder layers and the head (0: the head only; default: all)")
+    p.add_argument("--regime", choices=REGIMES, default=None, help="full (default), frozen or last_k; "
+                   "--trainable-layers says the same in one option")
+    p.add_argument("--last-k", type=positive_int, default=None, help="layers trained with --regime last_k")
     p.add_argument("--layerwise-lr-decay", type=fraction, default=None, help="e.g. 0.8 (default: off)")
-    p.add_argument("--epochs", type=non_negative_float, default=3.0)
-    p.add_argument("--batch-size", type=positive_int, default=32)
-    p.add_argument("--max-length", type=positive_int, default=128)
-    p.add_argument("--learning-rate", type=non_negative_float, default=None,
-                   help="default 2e-5 for sentence tasks, 5e-5 for token and span tasks")
-    p.add_argument("--warmup-ratio", type=fraction, default=0.1)
-    p.add_argument("--max-train-examples", type=positive_int, default=None)
-    p.add_argument("--precision", choices=("auto", "fp32", "bf16"), default="auto")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in --out")
-    p.add_argument("--save-every", type=positive_int, default=None, help="checkpoint every N steps")
-    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--epochs", type=non_negative_float, default=None, help="default 3")
+    p.add_argument("--batch-size", type=positive_int, default=None, help="default 32")
+    p.add_argument("--max-length", type=positive_int, default=None, help="default 128")
+    p.add_argument("--max-train-examples", type=positive_int, default=None,
+                   help="use only the first N training examples")
+    p.add_argument("--train-split", default=None, help="the split to train on (default train)")
+    p.add_argument("--eval-split", default=None, help="the split evaluated each epoch (default dev; tune on dev)")
+    add_train_flags(p, shown_defaults={"learning_rate": "2e-5 for sentence tasks, 5e-5 for token and span tasks",
+                                       "warmup_ratio": 0.1})
     c = p.add_argument_group("a custom task (TSV or JSONL with named columns)")
     c.add_argument("--train-file")
     c.add_argument("--dev-file")
-    c.add_argument("--text-a", default="sentence")
+    c.add_argument("--text-a", default=None, help="default 'sentence'")
     c.add_argument("--text-b", default=None)
-    c.add_argument("--label", default="label")
+    c.add_argument("--label", default=None, help="default 'label'")
     c.add_argument("--label-names", nargs="+", default=None)
-    c.add_argument("--regression", action="store_true")
+    c.add_argument("--regression", action="store_const", const=True, default=None)
     t = p.add_argument_group("token and span tasks")
-    t.add_argument("--label-subwords", choices=LABEL_SUBWORDS, default="all",
-                   help="which subwords take a word's tag in training (default %(default)s, as J&M)")
-    t.add_argument("--decoding", choices=WORD_DECODINGS, default="first",
-                   help="a word's tag from its first subword or the mean of its subwords' distributions")
-    t.add_argument("--max-span-length", type=positive_int, default=8, help="longest span in words (span head)")
-    t.add_argument("--span-boundary", choices=BOUNDARY_KINDS, default="tokens")
-    t.add_argument("--span-summary", choices=SUMMARY_KINDS, default="mean")
+    t.add_argument("--label-subwords", choices=LABEL_SUBWORDS, default=None,
+                   help="which subwords take a word's tag in training (default all, as J&M)")
+    t.add_argument("--decoding", choices=WORD_DECODINGS, default=None,
+                   help="a word's tag from its first subword (default) or the mean of its subwords' distributions")
+    t.add_argument("--max-span-length", type=positive_int, default=None, help="longest span in words (span head; 8)")
+    t.add_argument("--span-boundary", choices=BOUNDARY_KINDS, default=None)
+    t.add_argument("--span-summary", choices=SUMMARY_KINDS, default=None)
     t.add_argument("--target-precision", type=non_negative_float, default=None,
                    help="calibrate the span head's NULL threshold for this precision (percent) instead of best F1")
-    t.add_argument("--doc-stride", type=positive_int, default=128, help="QA: step between window starts, in tokens")
-    t.add_argument("--max-query-length", type=positive_int, default=64)
-    t.add_argument("--max-answer-length", type=positive_int, default=30)
+    t.add_argument("--doc-stride", type=positive_int, default=None, help="QA: step between window starts, in tokens "
+                   "(default 128)")
+    t.add_argument("--max-query-length", type=positive_int, default=None, help="default 64")
+    t.add_argument("--max-answer-length", type=positive_int, default=None, help="default 30")
     p.set_defaults(func=run_finetune)
 
     q = subparsers.add_parser("predict", help=command_help("predict"))
@@ -93,49 +102,78 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     return p
 
 
+# recipe flags that set a field of the task's config under the same name
+_RECIPE_FLAGS = ("model", "head", "regime", "last_k", "layerwise_lr_decay", "epochs", "batch_size", "max_length",
+                 "max_train_examples", "train_split", "eval_split", "train_file", "dev_file", "text_a", "text_b",
+                 "label", "label_names",
+                 "regression", "label_subwords", "decoding", "max_span_length", "span_boundary", "span_summary",
+                 "target_precision", "doc_stride", "max_query_length", "max_answer_length")
+
+
+def finetune_config_from_args(args: argparse.Namespace):
+    """The task's config: its defaults, then the preset (``--preset``), then the flags the user gave.
+
+    Raises:
+        UsageError: a flag the task does not take, or no run directory.
+    """
+    import dataclasses
+
+    task = get_task(args.task)
+    d: dict = {}
+    train: dict = {"learning_rate": task.default_learning_rate, "warmup_ratio": 0.1}
+    if args.preset:
+        preset = load_preset(args.preset, "finetune")
+        train.update(preset.pop("train", {}) or {})
+        d.update(preset)
+        d.pop("task", None)
+    train.update(train_overrides(args))
+    if not train.get("out_dir"):
+        raise UsageError("give the run directory: --out-dir DIR")
+    fields = {f.name for f in dataclasses.fields(task.config_class)}
+    for name in _RECIPE_FLAGS:
+        value = getattr(args, name)
+        if value is None:
+            continue
+        if name not in fields:
+            raise UsageError(f"--{name.replace('_', '-')} does not apply to task {args.task!r} "
+                             f"({task.config_class.__name__})")
+        d[name] = value
+    if args.trainable_layers is not None:  # one freezing option: K top layers (0: the head only)
+        if args.trainable_layers < 0:
+            raise UsageError(f"--trainable-layers must be >= 0; got {args.trainable_layers}")
+        if args.trainable_layers == 0:
+            d["regime"] = "frozen"
+        else:
+            d.update(regime="last_k", last_k=args.trainable_layers)
+    if task.name in TOKEN_TASKS and d.get("head") is not None and d["head"] not in TASK_HEADS[task.name]:
+        raise UsageError(f"--head {d['head']} does not fit {task.name}: it takes one of {TASK_HEADS[task.name]}")
+    if task.name in TASKS + ("custom",) and d.get("head") is not None and d["head"] not in HEADS:
+        raise UsageError(f"--head {d['head']} is for token and span tasks; {task.name} takes one of {HEADS}")
+    return task, task.config_class(task=task.name, train=TrainConfig.from_dict(train), **d)
+
+
+def train_task(task, config):
+    """Train a task from its config: what ``ctxemb finetune`` runs (``benchmarks/finetune.py`` too). Returns the
+    family's result (``FinetuneResult``, ``TokenFinetuneResult``, or the skeleton's ``TaskRun`` for a user's task)."""
+    if isinstance(config, TokenFinetuneConfig):
+        return run_token_finetuning(config)
+    if isinstance(config, FinetuneConfig):
+        return run_finetuning(config)
+    return run_task(task, config)  # a task registered by the user: the same skeleton
+
+
 def run_finetune(args: argparse.Namespace) -> int:
-    token_task = args.task in TOKEN_TASKS
-    lr = args.learning_rate or (5e-5 if token_task else 2e-5)
-    train = TrainConfig(learning_rate=lr, max_steps=1, warmup_ratio=args.warmup_ratio,
-                        precision=args.precision, seed=args.seed, out_dir=args.out, resume=args.resume,
-                        save_every=args.save_every or 0, progress_bar=not args.no_progress)
-    common = dict(task=args.task, model=args.model, regime=args.regime, last_k=args.last_k,
-                  layerwise_lr_decay=args.layerwise_lr_decay or 1.0, epochs=args.epochs, batch_size=args.batch_size,
-                  max_length=args.max_length, max_train_examples=args.max_train_examples,
-                  train_file=args.train_file, dev_file=args.dev_file, train=train)
-    if token_task:
-        if args.head is not None and args.head not in TASK_HEADS[args.task]:
-            raise UsageError(f"--head {args.head} does not fit {args.task}: it takes one of {TASK_HEADS[args.task]}")
-        config = TokenFinetuneConfig(
-            head=args.head, label_subwords=args.label_subwords, decoding=args.decoding,
-            max_span_length=args.max_span_length, span_boundary=args.span_boundary, span_summary=args.span_summary,
-            target_precision=args.target_precision, doc_stride=args.doc_stride,
-            max_query_length=args.max_query_length, max_answer_length=args.max_answer_length, **common)
-        result = run_token_finetuning(config)
-    else:
-        if args.head is not None and args.head not in HEADS:
-            raise UsageError(f"--head {args.head} is for token and span tasks; {args.task} takes one of {HEADS}")
-        config = FinetuneConfig(head=args.head or "checkpoint", text_a=args.text_a, text_b=args.text_b,
-                                label=args.label, label_names=args.label_names, regression=args.regression, **common)
-        result = run_finetuning(config)
-    print(f"eval after {result.train.step} steps: "
+    task, config = finetune_config_from_args(args)
+    result = train_task(task, config)
+    print(f"eval after {result.run.train.step if hasattr(result, 'run') else result.train.step} steps: "
           + ", ".join(f"{k} {v:.2f}" for k, v in result.final_metrics.items()))
     print(f"model: {result.model_dir}")
     return 0
 
 
 def _model_kind(model_dir: str) -> str:
-    """"sequence", "token" (taggers and span classifiers) or "qa", from the run's config or the architecture."""
-    path = Path(resolve_model_dir(model_dir))
-    saved = load_finetune_config(path) or {}
-    if saved.get("head") == "qa":
-        return "qa"
-    if saved.get("kind") == "token":
-        return "token"
-    archs = json.loads((path / "config.json").read_text(encoding="utf-8")).get("architectures") or [""]
-    if archs[0].endswith("ForQuestionAnswering"):
-        return "qa"
-    return "token" if archs[0].endswith("ForTokenClassification") else "sequence"
+    """"sequence", "token" (taggers and span classifiers), "qa", or "task:<name>" (a registered task)."""
+    return model_kind(model_dir)
 
 
 def run_predict(args: argparse.Namespace) -> int:
@@ -148,6 +186,16 @@ def run_predict(args: argparse.Namespace) -> int:
         raise UsageError("--out is where a tagged CoNLL file goes: give the file to tag (--conll FILE)")
     if args.conll is None and not args.text:
         raise UsageError("give texts to predict for (or --conll FILE --out FILE for a tagger)")
+    if kind.startswith("task:"):
+        if not args.text:
+            raise UsageError("give the inputs to predict for")
+        try:  # a registered task's inputs: one JSON value per argument
+            inputs = [json.loads(t) for t in args.text]
+        except json.JSONDecodeError as e:
+            raise UsageError(f"{args.model_dir} is a {kind[5:]!r} model: give each input as JSON ({e})") from None
+        for value, p in zip(inputs, load_predictor(args.model_dir, device=args.device).predict(inputs)):
+            print(json.dumps({"input": value, "prediction": p}, ensure_ascii=False, default=str))
+        return 0
     if args.question is not None and kind != "qa":
         raise UsageError(f"--question is for QA models; {args.model_dir} is a {kind} model")
     if kind == "qa":

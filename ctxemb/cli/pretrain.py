@@ -1,6 +1,6 @@
 """``ctxemb pretrain``: masked-LM pretraining from a TOML settings file, flags overriding it.
 
-    ctxemb pretrain --config run.toml
+    ctxemb pretrain --preset run.toml
     ctxemb pretrain --train-corpus wiki.txt --tokenizer vocab/ --out-dir runs/bert-small --max-steps 2000
     torchrun --nproc_per_node 2 -m ctxemb pretrain --config run.toml      # data parallel, one process per core/GPU
 """
@@ -11,7 +11,8 @@ import argparse
 import json
 from typing import Any
 
-from ctxemb.cli._common import command_help, fraction, non_negative_float, positive_int
+from ctxemb.cli._common import (DeprecatedAlias, add_train_flags, command_help, fraction, load_preset,
+                                positive_int, train_overrides)
 from ctxemb.pretraining.recipe import (
     CORPUS_MODES,
     MASKING_STRATEGIES,
@@ -20,18 +21,14 @@ from ctxemb.pretraining.recipe import (
     PretrainConfig,
     run_pretraining,
 )
-from ctxemb.training.loop import TrainConfig
+from ctxemb.training.config import TrainConfig
 
-# flag -> (PretrainConfig field, or "train.<TrainConfig field>")
+# flag -> PretrainConfig field (the loop's flags are generated from TrainConfig: cli._common.add_train_flags)
 _OVERRIDES = {
     "train_corpus": "train_corpus", "eval_corpus": "eval_corpus", "corpus_mode": "corpus_mode",
     "tokenizer": "tokenizer", "init_from": "init_from", "sequences": "sequences", "max_len": "max_len",
     "batch_size": "batch_size", "masking": "masking", "mlm_probability": "mlm_probability",
     "replacement": "replacement", "eval_batches": "eval_batches", "shards_dir": "shards_dir",
-    "out_dir": "train.out_dir", "max_steps": "train.max_steps", "learning_rate": "train.learning_rate",
-    "warmup_ratio": "train.warmup_ratio", "grad_accumulation_steps": "train.grad_accumulation_steps",
-    "precision": "train.precision", "seed": "train.seed", "eval_every": "train.eval_every",
-    "save_every": "train.save_every", "log_every": "train.log_every", "device": "train.device",
 }
 
 
@@ -39,7 +36,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser(
         "pretrain", help=command_help("pretrain"),
         description=__doc__.split("\n\n")[0] + " Run it under torchrun to train on several processes or machines.")
-    p.add_argument("--config", default=None, help="TOML file of PretrainConfig settings ([train] for the loop)")
+    p.add_argument("--preset", "--config", dest="config", default=None,
+                   help="TOML file of PretrainConfig settings ([train] for the loop), or a preset shipped in "
+                        "ctxemb/presets (e.g. 'mlm-tiny' for pretrain-mlm-tiny.toml)")
     g = p.add_argument_group("data and model (override the TOML file)")
     g.add_argument("--train-corpus", nargs="+", default=None, help="plain-text training files")
     g.add_argument("--eval-corpus", nargs="+", default=None, help="held-out plain-text files")
@@ -50,27 +49,15 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    "'{\"hidden_size\": 256, \"num_hidden_layers\": 4, \"num_attention_heads\": 4, "
                    "\"intermediate_size\": 1024}'")
     g.add_argument("--sequences", choices=SEQUENCE_MODES, default=None)
-    g.add_argument("--max-len", type=positive_int, default=None)
+    g.add_argument("--max-length", "--max-len", dest="max_len", type=positive_int, default=None,
+                   action=DeprecatedAlias, deprecated=["--max-len"], help="tokens per sequence (default 128)")
     g.add_argument("--batch-size", type=positive_int, default=None)
     g.add_argument("--masking", choices=MASKING_STRATEGIES, default=None)
     g.add_argument("--mlm-probability", type=fraction, default=None)
     g.add_argument("--replacement", choices=REPLACEMENTS, default=None)
     g.add_argument("--eval-batches", type=positive_int, default=None)
     g.add_argument("--shards-dir", default=None)
-    t = p.add_argument_group("training loop (override the TOML file's [train])")
-    t.add_argument("--out-dir", default=None)
-    t.add_argument("--max-steps", type=positive_int, default=None)
-    t.add_argument("--learning-rate", type=non_negative_float, default=None)
-    t.add_argument("--warmup-ratio", type=fraction, default=None)
-    t.add_argument("--grad-accumulation-steps", type=positive_int, default=None)
-    t.add_argument("--precision", choices=("auto", "fp32", "bf16"), default=None)
-    t.add_argument("--seed", type=int, default=None)
-    t.add_argument("--eval-every", type=positive_int, default=None)
-    t.add_argument("--save-every", type=positive_int, default=None)
-    t.add_argument("--log-every", type=positive_int, default=None)
-    t.add_argument("--device", default=None)
-    t.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in --out-dir")
-    t.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_train_flags(p, shown_defaults={"learning_rate": 5e-4, "max_steps": 1000})
     p.set_defaults(func=run_pretrain)
     return p
 
@@ -79,7 +66,7 @@ def config_from_args(args: argparse.Namespace) -> PretrainConfig:
     """The TOML file's settings (if any) with the flags the user gave on top."""
     d: dict[str, Any] = {}
     if args.config:
-        d = PretrainConfig.from_toml(args.config).to_dict()
+        d = dict(load_preset(args.config, "pretrain"))  # validated below, with the flags on top
     train = dict(d.pop("train", {}) or {})
     train.setdefault("learning_rate", 5e-4)
     train.setdefault("max_steps", 1000)
@@ -87,19 +74,13 @@ def config_from_args(args: argparse.Namespace) -> PretrainConfig:
         value = getattr(args, flag)
         if value is None:
             continue
-        if target.startswith("train."):
-            train[target[len("train."):]] = value
-        else:
-            d[target] = value
+        d[target] = value
     if args.model is not None:
         try:
             d["model"] = json.loads(args.model)
         except json.JSONDecodeError as e:
             raise ValueError(f"--model must be a JSON object of EncoderConfig fields: {e}") from None
-    if args.resume:
-        train["resume"] = True
-    if args.no_progress:
-        train["progress_bar"] = False
+    train.update(train_overrides(args))
     return PretrainConfig.from_dict({**d, "train": TrainConfig.from_dict(train)})
 
 

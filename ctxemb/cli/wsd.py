@@ -17,6 +17,7 @@ Examples::
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import math
@@ -24,20 +25,25 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from ctxemb.cli._common import (
+    DeprecatedAlias,
+    UsageError,
     add_embedder_args,
+    add_train_flags,
     command_help,
     embedder_overrides,
     fraction,
     load_embedder,
+    load_preset,
     non_negative_float,
     positive_float,
     positive_int,
+    train_overrides,
     write_json,
 )
 from ctxemb.evaluation.wsd import evaluate_wsd
-from ctxemb.modeling.wsd_heads import GLOSS_ENCODERS, LAYER_POOLINGS, NEGATIVES, SCORES
+from ctxemb.modeling.sense_heads import GLOSS_ENCODERS, LAYER_POOLINGS, NEGATIVES, SCORES
 from ctxemb.registry import DEFAULT_MODEL
-from ctxemb.training.loop import TrainConfig
+from ctxemb.training.config import TrainConfig
 from ctxemb.wsd.build import BuildConfig, build_sense_store
 from ctxemb.wsd.corpus import read_dataset, split_corpus_by_document, write_dataset
 from ctxemb.wsd.corpus_pass import MULTIWORD_MODES
@@ -147,20 +153,25 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def _add_train_parser(sub) -> None:
-    d = SenseTrainConfig(recipe="bem", train=TrainConfig(learning_rate=2e-5, max_steps=1, out_dir="-"))
+    d = SenseTrainConfig(recipe="bem", train=TrainConfig(learning_rate=2e-5, out_dir="-"))
     r = sub.add_parser("train", help="fine-tune an encoder for nearest-sense WSD on SemCor (bem or supcon)",
                        description="Train a sense-aware encoder on a sense-annotated corpus's training documents and "
                                    "save it as an HF-format model for `wsd build` and the Embedder.")
     r.add_argument("--recipe", required=True, choices=RECIPES,
                    help="bem: context-gloss bi-encoder (cross-entropy over the candidates' glosses); supcon: "
                         "supervised contrastive on occurrences (same sense together, the lemma's other senses apart)")
-    r.add_argument("--out", required=True, help="run directory: checkpoints, metrics.jsonl, and model/")
+    r.add_argument("--preset", default=None,
+                   help="a TOML file of SenseTrainConfig settings ([train] for the loop's), or a preset shipped in "
+                        "ctxemb/presets (e.g. 'supcon' for wsd-supcon.toml); flags that differ from their default "
+                        "override it")
     r.add_argument("--model", default=DEFAULT_MODEL, help="the encoder to start from (default %(default)s)")
     r.add_argument("--corpus", default=None, help="Raganato-format training set (default: SemCor in the shared data)")
     r.add_argument("--held-out-fraction", type=fraction, default=d.held_out_fraction,
                    help="documents held out, as benchmarks/wsd.py does (default %(default)s)")
     r.add_argument("--split-seed", type=int, default=d.split_seed, help="seed of the held-out split (default %(default)s)")
-    r.add_argument("--max-sentences", type=positive_int, default=None, help="use only the first N training sentences")
+    r.add_argument("--max-train-examples", "--max-sentences", dest="max_sentences", type=positive_int, default=None,
+                   action=DeprecatedAlias, deprecated=["--max-sentences"],
+                   help="use only the first N training sentences")
     r.add_argument("--eval-sentences", type=int, default=d.eval_sentences,
                    help="held-out sentences to evaluate the objective on (default %(default)s; 0 = none)")
     g = r.add_argument_group("pooling (as the Embedder's; build the store with the same)")
@@ -173,7 +184,6 @@ def _add_train_parser(sub) -> None:
                         "(default %(default)s)")
     b = r.add_argument_group("batches and budget")
     b.add_argument("--epochs", type=positive_float, default=d.epochs)
-    b.add_argument("--max-steps", type=positive_int, default=None, help="optimizer steps (overrides --epochs)")
     b.add_argument("--max-minutes", type=positive_float, default=None,
                    help="stop at this time budget (a checkpoint is written; --resume continues)")
     b.add_argument("--max-tokens-per-batch", type=positive_int, default=d.max_tokens_per_batch)
@@ -195,33 +205,36 @@ def _add_train_parser(sub) -> None:
     c.add_argument("--negatives", choices=NEGATIVES, default=d.negatives)
     c.add_argument("--senses-per-group", type=positive_int, default=d.senses_per_group)
     c.add_argument("--occurrences-per-sense", type=positive_int, default=d.occurrences_per_sense)
-    t = r.add_argument_group("training loop")
-    t.add_argument("--learning-rate", type=non_negative_float, default=2e-5)
-    t.add_argument("--warmup-ratio", type=fraction, default=0.1)
-    t.add_argument("--grad-accumulation-steps", type=positive_int, default=1)
-    t.add_argument("--precision", choices=("auto", "fp32", "bf16"), default="auto")
-    t.add_argument("--seed", type=int, default=0)
-    t.add_argument("--eval-every", type=int, default=0, help="evaluate every N steps (default: at the end)")
-    t.add_argument("--save-every", type=int, default=500, help="checkpoint every N steps (default %(default)s)")
-    t.add_argument("--log-every", type=positive_int, default=10)
-    t.add_argument("--device", default="auto")
-    t.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in --out")
-    t.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_train_flags(r, shown_defaults=_WSD_TRAIN_DEFAULTS)
     r.set_defaults(func=run_train)
 
 
+# the loop's defaults for sense training where they differ from TrainConfig's
+_WSD_TRAIN_DEFAULTS = {"learning_rate": 2e-5, "warmup_ratio": 0.1, "save_every": 500}
+
+
 def train_config_from_args(args: argparse.Namespace) -> SenseTrainConfig:
-    train = TrainConfig(learning_rate=args.learning_rate, max_steps=1, warmup_ratio=args.warmup_ratio,
-                        grad_accumulation_steps=args.grad_accumulation_steps, precision=args.precision,
-                        seed=args.seed, eval_every=args.eval_every, save_every=args.save_every,
-                        log_every=args.log_every, device=args.device, out_dir=args.out, resume=bool(args.resume),
-                        progress_bar=not args.no_progress)
+    preset = dict(load_preset(args.preset, "wsd")) if args.preset else {}
+    train_fields = {**_WSD_TRAIN_DEFAULTS, **(preset.pop("train", {}) or {}), **train_overrides(args)}
+    if not train_fields.get("out_dir"):
+        raise UsageError("give the run directory: --out-dir DIR")
+    train = TrainConfig.from_dict(train_fields)
+    config = _sense_config_from_args(args, train)
+    if not preset:
+        return config
+    # a preset's settings apply where the flag was left at its default
+    default = SenseTrainConfig(recipe=config.recipe, train=train)
+    kept = {k: getattr(config, k) for k in preset if getattr(config, k) != getattr(default, k)}
+    return dataclasses.replace(config, **{**preset, **kept})
+
+
+def _sense_config_from_args(args: argparse.Namespace, train: TrainConfig) -> SenseTrainConfig:
     return SenseTrainConfig(
         recipe=args.recipe, model=args.model, corpus=args.corpus, held_out_fraction=args.held_out_fraction,
         split_seed=args.split_seed, max_train_sentences=args.max_sentences, eval_sentences=args.eval_sentences,
         layers=tuple(args.layers), layer_pooling=args.layer_pooling, subword_pooling=args.subword_pooling,
         max_length=args.max_length, max_gloss_length=args.max_gloss_length, epochs=args.epochs,
-        multiword=args.multiword, max_steps=args.max_steps, max_minutes=args.max_minutes,
+        multiword=args.multiword, max_minutes=args.max_minutes,
         max_tokens_per_batch=args.max_tokens_per_batch, max_items_per_batch=args.max_items_per_batch,
         trainable_layers=args.trainable_layers, max_targets_per_sentence=args.max_targets_per_sentence,
         max_candidates=args.max_candidates, gloss_encoder=args.gloss_encoder, score=args.score,

@@ -163,3 +163,14 @@ class Collator:
             batch["labels"] = torch.tensor([it.label for it in items],
                                            dtype=torch.float32 if self.regression else torch.long)
         return batch
+
+
+def model_inputs(tokenizer, examples: Sequence[TextExample], *, head: str, regression: bool, max_length: int,
+                 with_labels: bool = True) -> tuple[list, Collator | PairCollator]:
+    """The encoded examples and their collator: both texts in one input for a cross-encoder head, each text alone
+    for the bi-encoder (``head="cosine"``)."""
+    if head == "cosine":
+        return (encode_pairs_separately(tokenizer, examples, max_length=max_length, with_labels=with_labels),
+                PairCollator(tokenizer.pad_token_id))
+    return (encode_examples(tokenizer, examples, max_length=max_length, with_labels=with_labels),
+            Collator(tokenizer.pad_token_id, regression=regression))

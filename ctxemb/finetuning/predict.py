@@ -15,8 +15,10 @@ import torch
 
 from ctxemb._validation import check_int, check_string_batch
 from ctxemb.finetuning.readers import TextExample
-from ctxemb.finetuning.tasks import model_inputs, predict_outputs
-from ctxemb.modeling.task_heads import PAIR_HEAD_CONFIG_KEY, EncoderForPairSimilarity, EncoderForSequenceClassification
+from ctxemb.finetuning.features import model_inputs
+from ctxemb.finetuning.outputs import predict_outputs
+from ctxemb.modeling.sequence_classification import (PAIR_HEAD_CONFIG_KEY, EncoderForPairSimilarity,
+                                                     EncoderForSequenceClassification)
 from ctxemb.registry import resolve_model_dir
 from ctxemb.tokenization import Tokenizer
 from ctxemb.training.data import EvalBatches

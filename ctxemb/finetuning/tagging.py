@@ -5,7 +5,7 @@ subwords, so tags have to be aligned:
 
 - training, ``label_subwords="all"`` (the book's choice, the default): every subword of a word gets the word's tag;
   ``"first"``: only the first subword does, the others take no loss;
-- decoding (:meth:`ctxemb.modeling.token_heads.EncoderForTokenClassification.decode_words`): from each word's
+- decoding (:meth:`ctxemb.modeling.token_classification.EncoderForTokenClassification.decode_words`): from each word's
   first subword, or from the mean of its subwords' distributions; a CRF decodes words directly.
 
 Span classification (J&M 11.5.2). Every span of at most ``max_span_length`` words is enumerated (W(W+1)/2 of them
@@ -30,7 +30,7 @@ import torch
 
 from ctxemb.finetuning.features import pad_ids, pad_inputs
 from ctxemb.metrics.conlleval import chunks as bio_chunks
-from ctxemb.modeling.token_heads import IGNORE_INDEX, NULL_LABEL
+from ctxemb.modeling.token_classification import IGNORE_INDEX, NULL_LABEL
 from ctxemb.tokenization import TokenizedText, Tokenizer
 
 logger = logging.getLogger(__name__)

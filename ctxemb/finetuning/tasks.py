@@ -10,111 +10,37 @@ with its head and label map (transformers' ``AutoModelForSequenceClassification`
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import logging
-import math
-import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, Literal, Mapping, Sequence
+from typing import Sequence
 
 import numpy as np
-import torch
 
-from ctxemb.finetuning.features import Collator, PairCollator, encode_examples, encode_pairs_separately
-from ctxemb.finetuning.readers import TASKS, TaskData, TextExample, load_task, read_table
-from ctxemb.loading import load_tokenizer
+from ctxemb._validation import check_choice, read_json_file
+from ctxemb.finetuning.config import (CONFIG_FILE, MODEL_DIR, REGIMES, FinetuneRunConfig, Regime,  # noqa: F401
+                                     load_finetune_config)
+from ctxemb.finetuning.features import model_inputs
+from ctxemb.finetuning.outputs import predict_outputs
+from ctxemb.finetuning.readers import TASKS, TaskData as TableData, TextExample, load_task, read_table
+from ctxemb.finetuning.task import Task, TaskData, save_model_files
 from ctxemb.metrics.classification import accuracy, binary_f1
 from ctxemb.metrics.correlation import pearson, spearman
-from ctxemb.modeling.task_heads import EncoderForPairSimilarity, EncoderForSequenceClassification
-from ctxemb.paths import atomic_write
-from ctxemb.registry import DEFAULT_MODEL, resolve_model_dir
-from ctxemb.tokenization import copy_tokenizer_files
-from ctxemb.training.data import DatasetBatches, EvalBatches, move_to_device
-from ctxemb.training.distributed import distributed_session
-from ctxemb.training.loop import TrainConfig, TrainResult, epochs_to_steps, seed_everything, train
-from ctxemb.training.optim import layerwise_lr_groups
+from ctxemb.modeling.sequence_classification import (PAIR_HEAD_CONFIG_KEY, EncoderForPairSimilarity,
+                                                     EncoderForSequenceClassification)
+from ctxemb.registry import resolve_model_dir
+from ctxemb.training.callbacks import TrainResult
+from ctxemb.training.data import EvalBatches
 
 logger = logging.getLogger(__name__)
 
-Regime = Literal["full", "frozen", "last_k"]
-REGIMES: tuple[str, ...] = ("full", "frozen", "last_k")
+# CONFIG_FILE, MODEL_DIR, REGIMES, FinetuneRunConfig and load_finetune_config live in finetuning.config;
+# model_inputs in finetuning.features; predict_outputs in finetuning.outputs. Importable from here as before.
+__all__ = ["CONFIG_FILE", "HEADS", "MODEL_DIR", "REGIMES", "FinetuneConfig", "FinetuneResult", "FinetuneRunConfig",
+           "Regime", "SequenceTask", "TextExample", "build_model", "load_finetune_config", "load_task_data",
+           "model_inputs", "predict_outputs", "run_finetuning", "task_metrics"]
+
 HEADS: tuple[str, ...] = ("checkpoint", "cls", "mean", "cosine")
-MODEL_DIR = "model"
-CONFIG_FILE = "finetune_config.json"
-
-
-@dataclass
-class FinetuneRunConfig:
-    """The settings every fine-tuning run shares (sequence level here, token level in
-    :mod:`ctxemb.finetuning.token_tasks`), validated in one place.
-
-    Attributes:
-        task: the task's name.
-        model: the encoder to fine-tune (name or HF-format directory).
-        regime: ``"full"``, ``"frozen"`` (head only) or ``"last_k"`` (the last ``last_k`` layers and the head).
-        last_k: layers trained with ``regime="last_k"``.
-        layerwise_lr_decay: each layer below the top gets this factor more of the learning rate (1 = off).
-        epochs: passes over the training split (sets the loop's max_steps).
-        batch_size: examples per micro-batch (per process).
-        max_length: longest model input in tokens.
-        train_split, eval_split: the splits to train on and to evaluate on each epoch (tune on dev).
-        max_train_examples: use only the first N training examples (None: all).
-        train_file, dev_file: a task of the user's own files.
-        train: the loop's settings (``out_dir`` required; ``max_steps`` is set from ``epochs``).
-    """
-
-    task: str
-    model: str = DEFAULT_MODEL
-    regime: Regime = "full"
-    last_k: int = 2
-    layerwise_lr_decay: float = 1.0
-    epochs: float = 3.0
-    batch_size: int = 32
-    max_length: int = 128
-    train_split: str = "train"
-    eval_split: str = "dev"
-    max_train_examples: int | None = None
-    train_file: str | None = None
-    dev_file: str | None = None
-    train: TrainConfig = field(default_factory=lambda: TrainConfig(learning_rate=2e-5, max_steps=1))
-
-    # positive-int fields beyond the shared ones, checked by __post_init__ (subclasses extend it)
-    _POSITIVE_INTS: ClassVar[tuple[str, ...]] = ()
-
-    def __post_init__(self) -> None:
-        if isinstance(self.train, Mapping):
-            self.train = TrainConfig.from_dict({"max_steps": 1, **self.train})
-        if self.regime not in REGIMES:
-            raise ValueError(f"regime must be one of {REGIMES}; got {self.regime!r}")
-        if not (0 < self.layerwise_lr_decay <= 1):
-            raise ValueError(f"layerwise_lr_decay must be in (0, 1]; got {self.layerwise_lr_decay}")
-        if not (self.epochs > 0 and math.isfinite(self.epochs)):
-            raise ValueError(f"epochs must be a positive number; got {self.epochs}")
-        for name in ("batch_size", "max_length", "last_k") + self._POSITIVE_INTS:
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a positive int; got {value!r}")
-        if self.max_train_examples is not None and (not isinstance(self.max_train_examples, int)
-                                                    or self.max_train_examples < 1):
-            raise ValueError(f"max_train_examples must be a positive int or None; got {self.max_train_examples!r}")
-        if not self.train.out_dir:
-            raise ValueError("train.out_dir is required: checkpoints, metrics and the model go there")
-
-    def to_dict(self) -> dict[str, Any]:
-        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "train"}
-        d["train"] = self.train.to_dict()
-        return d
-
-    def apply_regime(self, model):
-        """Put a freshly built model in training mode and freeze what ``regime`` leaves untrained; returns it."""
-        model.train()
-        if self.regime == "frozen":
-            model.freeze_encoder()
-        elif self.regime == "last_k":
-            model.freeze_all_but_last(self.last_k)
-        return model
 
 
 @dataclass
@@ -141,12 +67,10 @@ class FinetuneConfig(FinetuneRunConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.task not in TASKS + ("custom",):
-            raise ValueError(f"task must be one of {TASKS + ('custom',)}; got {self.task!r}")
+        check_choice(self.task, "task", TASKS + ("custom",))
         if self.task == "custom" and not (self.train_file and self.dev_file):
             raise ValueError("task 'custom' needs train_file and dev_file (TSV or JSONL with named columns)")
-        if self.head not in HEADS:
-            raise ValueError(f"head must be one of {HEADS}; got {self.head!r}")
+        check_choice(self.head, "head", HEADS)
         if self.head == "cosine" and not (self.regression or self.task == "stsb"):
             raise ValueError("head 'cosine' (a bi-encoder) is for scored pairs: task stsb or a custom regression task")
 
@@ -160,9 +84,10 @@ class FinetuneResult:
     final_metrics: dict[str, float]
     model_dir: Path
     eval_seconds: float = 0.0  # of the run's wall time, spent evaluating (the rest is training and saving)
+    training_run: str | None = None  # the stamp in the saved model's config.json
 
 
-def load_task_data(config: FinetuneConfig) -> TaskData:
+def load_task_data(config: FinetuneConfig) -> TableData:
     if config.task != "custom":
         return load_task(config.task, splits=[config.train_split, config.eval_split])
     names = tuple(config.label_names) if config.label_names else None
@@ -172,7 +97,7 @@ def load_task_data(config: FinetuneConfig) -> TaskData:
     if not config.regression and names is None:
         labels = sorted({ex.label for ex in splits["train"]})
         names = tuple(str(x) for x in range(max(labels) + 1))
-    return TaskData(name=Path(config.train_file).stem, splits=splits, label_names=None if config.regression else names,
+    return TableData(name=Path(config.train_file).stem, splits=splits, label_names=None if config.regression else names,
                     metrics=("pearson", "spearman") if config.regression else ("accuracy",))
 
 
@@ -195,22 +120,7 @@ def task_metrics(names: Sequence[str], labels: np.ndarray, outputs: np.ndarray) 
     return out
 
 
-@torch.inference_mode()
-def predict_outputs(model: EncoderForSequenceClassification, batches) -> np.ndarray:
-    """Logits (N, C), or scores (N,) for regression, over ``batches`` in order."""
-    device = next(model.parameters()).device
-    was_training = model.training
-    model.eval()
-    outs = []
-    for batch in batches:
-        batch = {k: v for k, v in move_to_device(batch, device).items() if k != "labels"}
-        logits = model(**batch).logits.float().cpu()
-        outs.append(logits[:, 0] if model.problem == "regression" else logits)
-    model.train(was_training)
-    return torch.cat(outs).numpy()
-
-
-def build_model(config: FinetuneConfig, task: TaskData) -> EncoderForSequenceClassification | EncoderForPairSimilarity:
+def build_model(config: FinetuneConfig, task: TableData) -> EncoderForSequenceClassification | EncoderForPairSimilarity:
     regression = task.label_names is None
     if config.head == "cosine":
         scale = max(abs(ex.label) for ex in task.splits[_train_split(config)])
@@ -226,64 +136,70 @@ def build_model(config: FinetuneConfig, task: TaskData) -> EncoderForSequenceCla
     return config.apply_regime(model)
 
 
-def model_inputs(tokenizer, examples: Sequence[TextExample], *, head: str, regression: bool, max_length: int,
-                 with_labels: bool = True) -> tuple[list, Collator | PairCollator]:
-    """The encoded examples and their collator: both texts in one input for a cross-encoder head, each text alone
-    for the bi-encoder (``head="cosine"``)."""
-    if head == "cosine":
-        return (encode_pairs_separately(tokenizer, examples, max_length=max_length, with_labels=with_labels),
-                PairCollator(tokenizer.pad_token_id))
-    return (encode_examples(tokenizer, examples, max_length=max_length, with_labels=with_labels),
-            Collator(tokenizer.pad_token_id, regression=regression))
-
-
 def _train_split(config: FinetuneConfig) -> str:
     return config.train_split if config.task != "custom" else "train"
 
 
+class SequenceTask(Task):
+    """A sentence- or pair-level task of :data:`~ctxemb.finetuning.readers.TASKS` or ``"custom"`` (a user's
+    TSV/JSONL table): classification (accuracy; F1 for MRPC), or regression (Spearman) for STS-B and custom
+    regression tasks. Config: :class:`FinetuneConfig`."""
+
+    family = "sequence"
+    config_class = FinetuneConfig
+    default_learning_rate = 2e-5
+
+    def __init__(self, name: str):
+        self.name = name
+        self.description = f"sequence-level task {name}"
+
+    def primary(self, config: FinetuneConfig) -> tuple[str, bool]:
+        if config.task == "custom":
+            return ("spearman" if config.regression else "accuracy"), True
+        return _PRIMARY[config.task], True
+
+    def read(self, config: FinetuneConfig) -> TaskData:
+        table = load_task_data(config)
+        train = table.splits[_train_split(config)]
+        evaluation = table.splits[config.eval_split if config.task != "custom" else "dev"]
+        return TaskData(train=list(train), eval=list(evaluation), labels=table.label_names,
+                        info={"table": table, "metrics": tuple(table.metrics), "name": table.name})
+
+    def build_model(self, config: FinetuneConfig, data: TaskData):
+        return build_model(config, data.info["table"])  # the cosine head's score scale: the whole training split
+
+    def encode(self, config: FinetuneConfig, tokenizer, examples, data: TaskData):
+        return model_inputs(tokenizer, examples, head=config.head, regression=data.labels is None,
+                            max_length=config.max_length)
+
+    def evaluator(self, config: FinetuneConfig, tokenizer, data: TaskData, features, collate):
+        batches = EvalBatches(features, batch_size=max(config.batch_size, 64), collate=collate)
+        labels = np.array([ex.label for ex in data.eval])
+        names = data.info["metrics"]
+        return lambda m: task_metrics(names, labels, predict_outputs(m, batches))
+
+    def save(self, model, directory, config: FinetuneConfig, data: TaskData, tokenizer, *, train_config) -> None:
+        save_model_files(model, directory, config, tokenizer, train_config=train_config,
+                         task_name=data.info["name"], metrics=list(data.info["metrics"]))
+
+    def load(self, model_dir):
+        path = resolve_model_dir(model_dir)
+        if PAIR_HEAD_CONFIG_KEY in read_json_file(Path(path) / "config.json", "config file"):
+            return EncoderForPairSimilarity.from_pretrained(path)
+        return EncoderForSequenceClassification.from_pretrained(path)
+
+
+# The metric each built-in task selects by (the first of its GLUE metrics; MRPC: F1 as GLUE ranks it).
+_PRIMARY = {"sst2": "accuracy", "mrpc": "f1", "rte": "accuracy", "snli": "accuracy", "stsb": "spearman"}
+
+
 def run_finetuning(config: FinetuneConfig) -> FinetuneResult:
-    """Fine-tune, evaluating on the eval split each epoch; save the model directory (see the module docstring)."""
-    task = load_task_data(config)
-    train_examples: list[TextExample] = task.splits[_train_split(config)]
-    eval_examples = task.splits[config.eval_split if config.task != "custom" else "dev"]
-    if config.max_train_examples:
-        train_examples = train_examples[:config.max_train_examples]
-    seed_everything(config.train.seed)  # the new head's initialisation belongs to the run's seed
-    tokenizer = load_tokenizer(config.model)
-    model = build_model(config, task)
-    train_features, collate = model_inputs(tokenizer, train_examples, head=config.head,
-                                           regression=task.label_names is None, max_length=config.max_length)
-    eval_features, _ = model_inputs(tokenizer, eval_examples, head=config.head, regression=task.label_names is None,
-                                    max_length=config.max_length)
-    eval_labels = np.array([ex.label for ex in eval_examples])
-    history: list[dict[str, float]] = []
-    with distributed_session(config.train.device) as ctx:
-        source = DatasetBatches(train_features, batch_size=config.batch_size, collate=collate, seed=config.train.seed,
-                                rank=ctx.rank, world_size=ctx.world_size)
-        per_epoch = source.batches_per_epoch
-        steps = epochs_to_steps(config.epochs, per_epoch, config.train.grad_accumulation_steps)
-        train_config = dataclasses.replace(config.train, max_steps=steps,
-                                           eval_every=config.train.eval_every or max(1, steps // math.ceil(config.epochs)))
-        eval_batches = EvalBatches(eval_features, batch_size=max(config.batch_size, 64), collate=collate)
+    """Fine-tune, evaluating on the eval split each epoch; save the model directory (see the module docstring).
 
-        eval_seconds = [0.0]
+    The run goes through :func:`ctxemb.finetuning.runner.run_task` (the one run skeleton)."""
+    from ctxemb.finetuning.runner import run_task
 
-        def eval_fn(m) -> dict[str, float]:
-            t = time.perf_counter()
-            metrics = task_metrics(task.metrics, eval_labels, predict_outputs(m, eval_batches))
-            eval_seconds[0] += time.perf_counter() - t
-            history.append(metrics)
-            return metrics
-
-        groups = layerwise_lr_groups(model, config.layerwise_lr_decay, config.train.weight_decay) \
-            if config.layerwise_lr_decay < 1 else None
-        result = train(model, source, train_config, eval_fn=eval_fn, param_groups=groups)
-        model_dir = Path(config.train.out_dir) / MODEL_DIR
-        if ctx.is_main:
-            model.save_pretrained(model_dir)
-            copy_tokenizer_files(resolve_model_dir(config.model), model_dir, tokenizer)
-            with atomic_write(model_dir / CONFIG_FILE) as f:
-                json.dump({**config.to_dict(), "train": train_config.to_dict(), "task_name": task.name,
-                           "metrics": list(task.metrics)}, f, indent=2)
-    return FinetuneResult(train=result, eval_history=history, final_metrics=history[-1] if history else {},
-                          model_dir=model_dir, eval_seconds=eval_seconds[0])
+    done = run_task(SequenceTask(config.task), config)
+    run = done.run
+    return FinetuneResult(train=run.train, eval_history=run.eval_history, final_metrics=run.final_metrics,
+                          model_dir=run.model_dir, eval_seconds=run.eval_seconds, training_run=run.training_run)

@@ -18,9 +18,11 @@ from ctxemb.finetuning.qa import Answer, QACollator, best_answers, encode_qa
 from ctxemb.finetuning.squad import QAExample
 from ctxemb.finetuning.tagging import (TaggedFeature, TaggingCollator, bio_to_entities, decode_spans,
                                        encode_tokenized, entities_to_bio)
-from ctxemb.finetuning.token_tasks import decode_tags, load_finetune_config, model_logits, scored_spans
-from ctxemb.modeling.token_heads import (EncoderForQuestionAnswering, EncoderForSpanClassification,
-                                         EncoderForTokenClassification)
+from ctxemb.finetuning.config import load_finetune_config
+from ctxemb.finetuning.outputs import decode_tags, model_logits, scored_spans
+from ctxemb.modeling.question_answering import EncoderForQuestionAnswering
+from ctxemb.modeling.span_classification import EncoderForSpanClassification
+from ctxemb.modeling.token_classification import EncoderForTokenClassification
 from ctxemb.registry import resolve_model_dir
 from ctxemb.tokenization import Tokenizer
 from ctxemb.training.data import EvalBatches

@@ -30,39 +30,39 @@ reaching ``target_precision``) and saved with the model (``null_threshold`` in `
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import logging
 import math
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, ClassVar, Sequence
+from typing import ClassVar, Sequence
 
 import numpy as np
-import torch
 
+from ctxemb._validation import check_choice
 from ctxemb.finetuning.conll import NER_LABELS, TaggedSentence, load_conll2003, pos_labels, read_conll
+from ctxemb.finetuning.config import CONFIG_FILE, MODEL_DIR, FinetuneRunConfig, load_finetune_config
+from ctxemb.finetuning.outputs import decode_tags, model_logits, scored_spans
 from ctxemb.finetuning.qa import QACollator, best_answers, encode_qa
 from ctxemb.finetuning.squad import QAExample, load_xquad, read_squad, split_by_article
-from ctxemb.finetuning.tagging import (LABEL_SUBWORDS, ScoredSpan, TaggedFeature, TaggingCollator,
-                                       bio_to_entities, calibrate_threshold, decode_spans, encode_tagged,
-                                       entities_to_bio, score_spans, stitch_words)
-from ctxemb.finetuning.tasks import CONFIG_FILE, MODEL_DIR, FinetuneRunConfig
-from ctxemb.loading import load_tokenizer
+from ctxemb.finetuning.tagging import (LABEL_SUBWORDS, TaggingCollator, bio_to_entities, calibrate_threshold,
+                                       decode_spans, encode_tagged, entities_to_bio)
+from ctxemb.finetuning.task import Task, TaskData, save_model_files
 from ctxemb.metrics.conlleval import chunk_scores
 from ctxemb.metrics.squad import squad_scores
-from ctxemb.modeling.heads import EncoderWithHeads
-from ctxemb.modeling.token_heads import (BOUNDARY_KINDS, NULL_LABEL, SUMMARY_KINDS, WORD_DECODINGS,
-                                         EncoderForQuestionAnswering, EncoderForSpanClassification,
-                                         EncoderForTokenClassification)
-from ctxemb.paths import atomic_write
+from ctxemb.modeling.base import EncoderWithHeads
+from ctxemb.modeling.token_classification import (BOUNDARY_KINDS, NULL_LABEL, SUMMARY_KINDS, WORD_DECODINGS,
+                                                  EncoderForTokenClassification)
+from ctxemb.modeling.question_answering import EncoderForQuestionAnswering
+from ctxemb.modeling.span_classification import EncoderForSpanClassification
 from ctxemb.registry import resolve_model_dir
-from ctxemb.tokenization import copy_tokenizer_files
-from ctxemb.training.data import DatasetBatches, EvalBatches, move_to_device
-from ctxemb.training.distributed import distributed_session
-from ctxemb.training.loop import TrainConfig, TrainResult, epochs_to_steps, seed_everything, train
+from ctxemb.training.callbacks import TrainResult
+from ctxemb.training.config import TrainConfig
+from ctxemb.training.data import EvalBatches
 from ctxemb.training.optim import layerwise_lr_groups
+
+__all__ = ["CONFIG_FILE", "MODEL_DIR", "TASK_HEADS", "TOKEN_HEADS", "TOKEN_TASKS", "TokenFinetuneConfig",
+           "TokenFinetuneResult", "TokenTask", "decode_tags", "load_finetune_config", "model_logits",
+           "run_token_finetuning", "scored_spans"]
 
 logger = logging.getLogger(__name__)
 
@@ -89,7 +89,7 @@ class TokenFinetuneConfig(FinetuneRunConfig):
         label_subwords: ``"all"`` (the book's default: every subword takes its word's tag) or ``"first"``.
         decoding: a word's tag from its ``"first"`` subword or the ``"mean"`` of its subwords' distributions.
         max_span_length: L, the longest span in words (span head).
-        span_boundary, span_summary: the span representation (see :mod:`ctxemb.modeling.token_heads`).
+        span_boundary, span_summary: the span representation (see :mod:`ctxemb.modeling.token_classification`).
         target_precision: calibrate the span head's NULL threshold for this precision (percent) instead of F1.
         crf_lr_scale: the CRF's learning rate is this multiple of the encoder's (its transition scores start at
             ~0 and would barely move at an encoder's 5e-5; BiLSTM-CRF taggers train them at ~1e-2).
@@ -111,15 +111,14 @@ class TokenFinetuneConfig(FinetuneRunConfig):
     max_answer_length: int = 30
     eval_fraction: float = 0.25
     split_seed: int = 0
-    train: TrainConfig = field(default_factory=lambda: TrainConfig(learning_rate=5e-5, max_steps=1))
+    train: TrainConfig = field(default_factory=lambda: TrainConfig(learning_rate=5e-5))
 
     _POSITIVE_INTS: ClassVar[tuple[str, ...]] = ("max_span_length", "doc_stride", "max_query_length",
                                                  "max_answer_length")
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.task not in TOKEN_TASKS:
-            raise ValueError(f"task must be one of {TOKEN_TASKS}; got {self.task!r}")
+        check_choice(self.task, "task", TOKEN_TASKS)
         self.head = self.head or _DEFAULT_HEAD[self.task]
         if self.head not in TASK_HEADS[self.task]:
             raise ValueError(f"task {self.task!r} takes head {TASK_HEADS[self.task]}; got {self.head!r}")
@@ -128,8 +127,7 @@ class TokenFinetuneConfig(FinetuneRunConfig):
                              f"({'CoNLL format, tags in the last column' if self.task == 'conll-file' else 'SQuAD JSON'})")
         for name, choices in (("label_subwords", LABEL_SUBWORDS), ("decoding", WORD_DECODINGS),
                               ("span_boundary", BOUNDARY_KINDS), ("span_summary", SUMMARY_KINDS)):
-            if getattr(self, name) not in choices:
-                raise ValueError(f"{name} must be one of {choices}; got {getattr(self, name)!r}")
+            check_choice(getattr(self, name), name, choices)
         if self.head == "crf" and self.decoding != "first":
             raise ValueError("a CRF decodes words from their first subwords: decoding must be 'first'")
         if not (self.crf_lr_scale > 0 and math.isfinite(self.crf_lr_scale)):
@@ -151,6 +149,7 @@ class TokenFinetuneResult:
     model_dir: Path
     null_threshold: float | None = None
     eval_seconds: float = 0.0  # of the run's wall time, spent evaluating (the rest is training and saving)
+    training_run: str | None = None  # the stamp in the saved model's config.json
 
 
 # ------------------------------------------------------------------------------------------------------ data
@@ -209,47 +208,7 @@ def build_model(config: TokenFinetuneConfig, labels: Sequence[str] | None) -> En
     return config.apply_regime(model)
 
 
-@torch.inference_mode()
-def model_logits(model: EncoderWithHeads, batches) -> list[np.ndarray]:
-    """Per feature, its logits without padding: (T_i, C) tokens, (S_i, C) spans or (T_i, 2) QA scores."""
-    device = next(model.parameters()).device
-    was_training = model.training
-    model.eval()
-    out: list[np.ndarray] = []
-    for batch in batches:
-        batch = move_to_device(batch, device)
-        inputs = {k: v for k, v in batch.items()
-                  if k not in ("labels", "word_labels", "span_labels", "start_positions", "end_positions")}
-        logits = model(**inputs).logits.float().cpu()
-        lengths = (batch["span_mask"] if "span_mask" in batch else batch["attention_mask"]).sum(1).tolist()
-        out.extend(row[:n].numpy() for row, n in zip(logits, lengths))
-    model.train(was_training)
-    return out
-
-
 # ------------------------------------------------------------------------------------------------ evaluation
-
-
-def decode_tags(model: EncoderForTokenClassification, features: Sequence[TaggedFeature],
-                logits: Sequence[np.ndarray], n_sentences: int, decoding: str = "first") -> list[list[str]]:
-    """Per sentence, one predicted tag per word."""
-    per_feature = []
-    for feat, lg in zip(features, logits):
-        t = torch.from_numpy(lg).unsqueeze(0)
-        ids = model.decode_words(t, torch.tensor([feat.word_starts]), torch.tensor([feat.word_ends]),
-                                 torch.ones((1, len(feat.word_starts)), dtype=torch.long), decoding=decoding)[0]
-        per_feature.append([model.id2label[i] for i in ids])
-    return stitch_words(features, per_feature, n_sentences)
-
-
-def scored_spans(model: EncoderForSpanClassification, features: Sequence[TaggedFeature],
-                 logits: Sequence[np.ndarray], n_sentences: int) -> list[list[ScoredSpan]]:
-    """Per sentence, every enumerated span with its best type and entity score."""
-    out: list[list[ScoredSpan]] = [[] for _ in range(n_sentences)]
-    for feat, lg in zip(features, logits):
-        probs = torch.from_numpy(lg).softmax(-1).numpy()
-        out[feat.sentence].extend(score_spans(probs, feat.span_words, model.id2label, first_word=feat.first_word))
-    return out
 
 
 def entity_metrics(gold_tags: Sequence[Sequence[str]], pred_tags: Sequence[Sequence[str]]) -> dict[str, float]:
@@ -272,109 +231,125 @@ def tagging_metrics(config: TokenFinetuneConfig, gold: Sequence[Sequence[str]],
 # ------------------------------------------------------------------------------------------------------- run
 
 
-def run_token_finetuning(config: TokenFinetuneConfig) -> TokenFinetuneResult:
-    """Fine-tune, evaluating on the eval split each epoch; save the model directory (module docstring)."""
-    seed_everything(config.train.seed)  # the new head's initialisation belongs to the run's seed
-    tokenizer = load_tokenizer(config.model)
-    history: list[dict[str, float]] = []
-    null_threshold = None
-    calibrated: dict[str, float] = {}
-    if config.head == "qa":
-        train_examples, eval_examples = load_qa_data(config)
-        if config.max_train_examples:
-            train_examples = train_examples[:config.max_train_examples]
-        model = build_model(config, None)
-        qa = dict(max_length=config.max_length, doc_stride=config.doc_stride, max_query_length=config.max_query_length)
-        train_features = encode_qa(tokenizer, train_examples, **qa)
-        eval_features = encode_qa(tokenizer, eval_examples, **qa)
-        collate: Callable = QACollator(tokenizer.pad_token_id)
-        gold_answers = {ex.id: [a for a, _ in ex.answers] for ex in eval_examples}
+class TokenTask(Task):
+    """A token-level task of :data:`TOKEN_TASKS`: BIO tagging with a softmax or CRF head (conlleval F1; POS:
+    accuracy), span NER (``head="span"``: span classification, conlleval F1 after a NULL threshold calibrated on
+    the eval split at the end), or SQuAD-format extractive QA (``head="qa"``: SQuAD F1). Config:
+    :class:`TokenFinetuneConfig`."""
 
-        def evaluate_fn(m) -> dict[str, float]:
-            logits = model_logits(m, EvalBatches(eval_features, batch_size=64, collate=collate))
-            answers = best_answers(eval_examples, eval_features, [lg[:, 0] for lg in logits],
-                                   [lg[:, 1] for lg in logits], max_answer_length=config.max_answer_length)
-            return squad_scores({k: a.text for k, a in answers.items()}, gold_answers)
-        labels = None
-    else:
-        train_sents, eval_sents = load_tagging_data(config)
-        if config.max_train_examples:
-            train_sents = train_sents[:config.max_train_examples]
-        labels = label_set(config, train_sents + eval_sents)  # a tag only dev has still needs an id
-        model = build_model(config, labels)
-        label2id = {name: i for i, name in enumerate(labels)}
+    config_class = TokenFinetuneConfig
+    default_learning_rate = 5e-5
+
+    def __init__(self, name: str):
+        self.name = name
+        self.family = "qa" if name in ("xquad", "squad-file") else "token"
+        self.primary_metric = "accuracy" if name == "conll2003-pos" else "f1"
+        self.description = f"token-level task {name}"
+
+    def read(self, config: TokenFinetuneConfig) -> TaskData:
+        if config.head == "qa":
+            train, evaluation = load_qa_data(config)
+            return TaskData(train=list(train), eval=list(evaluation), labels=None)
+        train, evaluation = load_tagging_data(config)
+        if config.max_train_examples:  # the label set is read from the sentences the run trains on
+            train = train[:config.max_train_examples]
+        return TaskData(train=list(train), eval=list(evaluation),
+                        labels=label_set(config, train + evaluation))  # a tag only dev has still needs an id
+
+    def build_model(self, config: TokenFinetuneConfig, data: TaskData):
+        return build_model(config, data.labels)
+
+    def encode(self, config: TokenFinetuneConfig, tokenizer, examples, data: TaskData):
+        if config.head == "qa":
+            return (encode_qa(tokenizer, examples, max_length=config.max_length, doc_stride=config.doc_stride,
+                              max_query_length=config.max_query_length), QACollator(tokenizer.pad_token_id))
+        label2id = {name: i for i, name in enumerate(data.labels)}
         span = config.head == "span"
-        collate = TaggingCollator(tokenizer.pad_token_id, spans=span)
-
-        def features_of(sentences: Sequence[TaggedSentence]) -> list[TaggedFeature]:
-            words = [s.words for s in sentences]
-            if span:
-                ents = [bio_to_entities(tag_column(config, s)) for s in sentences]
-                return encode_tagged(tokenizer, words, label2id=label2id, entities=ents,
+        words = [s.words for s in examples]
+        if span:
+            ents = [bio_to_entities(tag_column(config, s)) for s in examples]
+            features = encode_tagged(tokenizer, words, label2id=label2id, entities=ents,
                                      max_span_length=config.max_span_length, max_length=config.max_length)
-            return encode_tagged(tokenizer, words, tags=[tag_column(config, s) for s in sentences],
-                                 label2id=label2id, label_subwords=config.label_subwords, max_length=config.max_length)
+        else:
+            features = encode_tagged(tokenizer, words, tags=[tag_column(config, s) for s in examples],
+                                     label2id=label2id, label_subwords=config.label_subwords,
+                                     max_length=config.max_length)
+        return features, TaggingCollator(tokenizer.pad_token_id, spans=span)
 
-        train_features = features_of(train_sents)
-        eval_features = features_of(eval_sents)
-        gold_tags = [list(tag_column(config, s)) for s in eval_sents]
-        last_spans: list[list[ScoredSpan]] = []
+    def evaluator(self, config: TokenFinetuneConfig, tokenizer, data: TaskData, features, collate):
+        if config.head == "qa":
+            gold_answers = {ex.id: [a for a, _ in ex.answers] for ex in data.eval}
 
-        def evaluate_fn(m) -> dict[str, float]:
-            logits = model_logits(m, EvalBatches(eval_features, batch_size=64, collate=collate))
-            if not span:
-                pred = decode_tags(m, eval_features, logits, len(eval_sents), config.decoding)
+            def evaluate_qa(m) -> dict[str, float]:
+                logits = model_logits(m, EvalBatches(features, batch_size=64, collate=collate))
+                answers = best_answers(data.eval, features, [lg[:, 0] for lg in logits], [lg[:, 1] for lg in logits],
+                                       max_answer_length=config.max_answer_length)
+                return squad_scores({k: a.text for k, a in answers.items()}, gold_answers)
+            return evaluate_qa
+        gold_tags = [list(tag_column(config, s)) for s in data.eval]
+        data.info["gold_tags"] = gold_tags
+        data.info["last_spans"] = []
+
+        def evaluate_tags(m) -> dict[str, float]:
+            logits = model_logits(m, EvalBatches(features, batch_size=64, collate=collate))
+            if config.head != "span":
+                pred = decode_tags(m, features, logits, len(data.eval), config.decoding)
                 return tagging_metrics(config, gold_tags, pred)
-            last_spans[:] = scored_spans(m, eval_features, logits, len(eval_sents))
+            data.info["last_spans"][:] = scored_spans(m, features, logits, len(data.eval))
             pred = [entities_to_bio(len(s.words), [(x.type, x.start, x.end) for x in decode_spans(sp)])
-                    for s, sp in zip(eval_sents, last_spans)]
+                    for s, sp in zip(data.eval, data.info["last_spans"])]
             return entity_metrics(gold_tags, pred)
+        return evaluate_tags
 
-    eval_seconds = [0.0]
-
-    def eval_fn(m) -> dict[str, float]:
-        t = time.perf_counter()
-        metrics = evaluate_fn(m)
-        eval_seconds[0] += time.perf_counter() - t
-        history.append(metrics)
-        return metrics
-
-    with distributed_session(config.train.device) as ctx:
-        source = DatasetBatches(train_features, batch_size=config.batch_size, collate=collate,
-                                seed=config.train.seed, rank=ctx.rank, world_size=ctx.world_size)
-        steps = epochs_to_steps(config.epochs, source.batches_per_epoch, config.train.grad_accumulation_steps)
-        train_config = dataclasses.replace(
-            config.train, max_steps=steps,
-            eval_every=config.train.eval_every or max(1, steps // math.ceil(config.epochs)))
+    def param_groups(self, model, config: TokenFinetuneConfig) -> list[dict]:
         groups = layerwise_lr_groups(model, config.layerwise_lr_decay, config.train.weight_decay)
         for g in groups:  # the CRF's few transition scores start from ~0 and need a far larger step than the encoder
             if g["param_names"][0].startswith("crf."):
                 g["lr_scale"] *= config.crf_lr_scale
-        result = train(model, source, train_config, eval_fn=eval_fn, param_groups=groups)
-        if config.head == "span" and last_spans:
-            gold_entities = [bio_to_entities(g) for g in gold_tags]
-            null_threshold, at = calibrate_threshold(last_spans, gold_entities,
-                                                     target_precision=config.target_precision)
-            logger.info("NULL threshold calibrated on %s: %.2f (P %.1f R %.1f F1 %.1f)", config.eval_split,
-                        null_threshold, at["precision"], at["recall"], at["f1"])
-            calibrated = {**{f"calibrated_{k}": v for k, v in at.items()}, "null_threshold": null_threshold}
-        model_dir = Path(config.train.out_dir) / MODEL_DIR
-        if ctx.is_main:
-            model.save_pretrained(model_dir)
-            copy_tokenizer_files(resolve_model_dir(config.model), model_dir, tokenizer)
-            with atomic_write(model_dir / CONFIG_FILE) as f:
-                json.dump({**config.to_dict(), "train": train_config.to_dict(), "kind": "token",
-                           "null_threshold": null_threshold}, f, indent=2)
-    final = {**(history[-1] if history else {}), **calibrated}
-    return TokenFinetuneResult(train=result, eval_history=history, final_metrics=final, model_dir=model_dir,
-                               null_threshold=null_threshold, eval_seconds=eval_seconds[0])
+        return groups
+
+    def calibrate(self, config: TokenFinetuneConfig, data: TaskData) -> dict[str, float]:
+        """The span head's NULL threshold, calibrated on the last evaluation's spans (empty for other heads)."""
+        if config.head != "span" or not data.info.get("last_spans"):
+            return {}
+        gold_entities = [bio_to_entities(g) for g in data.info["gold_tags"]]
+        threshold, at = calibrate_threshold(data.info["last_spans"], gold_entities,
+                                            target_precision=config.target_precision)
+        logger.info("NULL threshold calibrated on %s: %.2f (P %.1f R %.1f F1 %.1f)", config.eval_split,
+                    threshold, at["precision"], at["recall"], at["f1"])
+        return {**{f"calibrated_{k}": v for k, v in at.items()}, "null_threshold": threshold}
+
+    def save(self, model, directory, config: TokenFinetuneConfig, data: TaskData, tokenizer, *,
+             train_config: TrainConfig) -> None:
+        save_model_files(model, directory, config, tokenizer, train_config=train_config, kind="token",
+                         null_threshold=data.info.get("calibrated", {}).get("null_threshold"))
+
+    def load(self, model_dir):
+        path = resolve_model_dir(model_dir)
+        saved = load_finetune_config(path) or {}
+        if saved.get("head") == "qa":
+            return EncoderForQuestionAnswering.from_pretrained(path)
+        if saved.get("head") == "span":
+            return EncoderForSpanClassification.from_pretrained(path)
+        return EncoderForTokenClassification.from_pretrained(path)
 
 
-def load_finetune_config(model_dir: Path) -> dict[str, Any] | None:
-    """The ``finetune_config.json`` a run saved beside the model, or None (e.g. a transformers checkpoint)."""
-    path = Path(model_dir) / CONFIG_FILE
-    if not path.is_file():
-        return None
-    return json.loads(path.read_text(encoding="utf-8"))
+def run_token_finetuning(config: TokenFinetuneConfig) -> TokenFinetuneResult:
+    """Fine-tune, evaluating on the eval split each epoch; save the model directory (module docstring).
 
+    The run goes through :func:`ctxemb.finetuning.runner.run_task` (the one run skeleton); the span head's NULL
+    threshold is calibrated on the eval split before the model is saved."""
+    from ctxemb.finetuning.runner import run_task
 
+    task = TokenTask(config.task)
+
+    def calibrate(outcome, data: TaskData) -> None:
+        data.info["calibrated"] = task.calibrate(config, data)
+        outcome.final_metrics = {**outcome.final_metrics, **data.info["calibrated"]}
+
+    done = run_task(task, config, after_train=calibrate)
+    run = done.run
+    calibrated = done.data.info.get("calibrated", {})
+    return TokenFinetuneResult(train=run.train, eval_history=run.eval_history, final_metrics=run.final_metrics,
+                               model_dir=run.model_dir, null_threshold=calibrated.get("null_threshold"),
+                               eval_seconds=run.eval_seconds, training_run=run.training_run)

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import json
 import logging
 import tomllib
 from dataclasses import dataclass, field
@@ -22,15 +21,16 @@ from pathlib import Path
 from typing import Any, Literal, Mapping
 
 from ctxemb.config import EncoderConfig
-from ctxemb.modeling.pretraining import NSP_INPUTS, EncoderForPretraining, NspInput
-from ctxemb.paths import atomic_write
+from ctxemb.modeling.pretraining_heads import NSP_INPUTS, EncoderForPretraining, NspInput
 from ctxemb.pretraining.batches import PretrainingBatches
 from ctxemb.pretraining.masking import MaskingConfig, MaskingStrategy, Masker, SelectionMode
 from ctxemb.pretraining.shards import TokenShards, build_token_shards
 from ctxemb.registry import resolve_model_dir
 from ctxemb.tokenization import Tokenizer, copy_tokenizer_files
-from ctxemb.training.distributed import DistributedContext, barrier, distributed_session
-from ctxemb.training.loop import TrainConfig, TrainResult, seed_everything, train
+from ctxemb.training.callbacks import TrainResult
+from ctxemb.training.config import TrainConfig
+from ctxemb.training.distributed import DistributedContext, barrier
+from ctxemb.training.recipe import MODEL_DIR, RunData, RunResult, RunSpec, run_training  # noqa: F401
 
 logger = logging.getLogger(__name__)
 
@@ -43,7 +43,6 @@ CorpusMode = Literal["blank_line", "line"]
 CORPUS_MODES: tuple[str, ...] = ("blank_line", "line")
 
 EVAL_SEED = 12345  # held-out batches and their masks are the same in every run and every evaluation
-MODEL_DIR = "model"  # the final checkpoint, under the run's out_dir
 
 
 @dataclass
@@ -165,8 +164,18 @@ def tokenizer_dir(config: PretrainConfig) -> Path:
 
 
 def load_model_tokenizer(config: PretrainConfig) -> tuple[EncoderForPretraining, Tokenizer]:
-    """The model (fresh or continued) and its tokenizer, checked against each other."""
+    """The model (fresh or continued) and its tokenizer, checked against each other (a fresh model's weights come
+    from torch's generator: seed first, as :func:`run_pretraining` does)."""
     tokenizer = Tokenizer.from_pretrained(tokenizer_dir(config))
+    return build_model(config, tokenizer), tokenizer
+
+
+def build_model(config: PretrainConfig, tokenizer: Tokenizer) -> EncoderForPretraining:
+    """The model to pretrain: ``init_from`` with the heads it lacks, or a fresh one from ``config.model``.
+
+    Raises:
+        ValueError: the tokenizer does not fit the model, or ``max_len`` exceeds its positions.
+    """
     heads = dict(nsp=config.sequences == "nsp", nsp_input=config.nsp_input, sbo=config.use_sbo,
                  sparse_prediction=config.sparse_prediction)
     if config.init_from:
@@ -187,7 +196,8 @@ def load_model_tokenizer(config: PretrainConfig) -> tuple[EncoderForPretraining,
                          f"{cfg.vocab_size}: use the model's own tokenizer")
     if config.max_len > cfg.max_tokens:
         raise ValueError(f"max_len {config.max_len} exceeds the model's {cfg.max_tokens} positions")
-    return model, tokenizer
+    model.train()
+    return model
 
 
 def make_masker(config: PretrainConfig, tokenizer: Tokenizer, shards: TokenShards) -> Masker:
@@ -211,38 +221,46 @@ def _shards(files: list[str], tokenizer: Tokenizer, directory: Path, mode: str,
 
 
 def run_pretraining(config: PretrainConfig) -> TrainResult:
-    """Run (or resume, with ``config.train.resume``) a pretraining run; the final model lands in
-    ``<out_dir>/model`` (encoder + heads + tokenizer), loadable by transformers, ``Embedder`` and ``fill_mask``."""
+    """Run (or resume, with ``config.train.resume``) a pretraining run through the one run skeleton
+    (:func:`ctxemb.training.recipe.run_training`): seeded before the model is built, so a model pretrained from
+    scratch is the same in every run with that seed. The final model lands in ``<out_dir>/model`` (encoder + heads +
+    tokenizer, stamped, with the run record), loadable by transformers, ``Embedder`` and ``fill_mask``."""
+    return run_pretraining_recipe(config).train
+
+
+def run_pretraining_recipe(config: PretrainConfig) -> RunResult:
+    """:func:`run_pretraining` returning the skeleton's :class:`~ctxemb.training.recipe.RunResult`."""
     if not config.train_corpus:
         raise ValueError("train_corpus is empty: give the text files to pretrain on")
-    with distributed_session(config.train.device) as ctx:
-        return _run(config, ctx)
-
-
-def _run(config: PretrainConfig, ctx: DistributedContext) -> TrainResult:
+    if config.train.max_steps is None:
+        raise ValueError("pretraining runs for train.max_steps optimizer steps; set it")
+    tokenizer = Tokenizer.from_pretrained(tokenizer_dir(config))
     out_dir = Path(config.train.out_dir)
-    seed_everything(config.train.seed)  # a fresh model's initial weights follow the run's seed (reproducible runs)
-    model, tokenizer = load_model_tokenizer(config)
     shards_root = Path(config.shards_dir) if config.shards_dir else out_dir / "shards"
-    train_shards = _shards(config.train_corpus, tokenizer, shards_root / "train", config.corpus_mode, ctx)
-    source = PretrainingBatches(train_shards, objective=config.sequences, max_len=config.max_len,
-                                batch_size=config.batch_size, seed=config.train.seed, rank=ctx.rank,
-                                world_size=ctx.world_size, masker=make_masker(config, tokenizer, train_shards))
-    eval_data = None
-    if config.eval_corpus and config.eval_batches:
-        eval_shards = _shards(config.eval_corpus, tokenizer, shards_root / "eval", config.corpus_mode, ctx)
-        # every rank evaluates the same fixed batches (one seed, all documents): the means agree across ranks
-        held_out = PretrainingBatches(eval_shards, objective=config.sequences, max_len=config.max_len,
-                                      batch_size=config.batch_size, seed=EVAL_SEED,
-                                      masker=make_masker(config, tokenizer, eval_shards))
-        eval_data = list(itertools.islice(held_out.one_epoch(0), config.eval_batches))
-    if ctx.is_main:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        with atomic_write(out_dir / "pretrain_config.json") as f:
-            json.dump(config.to_dict(), f, indent=2)
-    result = train(model, source, config.train, eval_data=eval_data)
-    if ctx.is_main:
-        model.save_pretrained(out_dir / MODEL_DIR)
-        copy_tokenizer_files(tokenizer_dir(config), out_dir / MODEL_DIR, tokenizer)
-    barrier(ctx)
-    return result
+    settings = {k: v for k, v in config.to_dict().items() if k != "train"}
+    spec = RunSpec(recipe="pretrain", label="pretrain-" + config.masking.replace("_", "-"), settings=settings,
+                   train=config.train, epochs=None, evaluate_each_epoch=False,
+                   primary_metric="loss" if config.eval_corpus and config.eval_batches else None,
+                   greater_is_better=False)
+
+    def make_data(model, ctx: DistributedContext) -> RunData:
+        train_shards = _shards(config.train_corpus, tokenizer, shards_root / "train", config.corpus_mode, ctx)
+        source = PretrainingBatches(train_shards, objective=config.sequences, max_len=config.max_len,
+                                    batch_size=config.batch_size, seed=config.train.seed, rank=ctx.rank,
+                                    world_size=ctx.world_size, masker=make_masker(config, tokenizer, train_shards))
+        eval_data = None
+        if config.eval_corpus and config.eval_batches:
+            eval_shards = _shards(config.eval_corpus, tokenizer, shards_root / "eval", config.corpus_mode, ctx)
+            # every rank evaluates the same fixed batches (one seed, all documents): the means agree across ranks
+            held_out = PretrainingBatches(eval_shards, objective=config.sequences, max_len=config.max_len,
+                                          batch_size=config.batch_size, seed=EVAL_SEED,
+                                          masker=make_masker(config, tokenizer, eval_shards))
+            eval_data = list(itertools.islice(held_out.one_epoch(0), config.eval_batches))
+        return RunData(source=source, eval_data=eval_data)
+
+    def save_files(model, directory: Path) -> None:
+        model.save_pretrained(directory)
+        copy_tokenizer_files(tokenizer_dir(config), directory, tokenizer)
+
+    return run_training(spec, build_model=lambda: build_model(config, tokenizer), make_data=make_data,
+                        save_files=save_files)

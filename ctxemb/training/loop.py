@@ -22,270 +22,37 @@ and at ``max_steps``), save a checkpoint, callbacks. At the end: a checkpoint an
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
-import functools
-import json
 import logging
 import math
-import os
 import random
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Literal, Mapping, get_args
+from typing import Any, Callable, Iterable, Mapping
 
 import numpy as np
 import torch
 import torch.distributed as dist
 from torch import nn
-from tqdm.auto import tqdm
 
-from ctxemb.inference import cpu_has_native_bf16
-from ctxemb.paths import atomic_path, atomic_write, resolve_saved_directory
+from ctxemb.paths import resolve_saved_directory
 from ctxemb.training import faults
+from ctxemb.training.callbacks import Callback, TrainResult
+from ctxemb.training.config import TrainConfig, epochs_to_steps
 from ctxemb.training.data import Batch, batch_size_of, count_tokens, move_to_device
 from ctxemb.training.distributed import (DistributedContext, all_reduce_mean, all_reduce_sum, any_process,
                                          init_distributed, shutdown, unwrap_model, wrap_model)
+from ctxemb.training.logging import LOSS_PLOT_FILE, METRICS_FILE, MetricWriters, write_loss_plot
 from ctxemb.training.optim import linear_schedule, make_optimizer
+from ctxemb.training.precision import PRECISIONS, Precision, autocast, resolve_precision
 from ctxemb.training.state import (capture_rng_state, latest_checkpoint, list_checkpoints, load_checkpoint,
                                    prune_checkpoints, restore_rng_state, save_checkpoint)
 
 logger = logging.getLogger(__name__)
 
-Precision = Literal["auto", "fp32", "bf16"]
-PRECISIONS: tuple[str, ...] = get_args(Precision)
-METRICS_FILE = "metrics.jsonl"
-LOSS_PLOT_FILE = "loss.png"
-TENSORBOARD_DIR = "tensorboard"
-
-
-# --------------------------------------------------------------------------------------------------- config
-
-def _is_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-def _is_number(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-
-
-@dataclass(kw_only=True)
-class TrainConfig:
-    """Settings of one training run (mutable; override with ``dataclasses.replace``).
-
-    Attributes:
-        learning_rate: peak learning rate (groups with an ``lr_scale`` get ``learning_rate * lr_scale``).
-        max_steps: optimizer steps in the whole run (callers that think in epochs convert with
-            :func:`epochs_to_steps`).
-        weight_decay: AdamW's decoupled decay (not applied to biases and norm weights).
-        adam_beta1, adam_beta2, adam_epsilon: AdamW's moment coefficients and denominator term.
-        warmup_steps: linear warm-up steps; or
-        warmup_ratio: warm-up as a fraction of ``max_steps`` (set at most one of the two).
-        grad_accumulation_steps: micro-batches per optimizer step (per process).
-        max_grad_norm: clip the global gradient norm to this (0 disables clipping).
-        precision: "fp32"; "bf16" (autocast; slow where the CPU emulates bf16, which is warned about);
-            "auto" = bf16 on a CUDA GPU that supports it or a CPU with AVX512-BF16/AMX, fp32 elsewhere.
-        seed: seeds python, numpy and torch at the start (plus the rank, so dropout differs between processes).
-        log_every: steps between log records (running averages since the previous record).
-        eval_every: steps between evaluations (0: only at the end, if there is something to evaluate).
-        save_every: steps between checkpoints (0: only at the end). Checkpoints need ``out_dir``.
-        out_dir: where metrics.jsonl, checkpoints, tensorboard/ and loss.png go (None: write nothing).
-        resume: True continues from the latest checkpoint in ``out_dir`` (from scratch, with a warning, if there
-            is none); a path continues from that checkpoint directory; False starts fresh.
-        keep_last_checkpoints: keep only this many newest checkpoints (0 keeps all).
-        device: "auto" (this process's GPU if CUDA is available, else CPU) or a torch device string.
-        progress_bar: show a tqdm bar (rank 0 only).
-        find_unused_parameters: passed to DDP (needed when some parameters get no gradient in a step).
-    """
-
-    learning_rate: float
-    max_steps: int
-    weight_decay: float = 0.01
-    adam_beta1: float = 0.9
-    adam_beta2: float = 0.999
-    adam_epsilon: float = 1e-8
-    warmup_steps: int = 0
-    warmup_ratio: float = 0.0
-    grad_accumulation_steps: int = 1
-    max_grad_norm: float = 1.0
-    precision: Precision = "auto"
-    seed: int = 0
-    log_every: int = 10
-    eval_every: int = 0
-    save_every: int = 0
-    out_dir: str | None = None
-    resume: bool | str = False
-    keep_last_checkpoints: int = 3
-    device: str = "auto"
-    progress_bar: bool = True
-    find_unused_parameters: bool = False
-
-    def __post_init__(self):
-        if not (_is_number(self.learning_rate) and self.learning_rate > 0):
-            raise ValueError(f"learning_rate must be a positive finite number, got {self.learning_rate!r}")
-        if not (_is_int(self.max_steps) and self.max_steps >= 1):
-            raise ValueError(f"max_steps must be an integer >= 1, got {self.max_steps!r}")
-        if not (_is_number(self.weight_decay) and self.weight_decay >= 0):
-            raise ValueError(f"weight_decay must be a number >= 0, got {self.weight_decay!r}")
-        for name in ("adam_beta1", "adam_beta2"):
-            v = getattr(self, name)
-            if not (_is_number(v) and 0 <= v < 1):
-                raise ValueError(f"{name} must be in [0, 1), got {v!r}")
-        if not (_is_number(self.adam_epsilon) and self.adam_epsilon > 0):
-            raise ValueError(f"adam_epsilon must be > 0, got {self.adam_epsilon!r}")
-        if not (_is_int(self.warmup_steps) and 0 <= self.warmup_steps <= self.max_steps):
-            raise ValueError(f"warmup_steps must be an integer in [0, max_steps ({self.max_steps})], "
-                             f"got {self.warmup_steps!r}")
-        if not (_is_number(self.warmup_ratio) and 0 <= self.warmup_ratio <= 1):
-            raise ValueError(f"warmup_ratio must be in [0, 1], got {self.warmup_ratio!r}")
-        if self.warmup_steps and self.warmup_ratio:
-            raise ValueError(f"set warmup_steps ({self.warmup_steps}) or warmup_ratio ({self.warmup_ratio}), "
-                             "not both")
-        for name, low in (("grad_accumulation_steps", 1), ("seed", 0), ("log_every", 1), ("eval_every", 0),
-                          ("save_every", 0), ("keep_last_checkpoints", 0)):
-            v = getattr(self, name)
-            if not (_is_int(v) and v >= low):
-                raise ValueError(f"{name} must be an integer >= {low}, got {v!r}")
-        if not (_is_number(self.max_grad_norm) and self.max_grad_norm >= 0):
-            raise ValueError(f"max_grad_norm must be a number >= 0 (0 disables clipping), got {self.max_grad_norm!r}")
-        if self.precision not in PRECISIONS:
-            raise ValueError(f"precision must be one of {PRECISIONS}, got {self.precision!r}")
-        if self.out_dir is not None:
-            if isinstance(self.out_dir, os.PathLike):
-                self.out_dir = os.fspath(self.out_dir)
-            if not isinstance(self.out_dir, str) or not self.out_dir:
-                raise ValueError(f"out_dir must be a non-empty path or None, got {self.out_dir!r}")
-        if isinstance(self.resume, os.PathLike):
-            self.resume = os.fspath(self.resume)
-        if not isinstance(self.resume, (bool, str)) or self.resume == "":
-            raise ValueError(f"resume must be True, False or a checkpoint path, got {self.resume!r}")
-        if self.resume is True and self.out_dir is None:
-            raise ValueError("resume=True looks for the latest checkpoint in out_dir, but out_dir is None")
-        if self.save_every and self.out_dir is None:
-            raise ValueError(f"save_every={self.save_every} needs an out_dir to write checkpoints to")
-        if not isinstance(self.device, str) or not self.device:
-            raise ValueError(f"device must be 'auto' or a torch device string, got {self.device!r}")
-        for name in ("progress_bar", "find_unused_parameters"):
-            if not isinstance(getattr(self, name), bool):
-                raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}")
-
-    @property
-    def resolved_warmup_steps(self) -> int:
-        """``warmup_steps``, or ``warmup_ratio * max_steps`` rounded."""
-        return self.warmup_steps or round(self.warmup_ratio * self.max_steps)
-
-    def to_dict(self) -> dict[str, Any]:
-        """Plain JSON/TOML values; None fields (only ``out_dir`` can be None) are left out, as TOML has no null."""
-        return {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "TrainConfig":
-        """The inverse of :meth:`to_dict` (missing optional fields take their defaults).
-
-        Raises:
-            ValueError: unknown or missing required fields, or invalid values (naming the field).
-        """
-        names = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(d) - names)
-        if unknown:
-            raise ValueError(f"unknown TrainConfig field(s) {unknown}; known: {sorted(names)}")
-        missing = [n for n in ("learning_rate", "max_steps") if n not in d]
-        if missing:
-            raise ValueError(f"TrainConfig needs {missing}")
-        return cls(**d)
-
-
-def epochs_to_steps(epochs: float, batches_per_epoch: int, grad_accumulation_steps: int = 1) -> int:
-    """Optimizer steps for ``epochs`` passes over data of ``batches_per_epoch`` micro-batches per process
-    (``DatasetBatches.batches_per_epoch``), rounded up."""
-    if not epochs > 0:
-        raise ValueError(f"epochs must be > 0, got {epochs}")
-    if batches_per_epoch < 1 or grad_accumulation_steps < 1:
-        raise ValueError(f"batches_per_epoch ({batches_per_epoch}) and grad_accumulation_steps "
-                         f"({grad_accumulation_steps}) must be >= 1")
-    return max(1, math.ceil(epochs * batches_per_epoch / grad_accumulation_steps))
-
-
-def resolve_precision(precision: str, device: torch.device) -> Literal["fp32", "bf16"]:
-    """"auto" -> "bf16" where bfloat16 matrix products run in hardware (a CUDA GPU that supports bf16, or a CPU
-    with AVX512-BF16/AMX), else "fp32". An explicit "bf16" on a CPU without it is kept, with a warning.
-
-    Raises:
-        ValueError: an unknown precision.
-    """
-    if precision not in PRECISIONS:
-        raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
-    if device.type == "cuda":
-        native = torch.cuda.is_available() and torch.cuda.is_bf16_supported()
-    elif device.type == "cpu":
-        native = cpu_has_native_bf16() is True
-    else:
-        native = False
-    if precision == "auto":
-        return "bf16" if native else "fp32"
-    if precision == "bf16" and not native:
-        _warn_emulated_bf16(device.type)
-    return precision  # type: ignore[return-value]
-
-
-@functools.lru_cache(maxsize=None)
-def _warn_emulated_bf16(device_type: str) -> None:
-    logger.warning("precision='bf16' on a %s without hardware bfloat16 (AVX512-BF16/AMX on CPUs): it is emulated "
-                   "and usually several times slower than fp32; use precision='auto' or 'fp32'", device_type)
-
-
-def _autocast(precision: str, device: torch.device) -> contextlib.AbstractContextManager:
-    if precision == "bf16":
-        return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
-    return contextlib.nullcontext()
-
-
-# --------------------------------------------------------------------------------------------------- hooks
-
-class Callback:
-    """Hooks into :func:`train`; override the ones you need. They run on every rank.
-
-    ``on_step_end`` and ``on_evaluate`` may return True to stop training after this step (a final checkpoint
-    is written, as at the normal end); a stop requested on any rank stops all of them.
-    """
-
-    def on_train_begin(self, config: TrainConfig, start_step: int) -> None: ...
-
-    def on_step_end(self, step: int, loss: float) -> bool | None: ...
-
-    def on_log(self, step: int, record: dict[str, float]) -> None: ...
-
-    def on_evaluate(self, step: int, metrics: dict[str, float]) -> bool | None: ...
-
-    def on_save(self, step: int, path: Path) -> None: ...
-
-    def on_train_end(self, result: "TrainResult") -> None: ...
-
-
-@dataclass
-class TrainResult:
-    """What a call to :func:`train` did.
-
-    Attributes:
-        step: the global step reached.
-        start_step: the step this call started from (0, or the resumed checkpoint's).
-        losses: this rank's loss of each step ``start_step + 1 .. step`` (mean over its micro-batches).
-        history: the records logged by this call (as in metrics.jsonl; the same on every rank).
-        eval_metrics: the last evaluation (unprefixed keys, "loss" first), or None.
-        checkpoint: the last checkpoint written, or None.
-        elapsed: training seconds, including those before a resume.
-        stopped_early: a callback stopped the run before ``max_steps``.
-    """
-
-    step: int
-    start_step: int
-    losses: list[float] = field(default_factory=list)
-    history: list[dict[str, float]] = field(default_factory=list)
-    eval_metrics: dict[str, float] | None = None
-    checkpoint: Path | None = None
-    elapsed: float = 0.0
-    stopped_early: bool = False
+# Kept importable from here (their homes are training.config, .callbacks, .precision and .logging).
+__all__ = ["Callback", "LOSS_PLOT_FILE", "METRICS_FILE", "PRECISIONS", "Precision", "TrainConfig", "TrainResult",
+           "check_fresh_out_dir", "epochs_to_steps", "evaluate", "resolve_precision", "seed_everything", "train",
+           "write_loss_plot"]
 
 
 # --------------------------------------------------------------------------------------------------- evaluation
@@ -334,7 +101,7 @@ def evaluate(model: nn.Module, eval_data: Iterable[Batch] | None = None, *,
             loss_sum, count, metric_sums = torch.zeros(()), 0, {}
             for batch in eval_data:
                 n = batch_size_of(batch)
-                with _autocast(precision, device):
+                with autocast(precision, device):
                     loss, metrics = _unpack(raw(**move_to_device(batch, device)))
                 loss_sum += loss.detach().float().cpu() * n
                 for k, v in metrics.items():
@@ -354,109 +121,6 @@ def evaluate(model: nn.Module, eval_data: Iterable[Batch] | None = None, *,
         return results
     finally:
         raw.train(was_training)
-
-
-# --------------------------------------------------------------------------------------------------- outputs
-
-class _Writers:
-    """metrics.jsonl, TensorBoard (if importable) and the progress bar; all no-ops except on rank 0."""
-
-    def __init__(self, config: TrainConfig, ctx: DistributedContext, start_step: int):
-        self.active = ctx.is_main
-        self.out_dir = Path(config.out_dir) if config.out_dir else None
-        self.metrics_path = self.out_dir / METRICS_FILE if self.out_dir else None
-        self.tb = None
-        self.bar = tqdm(total=config.max_steps, initial=start_step, desc="train", unit="step", dynamic_ncols=True,
-                        disable=not (self.active and config.progress_bar))
-        self.quiet_logs = self.active and config.progress_bar  # log lines would tear the bar
-        if not (self.active and self.out_dir):
-            return
-        self.out_dir.mkdir(parents=True, exist_ok=True)
-        self._truncate_metrics(start_step)
-        try:
-            from torch.utils.tensorboard import SummaryWriter
-        except ImportError:
-            logger.debug("tensorboard is not installed; metrics go to %s only", self.metrics_path)
-        else:
-            self.tb = SummaryWriter(str(self.out_dir / TENSORBOARD_DIR), purge_step=start_step + 1)
-
-    def _truncate_metrics(self, start_step: int) -> None:
-        # Records after the step we (re)start from belong to a run that was cut off; they will be logged again.
-        if not self.metrics_path.exists():
-            return
-        kept = []
-        for line in self.metrics_path.read_text(encoding="utf-8").splitlines():
-            try:
-                if json.loads(line).get("step", 0) <= start_step:
-                    kept.append(line)
-            except (json.JSONDecodeError, AttributeError):
-                continue
-        with atomic_write(self.metrics_path, encoding="utf-8") as f:
-            f.write("".join(line + "\n" for line in kept))
-
-    def record(self, record: dict[str, float]) -> None:
-        if not self.active:
-            return
-        step = record["step"]
-        if self.metrics_path:
-            with open(self.metrics_path, "a", encoding="utf-8") as f:
-                faults.kill_point("metrics_line", (f, json.dumps(record) + "\n"))
-                f.write(json.dumps(record) + "\n")
-        if self.tb is not None:
-            for k, v in record.items():
-                if k != "step" and isinstance(v, (int, float)):
-                    self.tb.add_scalar(("eval/" + k[5:]) if k.startswith("eval_") else ("train/" + k), v, step)
-        shown = {k: record[k] for k in ("loss", "lr", "tokens_per_s", "eval_loss") if k in record}
-        if shown:
-            self.bar.set_postfix({k: (f"{v:.2e}" if k == "lr" else f"{v:.4g}") for k, v in shown.items()},
-                                 refresh=False)
-        logger.log(logging.DEBUG if self.quiet_logs else logging.INFO, "step %d: %s", step,
-                   ", ".join(f"{k} {v:.4g}" for k, v in record.items() if k != "step" and isinstance(v, float)))
-
-    def close(self) -> None:
-        self.bar.close()
-        if self.tb is not None:
-            self.tb.close()
-
-
-def write_loss_plot(metrics_path: str | Path, out_path: str | Path) -> Path | None:
-    """Plot training (and evaluation) loss against step from a metrics.jsonl file into a PNG.
-
-    Returns:
-        ``out_path``, or None if matplotlib is missing (a warning names the ``plot`` extra) or nothing was logged.
-    """
-    try:
-        from matplotlib.figure import Figure
-    except ImportError:
-        logger.warning("matplotlib is not installed, so no loss plot was written; pip install 'ctxemb[plot]'")
-        return None
-    train_pts, eval_pts = [], []
-    for line in Path(metrics_path).read_text(encoding="utf-8").splitlines():
-        try:
-            r = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if "loss" in r:
-            train_pts.append((r["step"], r["loss"]))
-        if "eval_loss" in r:
-            eval_pts.append((r["step"], r["eval_loss"]))
-    if not train_pts and not eval_pts:
-        return None
-    fig = Figure(figsize=(7, 4.5))
-    ax = fig.add_subplot()
-    if train_pts:
-        ax.plot(*zip(*train_pts), label="train loss (running mean)")
-    if eval_pts:
-        ax.plot(*zip(*eval_pts), marker="o", label="eval loss")
-    ax.set_xlabel("step")
-    ax.set_ylabel("loss")
-    ax.grid(alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    out_path = Path(out_path)
-    with atomic_path(out_path) as tmp:
-        fig.savefig(tmp, format="png", dpi=120)
-    return out_path
 
 
 # --------------------------------------------------------------------------------------------------- the loop
@@ -535,13 +199,16 @@ def train(model: nn.Module, train_data: Any, config: TrainConfig, *, eval_data: 
 
     Raises:
         TypeError: ``train_data`` lacks the BatchSource methods, or the model output has no scalar ``.loss``.
-        ValueError: ``train_data`` was built for another world size.
+        ValueError: ``train_data`` was built for another world size, or ``config.max_steps`` is unset.
         FileExistsError: a fresh run (``resume=False``) into an ``out_dir`` that already holds checkpoints.
         FloatingPointError: the loss became NaN or infinite (the step is named).
         RuntimeError: ``train_data`` ran out (a BatchSource must be endless).
     """
     if not isinstance(config, TrainConfig):
         raise TypeError(f"config must be a TrainConfig, got {type(config).__name__}")
+    if config.max_steps is None:
+        raise ValueError("config.max_steps is unset: set it, or run through a recipe "
+                         "(ctxemb.training.recipe.resolve_steps turns epochs into steps)")
     missing = [m for m in ("__iter__", "state_dict", "load_state_dict") if not hasattr(train_data, m)]
     if missing:
         raise TypeError(f"train_data must be a BatchSource (an endless iterable with state_dict/load_state_dict, "
@@ -598,7 +265,7 @@ def _train(model: nn.Module, train_data: Any, config: TrainConfig, ctx: Distribu
         running["tokens"] = 0  # tokens/s is measured from this call's start
         restore_rng_state(rank_state["rng"], device)  # last, so nothing between here and step 1 draws from them
 
-    writers = _Writers(config, ctx, start_step)
+    writers = MetricWriters(config, ctx, start_step)
     result = TrainResult(step=start_step, start_step=start_step, elapsed=elapsed_before)
     t_start = time.perf_counter()
     last_log_time = t_start
@@ -673,7 +340,7 @@ def _train(model: nn.Module, train_data: Any, config: TrainConfig, ctx: Distribu
                 batch = move_to_device(batch, device)
                 if ddp is not raw:  # all-reduce gradients only on the last micro-batch (nanoGPT)
                     ddp.require_backward_grad_sync = micro == accum - 1
-                with _autocast(precision, device):
+                with autocast(precision, device):
                     loss, metrics = _unpack(ddp(**batch))
                 (loss / accum).backward()
                 step_loss += loss.detach().float()

@@ -76,7 +76,7 @@ def layerwise_lr_groups(model: nn.Module, base_lr_scale_decay: float, weight_dec
 
     The model names its parts by depth with ``depth_modules()`` -> ``[(depth, name, module), ...]``: 0 the
     embeddings, i + 1 layer i (0-based, of L), L + 1 the head (as
-    :meth:`ctxemb.modeling.task_heads.EncoderForSequenceClassification.depth_modules`). Layer i gets
+    :meth:`ctxemb.modeling.sequence_classification.EncoderForSequenceClassification.depth_modules`). Layer i gets
     ``lr_scale = decay ** (L - i)``, the embeddings ``decay ** (L + 1)``, the head 1.0. Each part is split by
     :func:`param_groups` (biases and normalisation weights without weight decay); frozen parameters are left out.
 

@@ -24,9 +24,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from ctxemb.config import EncoderConfig
+from ctxemb.modeling.architectures import architecture_name
+from ctxemb.modeling.base import EncoderWithHeads
 from ctxemb.modeling.checkpoint import load_encoder_dir, load_weights_into, save_pretrained
-from ctxemb.modeling.encoder import Encoder
-from ctxemb.modeling.heads import EncoderWithHeads, MaskedLMHead, SpanBoundaryHead
+from ctxemb.modeling.encoder import ACTIVATIONS, Encoder
 
 logger = logging.getLogger(__name__)
 
@@ -34,8 +35,87 @@ NspInput = Literal["pooled", "cls"]
 NSP_INPUTS: tuple[str, ...] = ("pooled", "cls")
 IGNORE_INDEX = -100  # label of positions that carry no loss
 
-_MLM_ARCHITECTURES = {"bert": "BertForMaskedLM", "roberta": "RobertaForMaskedLM",
-                      "xlm-roberta": "XLMRobertaForMaskedLM", "mpnet": "MPNetForMaskedLM"}
+
+
+class PredictionHeadTransform(nn.Module):
+    """h -> LayerNorm(act(W h + b)): the transform in front of the tied decoder."""
+
+    def __init__(self, config: EncoderConfig):
+        super().__init__()
+        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+        self.act = ACTIVATIONS[config.hidden_act]
+        self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.LayerNorm(self.act(self.dense(hidden)))
+
+
+class MaskedLMHead(nn.Module):
+    """A distribution over the vocabulary for each row: ``E^T LayerNorm(act(W h)) + b``, E the word embeddings.
+
+    Runs on any leading shape: (B, T, H) for every token, or (M, H) for the masked rows only (sparse prediction:
+    the vocabulary projection is the largest matmul of a small BERT, and only masked rows have a loss).
+    """
+
+    def __init__(self, config: EncoderConfig, word_embeddings: nn.Embedding):
+        super().__init__()
+        self.transform = PredictionHeadTransform(config)
+        self.decoder = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self.decoder.weight = word_embeddings.weight  # tied: the output layer is E^T
+        self.bias = nn.Parameter(torch.zeros(config.vocab_size))
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.decoder(self.transform(hidden)) + self.bias  # (..., V)
+
+
+class SpanBoundaryHead(nn.Module):
+    """SpanBERT's span-boundary objective (eq. 11.17-11.20).
+
+    Token i of a masked span s..e is predicted from the encoder outputs just outside the span and a learned
+    embedding of its position inside it: ``y_i = f([z_{s-1}; z_{e+1}; p_{i-s+1}])``, with f two layers of
+    Linear, GELU and LayerNorm, then the MLM head's tied decoder (``decode``), so SBO and MLM share the output
+    vocabulary projection as in SpanBERT.
+
+    ``max_span_length`` counts tokens (spans are drawn in words, clipped at 10, and a word may have several
+    subwords), hence the generous default of 64 positions.
+
+    Names: ``position_embeddings`` (P, H) and ``mlp.{0,3}`` Linear / ``mlp.{2,5}`` LayerNorm (no HF checkpoint
+    has this head; transformers ignores these tensors when it loads ours).
+    """
+
+    def __init__(self, config: EncoderConfig, max_span_length: int = 64):
+        super().__init__()
+        if max_span_length < 1:
+            raise ValueError(f"max_span_length must be >= 1, got {max_span_length}")
+        H = config.hidden_size
+        self.max_span_length = max_span_length
+        self.position_embeddings = nn.Embedding(max_span_length, H)
+        self.mlp = nn.Sequential(
+            nn.Linear(3 * H, H), nn.GELU(), nn.LayerNorm(H, eps=config.layer_norm_eps),
+            nn.Linear(H, H), nn.GELU(), nn.LayerNorm(H, eps=config.layer_norm_eps),
+        )
+
+    def forward(self, sequence_output: torch.Tensor, rows: torch.Tensor, left: torch.Tensor, right: torch.Tensor,
+                position: torch.Tensor) -> torch.Tensor:
+        """Span-boundary representations of M masked tokens.
+
+        Args:
+            sequence_output: (B, T, H) the encoder's last layer.
+            rows: (M,) batch index of each masked token.
+            left, right: (M,) token positions s-1 and e+1 of its span's boundaries.
+            position: (M,) its 0-based position inside the span (i - s).
+
+        Returns:
+            (M, H), to be decoded by the MLM head's tied decoder.
+        """
+        if position.numel() and int(position.max()) >= self.max_span_length:
+            raise ValueError(
+                f"span position {int(position.max())} is beyond this head's max_span_length "
+                f"({self.max_span_length}); mask with spans of at most {self.max_span_length} tokens"
+            )
+        z = torch.cat([sequence_output[rows, left], sequence_output[rows, right],
+                       self.position_embeddings(position)], dim=-1)  # (M, 3H)
+        return self.mlp(z)
 
 
 class PretrainingHeads(nn.Module):
@@ -219,7 +299,7 @@ class EncoderForPretraining(EncoderWithHeads):
         """Save encoder and heads: transformers' ``BertForPreTraining`` (with NSP) or ``*ForMaskedLM`` loads it,
         and so do :func:`ctxemb.loading.load_encoder` and the ``Embedder``."""
         mt = self.config.model_type
-        arch = "BertForPreTraining" if self.has_nsp and mt == "bert" else _MLM_ARCHITECTURES[mt]
+        arch = architecture_name(mt, "pretraining" if self.has_nsp and mt == "bert" else "masked_lm")
         return save_pretrained(self.encoder, out_dir, extra_tensors=self.head_state_dict(), architectures=[arch])
 
 

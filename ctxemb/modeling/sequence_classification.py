@@ -40,9 +40,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ctxemb.modeling.architectures import architecture_name
+from ctxemb.modeling.base import EncoderWithHeads
 from ctxemb.modeling.checkpoint import load_encoder_dir, load_weights_into, save_pretrained
 from ctxemb.modeling.encoder import Encoder
-from ctxemb.modeling.heads import EncoderWithHeads
 
 logger = logging.getLogger(__name__)
 
@@ -53,10 +54,6 @@ HEADS: tuple[str, ...] = ("checkpoint", "cls", "mean")
 
 # transformers' ``problem_type`` values in config.json for our two problems.
 _PROBLEM_TYPES = {"classification": "single_label_classification", "regression": "regression"}
-_ARCHITECTURES = {"bert": "BertForSequenceClassification", "roberta": "RobertaForSequenceClassification",
-                  "xlm-roberta": "XLMRobertaForSequenceClassification", "mpnet": "MPNetForSequenceClassification"}
-_BARE_ARCHITECTURES = {"bert": "BertModel", "roberta": "RobertaModel", "xlm-roberta": "XLMRobertaModel",
-                       "mpnet": "MPNetModel"}
 # config.json key recording which head a saved model has (absent in transformers' checkpoints: "checkpoint").
 HEAD_CONFIG_KEY = "ctxemb_classifier_head"
 
@@ -231,7 +228,7 @@ class EncoderForSequenceClassification(EncoderWithHeads):
         encoder class. :meth:`from_pretrained` and :func:`ctxemb.loading.load_encoder` load either.
         """
         mt = self.config.model_type
-        arch = _ARCHITECTURES[mt] if self.head == "checkpoint" else _BARE_ARCHITECTURES[mt]
+        arch = architecture_name(mt, "sequence_classification" if self.head == "checkpoint" else "bare")
         heads = {"classifier." + k: v for k, v in self.classifier.state_dict().items()}
         return save_pretrained(self.encoder, out_dir, extra_tensors=heads, architectures=[arch],
                                config_extra=self._config_extra())

@@ -32,8 +32,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ctxemb.modeling.base import EncoderWithHeads
 from ctxemb.modeling.encoder import Encoder
-from ctxemb.modeling.heads import EncoderWithHeads
 
 logger = logging.getLogger(__name__)
 

@@ -1,0 +1,106 @@
+"""The settings every fine-tuning run shares (:class:`FinetuneRunConfig`) and the names of what a run saves.
+
+A task that needs nothing beyond these (a user's own task, see ``docs/adding-a-task.md``) uses this class as its
+configuration; the built-in families extend it (:class:`~ctxemb.finetuning.tasks.FinetuneConfig`,
+:class:`~ctxemb.finetuning.token_tasks.TokenFinetuneConfig`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar, Literal, Mapping
+
+from ctxemb._validation import check_choice, check_int, read_json_file
+from ctxemb.registry import DEFAULT_MODEL
+from ctxemb.training.config import TrainConfig
+from ctxemb.training.recipe import MODEL_DIR
+
+Regime = Literal["full", "frozen", "last_k"]
+REGIMES: tuple[str, ...] = ("full", "frozen", "last_k")
+CONFIG_FILE = "finetune_config.json"
+
+__all__ = ["CONFIG_FILE", "MODEL_DIR", "REGIMES", "FinetuneRunConfig", "Regime", "load_finetune_config"]
+
+
+def _positive_int(value: Any, name: str) -> None:
+    try:
+        check_int(value, name, low=1)
+    except TypeError as e:  # a bad setting is a ValueError naming it, whatever its type
+        raise ValueError(str(e)) from None
+
+
+@dataclass
+class FinetuneRunConfig:
+    """The settings every fine-tuning run shares (sequence level in :mod:`ctxemb.finetuning.tasks`, token level in
+    :mod:`ctxemb.finetuning.token_tasks`, a user's own task as it is), validated in one place.
+
+    Attributes:
+        task: the task's name.
+        model: the encoder to fine-tune (name or HF-format directory).
+        regime: ``"full"``, ``"frozen"`` (head only) or ``"last_k"`` (the last ``last_k`` layers and the head).
+        last_k: layers trained with ``regime="last_k"``.
+        layerwise_lr_decay: each layer below the top gets this factor more of the learning rate (1 = off).
+        epochs: passes over the training split (sets the loop's max_steps).
+        batch_size: examples per micro-batch (per process).
+        max_length: longest model input in tokens.
+        train_split, eval_split: the splits to train on and to evaluate on each epoch (tune on dev).
+        max_train_examples: use only the first N training examples (None: all).
+        train_file, dev_file: a task of the user's own files.
+        train: the loop's settings (``out_dir`` required; ``max_steps`` is set from ``epochs``).
+    """
+
+    task: str
+    model: str = DEFAULT_MODEL
+    regime: Regime = "full"
+    last_k: int = 2
+    layerwise_lr_decay: float = 1.0
+    epochs: float = 3.0
+    batch_size: int = 32
+    max_length: int = 128
+    train_split: str = "train"
+    eval_split: str = "dev"
+    max_train_examples: int | None = None
+    train_file: str | None = None
+    dev_file: str | None = None
+    train: TrainConfig = field(default_factory=lambda: TrainConfig(learning_rate=2e-5))
+
+    # positive-int fields beyond the shared ones, checked by __post_init__ (subclasses extend it)
+    _POSITIVE_INTS: ClassVar[tuple[str, ...]] = ()
+
+    def __post_init__(self) -> None:
+        if isinstance(self.train, Mapping):
+            self.train = TrainConfig.from_dict(dict(self.train))
+        check_choice(self.regime, "regime", REGIMES)
+        if not (0 < self.layerwise_lr_decay <= 1):
+            raise ValueError(f"layerwise_lr_decay must be in (0, 1]; got {self.layerwise_lr_decay}")
+        if not (self.epochs > 0 and math.isfinite(self.epochs)):
+            raise ValueError(f"epochs must be a positive number; got {self.epochs}")
+        for name in ("batch_size", "max_length", "last_k") + self._POSITIVE_INTS:
+            _positive_int(getattr(self, name), name)
+        if self.max_train_examples is not None:
+            _positive_int(self.max_train_examples, "max_train_examples")
+        if not self.train.out_dir:
+            raise ValueError("train.out_dir is required: checkpoints, metrics and the model go there")
+
+    def to_dict(self) -> dict[str, Any]:
+        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "train"}
+        d["train"] = self.train.to_dict()
+        return d
+
+    def apply_regime(self, model):
+        """Put a freshly built model in training mode and freeze what ``regime`` leaves untrained; returns it."""
+        model.train()
+        if self.regime == "frozen":
+            model.freeze_encoder()
+        elif self.regime == "last_k":
+            model.freeze_all_but_last(self.last_k)
+        return model
+
+
+def load_finetune_config(model_dir: str | Path) -> dict[str, Any] | None:
+    """The ``finetune_config.json`` a run saved beside the model, or None (e.g. a transformers checkpoint)."""
+    path = Path(model_dir) / CONFIG_FILE
+    return read_json_file(path, "fine-tuning config") if path.is_file() else None

@@ -1,0 +1,63 @@
+"""The one registry of fine-tuning tasks: name -> :class:`~ctxemb.finetuning.task.Task`.
+
+The built-in tasks are registered at the bottom of this module, one line per task; a user's task registers with
+:func:`register_task` and then trains, saves and predicts through the same path (``ctxemb finetune NAME``,
+:func:`ctxemb.finetuning.runner.run_task`, ``ctxemb predict``).
+"""
+
+from __future__ import annotations
+
+from ctxemb.finetuning.task import Task, TaskData
+from ctxemb.finetuning.tasks import TASKS, SequenceTask
+from ctxemb.finetuning.token_tasks import TOKEN_TASKS, TokenTask
+
+__all__ = ["Task", "TaskData", "get_task", "register_task", "task_names", "unregister_task"]
+
+_REGISTRY: dict[str, Task] = {}
+
+
+def register_task(task: Task, *, replace: bool = False) -> Task:
+    """Add ``task`` to the registry under ``task.name``; returns it.
+
+    Raises:
+        TypeError: ``task`` is not a :class:`Task`.
+        ValueError: no name, or the name is taken (pass ``replace=True`` to replace it).
+    """
+    if not isinstance(task, Task):
+        raise TypeError(f"task must be a ctxemb.finetuning.registry.Task, got {type(task).__name__}")
+    if not isinstance(task.name, str) or not task.name:
+        raise ValueError(f"a task needs a non-empty name, got {task.name!r}")
+    if task.name in _REGISTRY and not replace and _REGISTRY[task.name] is not task:
+        raise ValueError(f"a task named {task.name!r} is already registered ({type(_REGISTRY[task.name]).__name__}); "
+                         f"pass replace=True to replace it")
+    _REGISTRY[task.name] = task
+    return task
+
+
+def unregister_task(name: str) -> None:
+    """Remove a task (e.g. one a test registered)."""
+    _REGISTRY.pop(name, None)
+
+
+def get_task(name: str) -> Task:
+    """The registered task called ``name``.
+
+    Raises:
+        KeyError: no such task (the message lists the registered ones).
+    """
+    if name not in _REGISTRY:
+        raise KeyError(f"no fine-tuning task named {name!r}; registered: {', '.join(sorted(_REGISTRY))}")
+    return _REGISTRY[name]
+
+
+def task_names(family: str | None = None) -> tuple[str, ...]:
+    """The registered task names (of one ``family``), in registration order."""
+    return tuple(n for n, t in _REGISTRY.items() if family is None or t.family == family)
+
+
+# ---- the built-in tasks: GLUE-style sequence tasks and a user's own table, CoNLL tagging (BIO softmax/CRF, span
+# NER with --head span) and SQuAD-format QA
+for _name in TASKS + ("custom",):
+    register_task(SequenceTask(_name))
+for _name in TOKEN_TASKS:
+    register_task(TokenTask(_name))

@@ -1,0 +1,120 @@
+"""The task contract: what one fine-tuning task defines (registered by name in :mod:`ctxemb.finetuning.registry`).
+
+A task is one object that owns everything particular to it (flair's ``Model`` contract, without the class
+hierarchy): reading its data, turning examples into features and batches, building its model, evaluating with a
+declared primary metric, saving, loading and predicting. :func:`ctxemb.finetuning.runner.run_task` trains any
+task through the one run skeleton (:mod:`ctxemb.training.recipe`); ``ctxemb finetune NAME``, ``ctxemb predict``
+and ``benchmarks/finetune.py`` look tasks up here. A user's task registers the same way as the built-in ones::
+
+    from ctxemb.finetuning.registry import register_task
+    register_task(MyTask())          # then: run_task(get_task("my-task"), FinetuneRunConfig(...))
+
+Methods (``config`` is the task's ``config_class``; ``data`` is what :meth:`Task.read` returned):
+
+- ``read(config) -> TaskData``: the training and evaluation examples and the label names.
+- ``build_model(config, data) -> nn.Module``: the model in training mode, regime applied
+  (``config.apply_regime``); ``model(**batch)`` returns ``.loss`` for the loop.
+- ``encode(config, tokenizer, examples, data) -> (features, collate)``: features and their collator
+  (``collate(list_of_features, rng) -> batch``).
+- ``evaluator(config, tokenizer, data, features, collate) -> (model -> {metric: number})``: the dev evaluation;
+  its dict holds ``primary_metric``.
+- ``param_groups(model, config) -> list | None``: AdamW groups (None: the loop's default).
+- ``save(model, directory, config, data, tokenizer, train_config=...)``: the model's files (weights,
+  ``config.json`` with its
+  ``architectures``, tokenizer, ``finetune_config.json``); the skeleton adds the stamp and the run record.
+- ``load(model_dir) -> model`` and ``predict(model, tokenizer, inputs, saved) -> list``: predictions on raw inputs
+  (``saved`` is the run's ``finetune_config.json``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+from ctxemb.finetuning.config import CONFIG_FILE, FinetuneRunConfig
+from ctxemb.registry import resolve_model_dir
+from ctxemb.tokenization import copy_tokenizer_files
+from ctxemb.training.config import TrainConfig
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class TaskData:
+    """A task's examples: ``train`` and ``eval`` (any example type the task's ``encode`` reads), the label names in
+    id order (None for regression and span extraction), and anything else the task wants to keep (``info``)."""
+
+    train: list
+    eval: list
+    labels: list[str] | None = None
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+class Task:
+    """The contract of a fine-tuning task (see the module docstring for the methods a task defines).
+
+    Attributes:
+        name: the registry name (``ctxemb finetune NAME``).
+        family: what kind of model it trains (``"sequence"``, ``"token"``, ``"span"``, ``"qa"``, or a user's).
+        primary_metric: the evaluation key that model selection and early stopping follow.
+        greater_is_better: whether a higher ``primary_metric`` is better.
+        config_class: the settings dataclass (:class:`FinetuneRunConfig` or a subclass).
+        default_learning_rate: the CLI's learning rate when none is given.
+        description: one line for ``--help``.
+    """
+
+    name: str = ""
+    family: str = "custom"
+    primary_metric: str = "accuracy"
+    greater_is_better: bool = True
+    config_class: type = FinetuneRunConfig
+    default_learning_rate: float = 2e-5
+    description: str = ""
+
+    def primary(self, config: FinetuneRunConfig) -> tuple[str, bool]:
+        """The primary metric and whether greater is better for this run (a task may depend on its head)."""
+        return self.primary_metric, self.greater_is_better
+
+    def read(self, config: FinetuneRunConfig) -> TaskData:
+        raise NotImplementedError(f"task {self.name!r} does not define read(config)")
+
+    def build_model(self, config: FinetuneRunConfig, data: TaskData):
+        raise NotImplementedError(f"task {self.name!r} does not define build_model(config, data)")
+
+    def encode(self, config: FinetuneRunConfig, tokenizer, examples: Sequence, data: TaskData):
+        raise NotImplementedError(f"task {self.name!r} does not define encode(config, tokenizer, examples, data)")
+
+    def evaluator(self, config: FinetuneRunConfig, tokenizer, data: TaskData, features: list, collate):
+        raise NotImplementedError(f"task {self.name!r} does not define evaluator(...)")
+
+    def param_groups(self, model, config: FinetuneRunConfig) -> list[dict] | None:
+        from ctxemb.training.optim import layerwise_lr_groups
+
+        if config.layerwise_lr_decay < 1:
+            return layerwise_lr_groups(model, config.layerwise_lr_decay, config.train.weight_decay)
+        return None
+
+    def save(self, model, directory: Path, config: FinetuneRunConfig, data: TaskData, tokenizer, *,
+             train_config: TrainConfig) -> None:
+        """Default: :func:`save_model_files` (the model's ``save_pretrained``, the tokenizer, the settings)."""
+        save_model_files(model, directory, config, tokenizer, train_config=train_config)
+
+    def load(self, model_dir):
+        raise NotImplementedError(f"task {self.name!r} does not define load(model_dir)")
+
+    def predict(self, model, tokenizer, inputs: Sequence, saved: dict[str, Any]) -> list:
+        raise NotImplementedError(f"task {self.name!r} does not define predict(...)")
+
+
+def save_model_files(model, directory: Path, config: FinetuneRunConfig, tokenizer, *, train_config: TrainConfig,
+                     **extra: Any) -> None:
+    """Write a fine-tuned model's files into ``directory``: ``model.save_pretrained`` (weights and ``config.json``
+    with the ``architectures`` and label map), the base model's tokenizer files, and ``finetune_config.json`` (the
+    run's settings with the resolved loop settings, plus ``extra``), which the predictors read."""
+    model.save_pretrained(directory)
+    copy_tokenizer_files(resolve_model_dir(config.model), directory, tokenizer)
+    with open(Path(directory) / CONFIG_FILE, "w", encoding="utf-8") as f:
+        json.dump({**config.to_dict(), "train": train_config.to_dict(), **extra}, f, indent=2)

@@ -1,0 +1,199 @@
+"""Sense training's settings (:class:`SenseTrainConfig`) and the sense inventory protocol it reads candidates and
+glosses from (WordNet by default)."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+from dataclasses import dataclass, field
+from typing import Any, Literal, Mapping, Protocol
+
+
+from ctxemb._validation import check_choice, check_int
+from ctxemb.modeling.sense_heads import GLOSS_ENCODERS, LAYER_POOLINGS, NEGATIVES, SCORES
+from ctxemb.registry import DEFAULT_MODEL
+from ctxemb.training.loop import TrainConfig
+from ctxemb.wsd.corpus_pass import MULTIWORD_MODES
+from ctxemb.wsd.disambiguate import Disambiguator
+from ctxemb.wsd.glosses import gloss_words
+
+logger = logging.getLogger(__name__)
+
+Recipe = Literal["bem", "supcon"]
+RECIPES: tuple[str, ...] = ("bem", "supcon")
+MODEL_DIR = "model"
+GLOSS_ENCODER_DIR = "gloss_encoder"
+TRAINING_FILE = "wsd_training.json"
+_SUBWORD_POOLINGS = ("mean", "first", "last")
+_BUCKET_BATCHES = 50  # batches' worth of examples sorted by length together (less padding, still shuffled)
+
+
+# --------------------------------------------------------------------------------------------------- senses
+
+class SenseInventory(Protocol):
+    """Where candidate senses and glosses come from (WordNet by default; tests plant their own)."""
+
+    def candidates(self, word: str, lemma: str | None, pos: str | None) -> tuple[str, ...]:
+        """The candidate sense keys of a target, in the inventory's order."""
+        ...
+
+    def gloss_words(self, key: str) -> list[str]:
+        """The words of a sense's gloss text, as they are embedded."""
+        ...
+
+
+class WordNetInventory:
+    """WordNet 3.0 (through nltk): candidates exactly as the :class:`~ctxemb.wsd.disambiguate.Disambiguator` takes
+    them for a corpus instance, glosses as :func:`~ctxemb.wsd.glosses.embed_glosses` embeds them."""
+
+    def candidates(self, word: str, lemma: str | None, pos: str | None) -> tuple[str, ...]:
+        return tuple(Disambiguator._target(0, word, lemma, pos)[3])
+
+    def gloss_words(self, key: str) -> list[str]:
+        return gloss_words(key)
+
+
+# --------------------------------------------------------------------------------------------------- config
+
+@dataclass
+class SenseTrainConfig:
+    """A sense-training run (see the module docstring).
+
+    Attributes:
+        recipe: ``"bem"`` or ``"supcon"``.
+        model: the encoder to start from (name or HF-format directory).
+        corpus: a Raganato-format training set (folder or XML); None = SemCor in the shared data folder.
+        held_out_fraction: share of the corpus's documents held out (0 = train on all); ``split_seed`` seeds the
+            split. The defaults are those of ``benchmarks/wsd.py``.
+        max_train_sentences: use only the first N training sentences (None: all), for quick runs.
+        eval_sentences: held-out sentences the loop evaluates the objective on (0: none).
+        layers, layer_pooling, subword_pooling: how a target's vector is pooled, as the Embedder's fields of the
+            same names (hidden-state indices: 0 = embedding output, -1 = last layer); use the same ones for the store.
+        multiword: how ``_``-joined multiword tokens reach the tokenizer (as :class:`~ctxemb.wsd.build.BuildConfig`).
+        max_length: tokens per context input, special tokens included; longer sentences are cut into overlapping
+            windows, each target read from the window where it has most context. None: the tokenizer's maximum,
+            as the Embedder uses.
+        max_gloss_length: tokens per gloss, special tokens included (longer glosses lose their last words; counted
+            and logged).
+        epochs: passes over the training data (an epoch of ``supcon`` is the balanced sample described above).
+        max_steps: optimizer steps, overriding ``epochs``.
+        max_minutes: stop once this call's training loop has run this many minutes (reading the corpus and building
+            features do not count; a checkpoint is written; None: no limit).
+        max_tokens_per_batch: token budget of a batch (see the module docstring).
+        max_items_per_batch: most sentences (``bem``) or occurrences (``supcon``; at least one lemma group,
+            ``senses_per_group * occurrences_per_sense``) per batch.
+        trainable_layers: train only the top k layers, 1..L (None: all; with any k the embeddings are frozen).
+        max_targets_per_sentence: ``bem``: targets drawn per sentence and batch.
+        max_candidates: ``bem``: candidates per target (gold senses + a random sample of the others).
+        gloss_encoder: ``bem``: ``"shared"`` weights or a ``"separate"`` gloss encoder.
+        score: ``bem``: ``"dot"`` (BEM's) or ``"cosine"`` (divided by ``temperature``; the store ranks by cosine).
+        temperature: ``supcon``'s temperature, and ``bem``'s with ``score="cosine"``.
+        negatives: ``supcon``: contrast with the whole ``"batch"`` or only the same ``"lemma"``.
+        senses_per_group, occurrences_per_sense: ``supcon``: the shape of a lemma's group in a batch.
+        train: the loop's settings (``out_dir`` required; ``max_steps`` is set from ``epochs``/``max_steps``).
+
+    Raises:
+        ValueError: an unknown option or an out-of-range number (naming the field); no ``train.out_dir``.
+        TypeError: a count that is not an integer, or ``train`` that is not a TrainConfig (or a mapping of one).
+    """
+
+    recipe: Recipe
+    model: str = DEFAULT_MODEL
+    corpus: str | None = None
+    held_out_fraction: float = 0.1
+    split_seed: int = 0
+    max_train_sentences: int | None = None
+    eval_sentences: int = 500
+    layers: tuple[int, ...] = (-4, -3, -2, -1)
+    layer_pooling: str = "mean"
+    subword_pooling: str = "mean"
+    multiword: str = "space"
+    max_length: int | None = None
+    max_gloss_length: int = 64
+    epochs: float = 1.0
+    max_steps: int | None = None
+    max_minutes: float | None = None
+    max_tokens_per_batch: int = 4096
+    max_items_per_batch: int = 32
+    trainable_layers: int | None = None
+    max_targets_per_sentence: int = 4
+    max_candidates: int = 8
+    gloss_encoder: str = "shared"
+    score: str = "dot"
+    temperature: float = 0.1
+    negatives: str = "batch"
+    senses_per_group: int = 4
+    occurrences_per_sense: int = 4
+    train: TrainConfig = field(default_factory=lambda: TrainConfig(learning_rate=2e-5, warmup_ratio=0.1))
+
+    def __post_init__(self) -> None:
+        if isinstance(self.train, Mapping):
+            self.train = TrainConfig.from_dict(dict(self.train))
+        if not isinstance(self.train, TrainConfig):
+            raise TypeError(f"train must be a TrainConfig, got {type(self.train).__name__}")
+        check_choice(self.recipe, "recipe", RECIPES)
+        check_choice(self.layer_pooling, "layer_pooling", LAYER_POOLINGS)
+        check_choice(self.subword_pooling, "subword_pooling", _SUBWORD_POOLINGS)
+        check_choice(self.multiword, "multiword", MULTIWORD_MODES)
+        check_choice(self.gloss_encoder, "gloss_encoder", GLOSS_ENCODERS)
+        check_choice(self.score, "score", SCORES)
+        check_choice(self.negatives, "negatives", NEGATIVES)
+        if isinstance(self.layers, (str, int)) or not len(self.layers) or \
+                not all(isinstance(i, int) and not isinstance(i, bool) for i in self.layers):
+            raise ValueError(f"layers must be a non-empty sequence of hidden-state indices, got {self.layers!r}")
+        self.layers = tuple(self.layers)
+        if not (isinstance(self.held_out_fraction, (int, float)) and 0 <= self.held_out_fraction < 1):
+            raise ValueError(f"held_out_fraction must be in [0, 1), got {self.held_out_fraction!r}")
+        for name in ("split_seed", "eval_sentences"):
+            check_int(getattr(self, name), name, low=0)
+        for name in ("max_gloss_length", "max_tokens_per_batch", "max_items_per_batch", "max_targets_per_sentence",
+                     "occurrences_per_sense"):
+            check_int(getattr(self, name), name, low=1)
+        check_int(self.max_candidates, "max_candidates", low=2)
+        check_int(self.senses_per_group, "senses_per_group", low=2)
+        for name in ("max_train_sentences", "max_length", "max_steps", "trainable_layers"):
+            if getattr(self, name) is not None:
+                check_int(getattr(self, name), name, low=1)
+        if self.max_length is not None and self.max_length < 4:
+            raise ValueError(f"max_length must be >= 4 tokens, got {self.max_length}")
+        if self.max_gloss_length < 3:
+            raise ValueError(f"max_gloss_length must be >= 3 tokens, got {self.max_gloss_length}")
+        for name in ("epochs", "temperature"):
+            v = getattr(self, name)
+            if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
+                raise ValueError(f"{name} must be a positive number, got {v!r}")
+        if self.max_minutes is not None and not (isinstance(self.max_minutes, (int, float)) and self.max_minutes > 0):
+            raise ValueError(f"max_minutes must be a positive number or None, got {self.max_minutes!r}")
+        if self.recipe == "supcon" and self.senses_per_group * self.occurrences_per_sense > self.max_items_per_batch:
+            raise ValueError(f"max_items_per_batch={self.max_items_per_batch} cannot hold one lemma group of "
+                             f"senses_per_group x occurrences_per_sense = {self.senses_per_group} x "
+                             f"{self.occurrences_per_sense} occurrences; raise it or shrink the group")
+        if not self.train.out_dir:
+            raise ValueError("train.out_dir is required: checkpoints, metrics and the model go there")
+
+    def to_dict(self) -> dict[str, Any]:
+        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "train"}
+        d["layers"] = list(self.layers)
+        d["train"] = self.train.to_dict()
+        return d
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "SenseTrainConfig":
+        """The inverse of :meth:`to_dict`.
+
+        Raises:
+            ValueError: unknown fields (or invalid values).
+        """
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise ValueError(f"unknown SenseTrainConfig field(s) {unknown}; known: {sorted(known)}")
+        return cls(**d)  # __post_init__ turns a ``train`` mapping into a TrainConfig
+
+    def embedder_options(self) -> dict[str, Any]:
+        """The :class:`~ctxemb.embedding.EmbedderConfig` fields that pool as this run trained."""
+        return {"layers": list(self.layers), "layer_pooling": self.layer_pooling,
+                "subword_pooling": self.subword_pooling}
+
+
