@@ -3,7 +3,7 @@
     ctxemb finetune sst2 --model all-MiniLM-L6-v2 --out runs/sst2 --epochs 1
     ctxemb finetune custom --train-file my_train.tsv --dev-file my_dev.tsv --text-a review --label stars --out runs/mine
     ctxemb finetune conll2003-ner --head crf --out runs/ner
-    ctxemb finetune xquad --out runs/qa --max-length 384
+    ctxemb finetune xquad --out runs/qa
     ctxemb predict runs/sst2/model "A gripping, funny film." "Dull and far too long."
     ctxemb predict runs/rte/model "A man is sleeping." --pair "Nobody sleeps."
     ctxemb predict runs/ner/model "Jane Villanueva of United Airlines Holding discussed it."
@@ -45,7 +45,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--layerwise-lr-decay", type=fraction, default=None, help="e.g. 0.8 (default: off)")
     p.add_argument("--epochs", type=non_negative_float, default=3.0)
     p.add_argument("--batch-size", type=positive_int, default=32)
-    p.add_argument("--max-length", type=positive_int, default=128)
+    p.add_argument("--max-length", type=positive_int, default=None,
+                   help="tokens per model input (default: 384 for QA, as SQuAD recipes; 128 otherwise)")
     p.add_argument("--learning-rate", type=non_negative_float, default=None,
                    help="default 2e-5 for sentence tasks, 5e-5 for token and span tasks")
     p.add_argument("--warmup-ratio", type=fraction, default=0.1)
@@ -73,7 +74,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     t.add_argument("--span-summary", choices=SUMMARY_KINDS, default="mean")
     t.add_argument("--target-precision", type=non_negative_float, default=None,
                    help="calibrate the span head's NULL threshold for this precision (percent) instead of best F1")
-    t.add_argument("--doc-stride", type=positive_int, default=128, help="QA: step between window starts, in tokens")
+    t.add_argument("--doc-stride", type=positive_int, default=None,
+                   help="QA: step between window starts, in tokens (default 128, less if --max-length leaves "
+                        "fewer context tokens per window)")
     t.add_argument("--max-query-length", type=positive_int, default=64)
     t.add_argument("--max-answer-length", type=positive_int, default=30)
     p.set_defaults(func=run_finetune)
@@ -101,8 +104,10 @@ def run_finetune(args: argparse.Namespace) -> int:
                         save_every=args.save_every or 0, progress_bar=not args.no_progress)
     common = dict(task=args.task, model=args.model, regime=args.regime, last_k=args.last_k,
                   layerwise_lr_decay=args.layerwise_lr_decay or 1.0, epochs=args.epochs, batch_size=args.batch_size,
-                  max_length=args.max_length, max_train_examples=args.max_train_examples,
+                  max_train_examples=args.max_train_examples,
                   train_file=args.train_file, dev_file=args.dev_file, train=train)
+    if args.max_length is not None:  # else each config's default (QA's differs from the others')
+        common["max_length"] = args.max_length
     if token_task:
         if args.head is not None and args.head not in TASK_HEADS[args.task]:
             raise UsageError(f"--head {args.head} does not fit {args.task}: it takes one of {TASK_HEADS[args.task]}")
