@@ -133,7 +133,7 @@ def encode_tokenized(tokenizer: Tokenizer, tokenized: Sequence[TokenizedText], *
     max_length = min(max_length or tokenizer.max_length, tokenizer.max_length)
     room = max_length - len(tokenizer.with_specials([])[0])
     features: list[TaggedFeature] = []
-    n_split = n_too_long = 0
+    n_split = n_too_long = n_cut = 0
     for s, tok in enumerate(tokenized):
         sentence_tags = None
         if tags is not None:
@@ -156,6 +156,8 @@ def encode_tokenized(tokenizer: Tokenizer, tokenized: Sequence[TokenizedText], *
                 gold_spans[(a, b - 1)] = label2id[etype]
         pieces = _split_words(tok.word_spans, room)
         n_split += len(pieces) > 1
+        cuts = [a for a, _ in pieces[1:]]  # an entity across a cut is in no piece's spans: count it, as too long ones
+        n_cut += sum(1 for i, j in gold_spans if any(i < c <= j for c in cuts))
         for a, b in pieces:
             offset = tok.word_spans[a][0]
             content = tok.ids[offset:tok.word_spans[b - 1][1]]
@@ -170,6 +172,12 @@ def encode_tokenized(tokenizer: Tokenizer, tokenized: Sequence[TokenizedText], *
                 for w, (st, en) in enumerate(zip(starts, ends)):
                     for t in range(st, en if label_subwords == "all" else st + 1):
                         labels[t] = word_labels[w]
+                first = tags[s][a]
+                if a > 0 and first.startswith("I-") and "B-" + first[2:] in label2id:
+                    # a piece cut inside an entity: the words' labels (a CRF's) start it with B-X, since a
+                    # BIO-constrained CRF never starts with I-X (the gold path would score ~-1e4, a loss no step
+                    # lowers); the subword labels (softmax) keep I-X, which stitches back into one entity
+                    word_labels = [label2id["B-" + first[2:]]] + word_labels[1:]
             span_words = span_labels = None
             if max_span_length is not None:
                 span_words = enumerate_spans(b - a, max_span_length)
@@ -180,6 +188,9 @@ def encode_tokenized(tokenizer: Tokenizer, tokenized: Sequence[TokenizedText], *
     if n_split:
         logger.warning("%d of %d sentences were longer than %d tokens and were split at word boundaries",
                        n_split, len(sentences), max_length)
+    if n_cut:
+        logger.warning("%d gold entities cross a cut between pieces of a split sentence and can never be predicted "
+                       "as one span (raise max_length)", n_cut)
     if n_too_long:
         logger.warning("%d gold entities are longer than max_span_length=%d words and can never be predicted",
                        n_too_long, max_span_length)
