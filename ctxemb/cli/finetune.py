@@ -64,21 +64,21 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     add_train_flags(p, shown_defaults={"learning_rate": "2e-5 for sentence tasks, 5e-5 for token and span tasks",
                                        "warmup_ratio": 0.1})
     c = p.add_argument_group("a custom task (TSV or JSONL with named columns)")
-    c.add_argument("--train-file")
-    c.add_argument("--dev-file")
+    c.add_argument("--train-file", help="custom task: training file (TSV or JSONL with named columns)")
+    c.add_argument("--dev-file", help="custom task: dev file evaluated each epoch (same format)")
     c.add_argument("--text-a", default=None, help="default 'sentence'")
-    c.add_argument("--text-b", default=None)
+    c.add_argument("--text-b", default=None, help="custom task: the second text's column, for pair tasks (default: none)")
     c.add_argument("--label", default=None, help="default 'label'")
-    c.add_argument("--label-names", nargs="+", default=None)
-    c.add_argument("--regression", action="store_const", const=True, default=None)
+    c.add_argument("--label-names", nargs="+", default=None, help="custom task: class names in label order (default: the labels found in the training file)")
+    c.add_argument("--regression", action="store_const", const=True, default=None, help="custom task: the label is a real-valued score (regression), not a class")
     t = p.add_argument_group("token and span tasks")
     t.add_argument("--label-subwords", choices=LABEL_SUBWORDS, default=None,
                    help="which subwords take a word's tag in training (default all, as J&M)")
     t.add_argument("--decoding", choices=WORD_DECODINGS, default=None,
                    help="a word's tag from its first subword (default) or the mean of its subwords' distributions")
     t.add_argument("--max-span-length", type=positive_int, default=None, help="longest span in words (span head; 8)")
-    t.add_argument("--span-boundary", choices=BOUNDARY_KINDS, default=None)
-    t.add_argument("--span-summary", choices=SUMMARY_KINDS, default=None)
+    t.add_argument("--span-boundary", choices=BOUNDARY_KINDS, default=None, help="span head: boundary vectors as the tokens themselves or through an FFN (default tokens)")
+    t.add_argument("--span-summary", choices=SUMMARY_KINDS, default=None, help="span head: the span's summary vector, a mean or attention pooling (default mean)")
     t.add_argument("--target-precision", type=non_negative_float, default=None,
                    help="calibrate the span head's NULL threshold for this precision (percent) instead of best F1")
     t.add_argument("--doc-stride", type=positive_int, default=None, help="QA: step between window starts, in tokens "
@@ -97,7 +97,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     q.add_argument("--out", default=None,
                    help="where the tagged CoNLL file goes (word, gold, predicted); default: stdout")
     q.add_argument("--json", action="store_true", help="one JSON object per text")
-    q.add_argument("--device", default="cpu")
+    q.add_argument("--device", default="cpu", help="torch device for predictions (default %(default)s)")
     q.set_defaults(func=run_predict)
     return p
 

@@ -177,16 +177,16 @@ def _add_train_parser(sub) -> None:
     g = r.add_argument_group("pooling (as the Embedder's; build the store with the same)")
     g.add_argument("--layers", type=int, nargs="+", default=list(d.layers),
                    help="hidden-state indices; 0 = embedding output, -1 = last layer (default -4 -3 -2 -1)")
-    g.add_argument("--layer-pooling", choices=LAYER_POOLINGS, default=d.layer_pooling)
-    g.add_argument("--subword-pooling", choices=("mean", "first", "last"), default=d.subword_pooling)
+    g.add_argument("--layer-pooling", choices=LAYER_POOLINGS, default=d.layer_pooling, help="how the encoder layers of a word vector are combined (default %(default)s)")
+    g.add_argument("--subword-pooling", choices=("mean", "first", "last"), default=d.subword_pooling, help="how a word's subword vectors are combined (default %(default)s)")
     g.add_argument("--multiword", choices=MULTIWORD_MODES, default=d.multiword,
                    help="how multiword tokens (a_b) reach the tokenizer, as `wsd build --multiword` "
                         "(default %(default)s)")
     b = r.add_argument_group("batches and budget")
-    b.add_argument("--epochs", type=positive_float, default=d.epochs)
+    b.add_argument("--epochs", type=positive_float, default=d.epochs, help="passes over the SemCor training occurrences (default %(default)s)")
     b.add_argument("--max-minutes", type=positive_float, default=None,
                    help="stop at this time budget (a checkpoint is written; --resume continues)")
-    b.add_argument("--max-tokens-per-batch", type=positive_int, default=d.max_tokens_per_batch)
+    b.add_argument("--max-tokens-per-batch", type=positive_int, default=d.max_tokens_per_batch, help="most subword tokens per micro-batch (default %(default)s)")
     b.add_argument("--max-items-per-batch", type=positive_int, default=d.max_items_per_batch,
                    help="sentences (bem) or occurrences (supcon) per batch (default %(default)s)")
     b.add_argument("--max-length", type=positive_int, default=None,
@@ -194,17 +194,17 @@ def _add_train_parser(sub) -> None:
     b.add_argument("--trainable-layers", type=positive_int, default=None,
                    help="train only the top k layers (default all)")
     e = r.add_argument_group("bem")
-    e.add_argument("--max-candidates", type=positive_int, default=d.max_candidates)
-    e.add_argument("--max-targets-per-sentence", type=positive_int, default=d.max_targets_per_sentence)
-    e.add_argument("--gloss-encoder", choices=GLOSS_ENCODERS, default=d.gloss_encoder)
-    e.add_argument("--score", choices=SCORES, default=d.score)
-    e.add_argument("--max-gloss-length", type=positive_int, default=d.max_gloss_length)
+    e.add_argument("--max-candidates", type=positive_int, default=d.max_candidates, help="BEM: most candidate senses (glosses) scored per target (default %(default)s)")
+    e.add_argument("--max-targets-per-sentence", type=positive_int, default=d.max_targets_per_sentence, help="BEM: most annotated targets taken from one sentence (default %(default)s)")
+    e.add_argument("--gloss-encoder", choices=GLOSS_ENCODERS, default=d.gloss_encoder, help="BEM: glosses through the context encoder (shared) or a second copy (separate)")
+    e.add_argument("--score", choices=SCORES, default=d.score, help="BEM: context-gloss score, dot product or cosine (default %(default)s)")
+    e.add_argument("--max-gloss-length", type=positive_int, default=d.max_gloss_length, help="BEM: longest gloss in tokens (default %(default)s)")
     c = r.add_argument_group("supcon")
     c.add_argument("--temperature", type=positive_float, default=d.temperature,
                    help="also bem's with --score cosine (default %(default)s)")
-    c.add_argument("--negatives", choices=NEGATIVES, default=d.negatives)
-    c.add_argument("--senses-per-group", type=positive_int, default=d.senses_per_group)
-    c.add_argument("--occurrences-per-sense", type=positive_int, default=d.occurrences_per_sense)
+    c.add_argument("--negatives", choices=NEGATIVES, default=d.negatives, help="SupCon: negatives from the whole batch or only the lemma's other senses (default %(default)s)")
+    c.add_argument("--senses-per-group", type=positive_int, default=d.senses_per_group, help="SupCon: senses of one lemma sampled together in a batch (default %(default)s)")
+    c.add_argument("--occurrences-per-sense", type=positive_int, default=d.occurrences_per_sense, help="SupCon: occurrences sampled per sense (default %(default)s)")
     add_train_flags(r, shown_defaults=_WSD_TRAIN_DEFAULTS)
     r.set_defaults(func=run_train)
 
