@@ -43,7 +43,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from ctxemb._validation import read_json_file
+from ctxemb._validation import check_choice, read_json_file
 from ctxemb._version import __version__
 from ctxemb.inference import PRECISIONS, EncoderBackend, TorchBackend
 from ctxemb.modeling.encoder import Encoder
@@ -79,8 +79,7 @@ def load_backend(encoder: Encoder, precision: str, *, model_name: str | None = N
     """
     if not isinstance(encoder, Encoder):
         raise TypeError(f"encoder must be a ctxemb Encoder, got {type(encoder).__name__}")
-    if precision not in PRECISIONS:
-        raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
+    check_choice(precision, "precision", PRECISIONS)
     if precision in ("fp32", "bf16"):
         return TorchBackend(encoder, precision)
     device = next(encoder.parameters()).device

@@ -106,7 +106,7 @@ def fill_mask(texts: str | Sequence[str], model: str | os.PathLike, *, top_k: in
               device: str | torch.device = "cpu"):
     """One-shot cloze query: load ``model`` (a checkpoint with an MLM head) and fill every mask in ``texts``.
 
-    Example:
+    Examples:
         >>> fill_mask("Please turn [MASK] homework in.", "runs/my-bert")[0][:2]  # doctest: +SKIP
         [MaskFill(token='your', token_id=2115, probability=0.83), MaskFill(token='the', ...)]
 

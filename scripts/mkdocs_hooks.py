@@ -15,7 +15,6 @@ the source of truth, so nothing in docs/ is a copy that can go stale:
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import re
 from pathlib import Path
@@ -31,24 +30,6 @@ _RESULTS_MARK = re.compile(r"<!--\s*results:\s*(?P<name>[\w.\-]+\.md)(?:\s+shift
 _ALL_RESULTS_MARK = "<!-- all-results -->"
 _CLI_MARK = "<!-- cli-reference -->"
 _FENCE = re.compile(r"^(```|~~~)")
-
-
-# TEMPORARY: warnings from docstrings in modules that other branches are rewriting (the training restructure owns
-# finetuning/ and training/; fill_mask.py's example is the same one-word fix). Each is a docstring that markdown
-# misreads, not a broken link: "Example:" is not griffe's "Examples:" section, so `x[0][:2]` in it reads as a
-# reference link; a "Raises:" entry must start with the exception's name. The lead fixes the docstrings after the
-# merge and empties this tuple; any other warning still fails `mkdocs build --strict`.
-KNOWN_DOCSTRING_WARNINGS: tuple[tuple[str, str], ...] = (
-    ("ctxemb/fill_mask.py", "Could not find cross-reference target ':2'"),
-    ("ctxemb/finetuning/token_predict.py", "Could not find cross-reference target '0'"),
-    ("ctxemb/training/distributed.py", "Failed to get 'exception: description' pair"),
-)
-
-
-class _KnownDocstringWarnings(logging.Filter):
-    def filter(self, record: logging.LogRecord) -> bool:
-        message = record.getMessage()
-        return not any(path in message and text in message for path, text in KNOWN_DOCSTRING_WARNINGS)
 
 
 # ---- benchmark results ------------------------------------------------------------------------------------------
@@ -167,11 +148,7 @@ def _fill_reference_nav(nav, entries) -> bool:
 
 
 def on_config(config, **kwargs):
-    """Fill the nav's "API reference" entry (an empty list in mkdocs.yml) with one page per package, and set the
-    filter of known docstring warnings on mkdocs' handlers (strict mode counts what reaches them)."""
-    for handler in logging.getLogger("mkdocs").handlers:
-        if not any(isinstance(f, _KnownDocstringWarnings) for f in handler.filters):
-            handler.addFilter(_KnownDocstringWarnings())
+    """Fill the nav's "API reference" entry (an empty list in mkdocs.yml) with one page per package."""
     entries = [{("ctxemb" if p == "ctxemb" else f"ctxemb.{p}"): f"reference/api/{p}.md"} for p in reference_pages()]
     if not _fill_reference_nav(config["nav"], entries):
         raise PluginError('mkdocs.yml: the nav has no "API reference" entry for the generated reference pages')

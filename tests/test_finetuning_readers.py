@@ -130,7 +130,7 @@ def test_snli_skips_dash_labels_and_checks_files(tmp_path, caplog):
     with pytest.raises(ValueError, match=r"labels\.dev line 3: missing; the file ends after 2 lines but .*s1\.dev has"):
         read_snli(tmp_path / "s1.dev", tmp_path / "s2.dev", tmp_path / "labels.dev")
     _write(tmp_path / "labels.dev", "entailment\nneutral\nhmm\n")
-    with pytest.raises(ValueError, match=r"labels\.dev line 3: label must be"):
+    with pytest.raises(ValueError, match=r"labels\.dev line 3: the label is not one of"):
         read_snli(tmp_path / "s1.dev", tmp_path / "s2.dev", tmp_path / "labels.dev")
 
 

@@ -153,6 +153,16 @@ def test_a_cosine_bi_encoder_learns_scored_pairs_and_saves_a_plain_encoder(tmp_p
     u, v = emb.embed_sentences([a, b], pooling="mean", show_progress_bar=False)
     cos = float(u @ v / np.linalg.norm(u) / np.linalg.norm(v))
     assert p.score == pytest.approx(5.0 * cos, abs=1e-4)  # the Embedder sees the geometry that was trained
+    # saved as a sentence-transformers directory with the pooling it was trained with: its sentence vectors by
+    # default, in ctxemb and in sentence-transformers, are the trained ones (last-layer mean)
+    assert (result.model_dir / "modules.json").is_file()
+    st_emb = Embedder.from_pretrained(result.model_dir, layers=[-1])  # word vectors: this 2-layer model has no -4
+    assert st_emb.sentence_modules.pooling == ("mean",)
+    default = st_emb.embed_sentences([a, b], show_progress_bar=False)
+    np.testing.assert_allclose(default, np.stack([u, v]), rtol=1e-5, atol=1e-6)
+    st = pytest.importorskip("sentence_transformers")
+    theirs = st.SentenceTransformer(str(result.model_dir), device="cpu").encode([a, b])
+    np.testing.assert_allclose(theirs, default, rtol=1e-4, atol=1e-5)
     with pytest.raises(ValueError, match="scored pairs"):
         FinetuneConfig(task="sst2", head="cosine", train=TrainConfig(learning_rate=1e-4,
                                                                      out_dir=str(tmp_path / "x")))

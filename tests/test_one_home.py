@@ -7,10 +7,6 @@
 - Choices are checked by ``_validation.check_choice``: no inline "must be one of" messages.
 - No ``max_steps=1`` placeholder in a training configuration (the run skeleton resolves the steps).
 - One ``CheckpointError`` class (one error per meaning).
-
-Each check has a TEMPORARY allow-list of the files that still hold a copy and belong to work in progress in other
-branches (training half, search/sense-store reliability, encoder families, int8). The lead empties the lists when
-those branches merge. A listed file that no longer holds a copy fails the test, so the lists cannot go stale.
 """
 
 import re
@@ -21,40 +17,30 @@ import pytest
 PACKAGE = Path(__file__).resolve().parent.parent / "ctxemb"
 
 CHECKS = {
-    # name: (pattern, files where it belongs for good, TEMPORARY allow-list)
+    # name: (pattern, the files where it belongs)
     "JSON reader definition": (
         re.compile(r"^\s*def\s+_?read_json\w*\s*\("),
         {"_validation.py"},
-        set(),
     ),
     "JSON file read outside read_json_file": (
         re.compile(r"json\.load\(|json\.loads\(.*\.read(_text)?\("),
         {"_validation.py"},
-        {"training/state.py", "pretraining/shards.py", "finetuning/predict.py",
-         "finetuning/token_tasks.py", "modeling/task_heads.py", "modeling/token_heads.py", "wsd/training.py",
-         "cli/finetune.py"},
     ),
     "_is_int copy": (
         re.compile(r"^\s*def\s+_is_int\b"),
         set(),
-        {"training/loop.py", "finetuning/squad.py", "finetuning/readers.py"},
     ),
     "inline 'must be one of' check": (
         re.compile(r"must be one of"),
         {"_validation.py"},
-        {"backends.py", "training/loop.py", "finetuning/readers.py", "finetuning/tagging.py", "finetuning/tasks.py",
-         "finetuning/token_tasks.py", "pretraining/recipe.py", "pretraining/masking.py", "modeling/pretraining.py",
-         "modeling/wsd_heads.py", "modeling/task_heads.py", "modeling/token_heads.py", "modeling/crf.py"},
     ),
     "max_steps=1 placeholder": (
         re.compile(r"max_steps\s*=\s*1\b"),
         set(),
-        {"finetuning/tasks.py", "finetuning/token_tasks.py", "wsd/training.py", "cli/wsd.py", "cli/finetune.py"},
     ),
     "CheckpointError class": (
         re.compile(r"^\s*class\s+CheckpointError\b"),
         {"modeling/checkpoint.py"},
-        {"training/state.py"},
     ),
 }
 
@@ -71,17 +57,10 @@ def _matches(pattern: re.Pattern) -> dict[str, list[int]]:
 
 @pytest.mark.parametrize("check", sorted(CHECKS))
 def test_one_home(check):
-    pattern, home, allowed = CHECKS[check]
+    pattern, home = CHECKS[check]
     found = _matches(pattern)
-    extra = {m: lines for m, lines in found.items() if m not in home | allowed}
+    extra = {m: lines for m, lines in found.items() if m not in home}
     assert not extra, f"{check}: " + ", ".join(f"ctxemb/{m}:{','.join(map(str, ls))}" for m, ls in sorted(extra.items()))
-
-
-@pytest.mark.parametrize("check", sorted(CHECKS))
-def test_the_temporary_allow_lists_are_not_stale(check):
-    pattern, _, allowed = CHECKS[check]
-    stale = sorted(allowed - set(_matches(pattern)))
-    assert not stale, f"{check}: remove from the allow-list in {__file__} (no copy left): " + ", ".join(stale)
 
 
 def test_the_one_json_reader_is_where_it_says():

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from ctxemb.training import Callback, CheckpointError, DatasetBatches, EvalBatches, TrainConfig, train
+from ctxemb.training import Callback, ResumeStateError, DatasetBatches, EvalBatches, TrainConfig, train
 from ctxemb.training.state import latest_checkpoint, list_checkpoints
 from tests.training_scripts.tiny import make_examples, make_model
 
@@ -103,10 +103,10 @@ def test_checkpoint_layout(tmp_path):
 
 
 @pytest.mark.parametrize("name, damage, error", [
-    ("model.pt", "corrupt", CheckpointError),
-    ("optimizer.pt", "corrupt", CheckpointError),
-    ("rank-0.pt", "corrupt", CheckpointError),
-    ("trainer_state.json", "corrupt", CheckpointError),
+    ("model.pt", "corrupt", ResumeStateError),
+    ("optimizer.pt", "corrupt", ResumeStateError),
+    ("rank-0.pt", "corrupt", ResumeStateError),
+    ("trainer_state.json", "corrupt", ResumeStateError),
     ("scheduler.pt", "missing", FileNotFoundError),
     ("model.pt", "missing", FileNotFoundError),
 ])
@@ -126,7 +126,7 @@ def test_checkpoint_of_another_model_is_refused(tmp_path):
     sd = torch.load(tmp_path / "checkpoint-2" / "model.pt", weights_only=True)
     sd.pop("dense.bias")
     torch.save(sd, tmp_path / "checkpoint-2" / "model.pt")
-    with pytest.raises(CheckpointError, match=r"(?s)model\.pt.*dense\.bias"):
+    with pytest.raises(ResumeStateError, match=r"(?s)model\.pt.*dense\.bias"):
         _run(tmp_path, resume=True, steps=4)
 
 

@@ -5,7 +5,6 @@ Shapes: N texts, C classes.
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,7 +12,7 @@ from typing import Sequence
 
 import torch
 
-from ctxemb._validation import check_int, check_string_batch
+from ctxemb._validation import check_int, check_string_batch, read_json_file
 from ctxemb.finetuning.readers import TextExample
 from ctxemb.finetuning.features import model_inputs
 from ctxemb.finetuning.outputs import predict_outputs
@@ -55,7 +54,7 @@ class SequencePredictor:
         """Load a directory written by ``ctxemb finetune`` (or a transformers ``*ForSequenceClassification``); a
         bi-encoder saved with ``head="cosine"`` predicts ``score_scale * cos(u, v)`` for pairs."""
         path = resolve_model_dir(model_dir)
-        raw = json.loads((Path(path) / "config.json").read_text(encoding="utf-8"))
+        raw = read_json_file(Path(path) / "config.json", "config file")
         if PAIR_HEAD_CONFIG_KEY in raw:
             model: EncoderForSequenceClassification | EncoderForPairSimilarity = \
                 EncoderForPairSimilarity.from_pretrained(path)

@@ -62,7 +62,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Mapping
 
-from ctxemb._validation import check_choice, check_string_batch
+from ctxemb._validation import check_choice, check_string_batch, is_int
 from ctxemb.paths import shared_data_dir
 
 logger = logging.getLogger(__name__)
@@ -125,7 +125,7 @@ class TaskData:
                     ok = _is_number(ex.label) and math.isfinite(ex.label)
                     want = "a finite number (regression task)"
                 else:
-                    ok = _is_int(ex.label) and 0 <= ex.label < len(self.label_names)
+                    ok = is_int(ex.label) and 0 <= ex.label < len(self.label_names)
                     want = "an int in [0, %d)" % len(self.label_names)
                 if not ok:
                     raise ValueError("task %s: splits[%r][%d] (id %r) has label %r; expected %s"
@@ -148,10 +148,6 @@ class TaskData:
 
 
 # --------------------------------------------------------------------------------------------------- file helpers
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _is_number(value: Any) -> bool:
@@ -204,7 +200,7 @@ def _text(value: Any, path: Path, line_no: int, column: str) -> str:
 
 def _integer(value: Any) -> int | None:
     """An int from a JSON int or a TSV field such as "1" or "-1"; None when it is neither."""
-    if _is_int(value):
+    if is_int(value):
         return value
     if isinstance(value, str) and re.fullmatch(r"\s*-?\d+\s*", value):
         return int(value)
@@ -244,7 +240,7 @@ def _label(value: Any, path: Path, line_no: int, column: str, label_names: tuple
 
 
 def _example_id(value: Any, path: Path, line_no: int, column: str) -> str:
-    if _is_int(value):
+    if is_int(value):
         return str(value)
     if not isinstance(value, str) or not value.strip():
         raise ValueError("%s line %d: id column %r must be a non-blank string or an int; got %r"
@@ -434,7 +430,7 @@ def read_snli(s1_path: PathLike, s2_path: PathLike, labels_path: PathLike) -> li
             skipped += 1
             continue
         if g not in SNLI_LABELS:
-            raise ValueError("%s line %d: label must be one of %s or '-'; got %r"
+            raise ValueError("%s line %d: the label is not one of %s or '-'; got %r"
                              % (labels_path, line_no, ", ".join(SNLI_LABELS), g))
         out.append(TextExample(_text(a, s1_path, line_no, "premise"), _text(b, s2_path, line_no, "hypothesis"),
                                SNLI_LABELS.index(g), "%s:%d" % (s1_path.name, line_no)))

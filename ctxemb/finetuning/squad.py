@@ -53,6 +53,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
+from ctxemb._validation import is_int
 from ctxemb.paths import shared_data_dir
 
 logger = logging.getLogger(__name__)
@@ -106,10 +107,6 @@ def _load_json(path: Path) -> Any:
         return json.loads(text)
     except json.JSONDecodeError as e:
         raise ValueError("%s line %d column %d: not valid JSON (%s)" % (path, e.lineno, e.colno, e.msg)) from None
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 class _Walker:
@@ -184,7 +181,7 @@ def read_squad(path: PathLike) -> list[QAExample]:
             for q, qa in enumerate(walk.array(paragraph["qas"], where_p + ".qas")):
                 where_q = "%s.qas[%d]" % (where_p, q)
                 qa = walk.obj(qa, where_q, ("id", "question", "answers"))
-                qid = str(qa["id"]) if _is_int(qa["id"]) else walk.text(qa["id"], where_q + ".id")
+                qid = str(qa["id"]) if is_int(qa["id"]) else walk.text(qa["id"], where_q + ".id")
                 first = seen.setdefault(qid, where_q)
                 if first != where_q:
                     walk.fail(where_q, "question id %r repeats the id of %s" % (qid, first))
@@ -195,7 +192,7 @@ def read_squad(path: PathLike) -> list[QAExample]:
                     answer = walk.obj(answer, where_n, ("text", "answer_start"))
                     text = walk.text(answer["text"], where_n + ".text", blank_ok=True)
                     start = answer["answer_start"]
-                    if not _is_int(start) or start < 0:
+                    if not is_int(start) or start < 0:
                         walk.fail(where_n + ".answer_start", "expected an int >= 0; got %s" % _kind(start))
                     found = context[start:start + len(text)]
                     if found != text:

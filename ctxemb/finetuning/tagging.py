@@ -28,6 +28,7 @@ from typing import Literal, Mapping, Sequence
 import numpy as np
 import torch
 
+from ctxemb._validation import check_choice
 from ctxemb.finetuning.features import pad_ids, pad_inputs
 from ctxemb.metrics.conlleval import chunks as bio_chunks
 from ctxemb.modeling.token_classification import IGNORE_INDEX, NULL_LABEL
@@ -121,8 +122,7 @@ def encode_tokenized(tokenizer: Tokenizer, tokenized: Sequence[TokenizedText], *
     """:func:`encode_tagged` for texts already tokenized (e.g. raw text by ``Tokenizer.tokenize``, whose words
     keep their character offsets)."""
     sentences = tokenized
-    if label_subwords not in LABEL_SUBWORDS:
-        raise ValueError(f"label_subwords must be one of {LABEL_SUBWORDS}; got {label_subwords!r}")
+    check_choice(label_subwords, "label_subwords", LABEL_SUBWORDS)
     if (tags is not None or entities is not None) and label2id is None:
         raise ValueError("label2id is needed with tags or entities")
     for name, given in (("tags", tags), ("entities", entities)):

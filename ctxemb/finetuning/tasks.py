@@ -29,6 +29,7 @@ from ctxemb.metrics.correlation import pearson, spearman
 from ctxemb.modeling.sequence_classification import (PAIR_HEAD_CONFIG_KEY, EncoderForPairSimilarity,
                                                      EncoderForSequenceClassification)
 from ctxemb.registry import resolve_model_dir
+from ctxemb.sentence_transformers_writer import write_sentence_transformers_modules
 from ctxemb.training.callbacks import TrainResult
 from ctxemb.training.data import EvalBatches
 
@@ -181,6 +182,11 @@ class SequenceTask(Task):
     def save(self, model, directory, config: FinetuneConfig, data: TaskData, tokenizer, *, train_config) -> None:
         save_model_files(model, directory, config, tokenizer, train_config=train_config,
                          task_name=data.info["name"], metrics=list(data.info["metrics"]))
+        if config.head == "cosine":
+            # a sentence-level model: saved with the pooling it was trained with (last-layer mean, compared by
+            # cosine), so that SentenceTransformer(dir) and Embedder.embed_sentences give the trained vectors
+            write_sentence_transformers_modules(directory, pooling="mean", layers=[-1], normalize=False,
+                                                max_seq_length=config.max_length, similarity_fn_name="cosine")
 
     def load(self, model_dir):
         path = resolve_model_dir(model_dir)

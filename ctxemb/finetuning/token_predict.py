@@ -45,7 +45,7 @@ class EntitySpan:
 class TokenPredictor:
     """A fine-tuned tagger (softmax or CRF) or span classifier and its tokenizer.
 
-    Example:
+    Examples:
         >>> p = TokenPredictor.from_pretrained("runs/ner/model")  # doctest: +SKIP
         >>> p.entities(["Jane Villanueva of United Airlines Holding discussed it."])[0][0].type  # doctest: +SKIP
         'PER'

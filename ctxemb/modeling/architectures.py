@@ -31,9 +31,8 @@ def architecture_name(model_type: str, task: str = "bare") -> str:
         ValueError: an unknown model type or task.
     """
     check_choice(task, "task", ARCHITECTURE_TASKS)
-    bare = _ARCHITECTURE_NAMES.get(model_type)
-    if bare is None:
-        raise ValueError(f"model_type must be one of {', '.join(sorted(_ARCHITECTURE_NAMES))}; got {model_type!r}")
+    check_choice(model_type, "model_type", sorted(_ARCHITECTURE_NAMES))
+    bare = _ARCHITECTURE_NAMES[model_type]
     return bare[:-len("Model")] + _SUFFIXES[task]
 
 

@@ -28,6 +28,8 @@ from typing import Literal
 import torch
 from torch import nn
 
+from ctxemb._validation import check_choice
+
 Reduction = Literal["mean", "sum", "none"]
 REDUCTIONS: tuple[str, ...] = ("mean", "sum", "none")
 
@@ -125,8 +127,7 @@ class LinearChainCRF(nn.Module):
         Raises:
             ValueError: an unknown ``reduction``, or bad inputs (see :meth:`log_likelihood`).
         """
-        if reduction not in REDUCTIONS:
-            raise ValueError(f"reduction must be one of {REDUCTIONS}; got {reduction!r}")
+        check_choice(reduction, "reduction", REDUCTIONS)
         nll = -self.log_likelihood(emissions, tags, mask)
         if reduction == "none":
             return nll

@@ -23,6 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ctxemb._validation import check_choice
 from ctxemb.config import EncoderConfig
 from ctxemb.modeling.architectures import architecture_name
 from ctxemb.modeling.base import EncoderWithHeads
@@ -169,8 +170,7 @@ class EncoderForPretraining(EncoderWithHeads):
 
     def __init__(self, encoder: Encoder, *, nsp: bool = False, nsp_input: NspInput = "pooled", sbo: bool = False,
                  max_span_length: int = 64, sparse_prediction: bool = True):
-        if nsp_input not in NSP_INPUTS:
-            raise ValueError(f"nsp_input must be one of {NSP_INPUTS}; got {nsp_input!r}")
+        check_choice(nsp_input, "nsp_input", NSP_INPUTS)
         super().__init__(encoder)
         self.cls = PretrainingHeads(encoder.config, encoder.embeddings.word_embeddings, nsp=nsp, sbo=sbo,
                                     max_span_length=max_span_length)

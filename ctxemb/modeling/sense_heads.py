@@ -32,6 +32,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ctxemb._validation import check_choice
 from ctxemb.modeling.base import EncoderWithHeads
 from ctxemb.modeling.encoder import Encoder
 
@@ -69,11 +70,6 @@ class SenseTrainingOutput:
     metrics: dict[str, float] = field(default_factory=dict)
     scores: torch.Tensor | None = None
     vectors: torch.Tensor | None = None
-
-
-def _check_choice(value, name: str, choices: Sequence[str]) -> None:
-    if value not in choices:
-        raise ValueError(f"{name} must be one of {tuple(choices)}, got {value!r}")
 
 
 def _check_layers(encoder: Encoder, layers: Sequence[int]) -> tuple[int, ...]:
@@ -233,7 +229,7 @@ class _SenseModule(EncoderWithHeads):
 
     def __init__(self, encoder: Encoder, layers: Sequence[int], layer_pooling: str, chunk_tokens: int | None):
         super().__init__(encoder)
-        _check_choice(layer_pooling, "layer_pooling", LAYER_POOLINGS)
+        check_choice(layer_pooling, "layer_pooling", LAYER_POOLINGS)
         if chunk_tokens is not None and (isinstance(chunk_tokens, bool) or not isinstance(chunk_tokens, int)
                                          or chunk_tokens < 1):
             raise ValueError(f"chunk_tokens must be a positive int or None, got {chunk_tokens!r}")
@@ -275,7 +271,7 @@ class ContextGlossBiEncoder(_SenseModule):
                  layers: Sequence[int] = (-4, -3, -2, -1), layer_pooling: LayerPooling = "mean",
                  score: Score = "dot", temperature: float = 0.05, chunk_tokens: int | None = 2048):
         super().__init__(encoder, layers, layer_pooling, chunk_tokens)
-        _check_choice(score, "score", SCORES)
+        check_choice(score, "score", SCORES)
         if not temperature > 0:
             raise ValueError(f"temperature must be > 0, got {temperature!r}")
         if gloss_encoder is not None:
@@ -372,7 +368,7 @@ class SupConSenseEncoder(_SenseModule):
                  layer_pooling: LayerPooling = "mean", temperature: float = 0.1, negatives: Negatives = "batch",
                  chunk_tokens: int | None = 2048):
         super().__init__(encoder, layers, layer_pooling, chunk_tokens)
-        _check_choice(negatives, "negatives", NEGATIVES)
+        check_choice(negatives, "negatives", NEGATIVES)
         if not temperature > 0:
             raise ValueError(f"temperature must be > 0, got {temperature!r}")
         self.temperature = float(temperature)

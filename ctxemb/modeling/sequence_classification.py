@@ -29,7 +29,6 @@ Shapes: B batch, T tokens, H hidden size, C outputs (classes, or 1 for regressio
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 from dataclasses import dataclass, field
@@ -40,6 +39,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ctxemb._validation import check_choice, read_json_file
 from ctxemb.modeling.architectures import architecture_name
 from ctxemb.modeling.base import EncoderWithHeads
 from ctxemb.modeling.checkpoint import load_encoder_dir, load_weights_into, save_pretrained
@@ -113,10 +113,8 @@ class EncoderForSequenceClassification(EncoderWithHeads):
 
     def __init__(self, encoder: Encoder, *, num_labels: int, problem: Problem, head: Head = "checkpoint",
                  classifier_dropout: float | None = None, id2label: Mapping[int, str] | None = None):
-        if problem not in PROBLEMS:
-            raise ValueError(f"problem must be one of {PROBLEMS}; got {problem!r}")
-        if head not in HEADS:
-            raise ValueError(f"head must be one of {HEADS}; got {head!r}")
+        check_choice(problem, "problem", PROBLEMS)
+        check_choice(head, "head", HEADS)
         if isinstance(num_labels, bool) or not isinstance(num_labels, int) or num_labels < 1:
             raise ValueError(f"num_labels must be a positive integer, got {num_labels!r}")
         if problem == "regression" and num_labels != 1:
@@ -265,7 +263,7 @@ class EncoderForSequenceClassification(EncoderWithHeads):
         others = sorted(k for k in heads if not k.startswith("classifier."))
         if others:
             logger.info("%s: %d pretraining-head tensors ignored", model_dir, len(others))
-        raw = json.loads((model_dir / "config.json").read_text())
+        raw = read_json_file(model_dir / "config.json", "config file")
 
         if not saved:
             if num_labels is None and id2label is not None:
@@ -377,7 +375,7 @@ class EncoderForPairSimilarity(EncoderWithHeads):
         """Load an encoder directory as a bi-encoder (the scale from its config.json when it was saved as one)."""
         model_dir = Path(model_dir)
         encoder, _ = load_encoder_dir(model_dir, strict=strict)
-        saved = json.loads((model_dir / "config.json").read_text(encoding="utf-8")).get(PAIR_HEAD_CONFIG_KEY) or {}
+        saved = read_json_file(model_dir / "config.json", "config file").get(PAIR_HEAD_CONFIG_KEY) or {}
         return cls(encoder, score_scale=score_scale or saved.get("score_scale", 5.0))
 
 

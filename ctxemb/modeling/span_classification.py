@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ctxemb._validation import check_choice
 from ctxemb.modeling.architectures import architecture_name
 from ctxemb.modeling.base import EncoderWithHeads
 from ctxemb.modeling.checkpoint import load_encoder_dir, load_weights_into, save_pretrained
@@ -95,10 +96,8 @@ class EncoderForSpanClassification(EncoderWithHeads):
         id2label = _check_id2label(id2label)
         if id2label[0] != NULL_LABEL:
             raise ValueError(f"id2label[0] must be {NULL_LABEL!r} (no entity); got {id2label[0]!r}")
-        if boundary not in BOUNDARY_KINDS:
-            raise ValueError(f"boundary must be one of {BOUNDARY_KINDS}; got {boundary!r}")
-        if summary not in SUMMARY_KINDS:
-            raise ValueError(f"summary must be one of {SUMMARY_KINDS}; got {summary!r}")
+        check_choice(boundary, "boundary", BOUNDARY_KINDS)
+        check_choice(summary, "summary", SUMMARY_KINDS)
         if isinstance(max_span_length, bool) or not isinstance(max_span_length, int) or max_span_length < 1:
             raise ValueError(f"max_span_length must be a positive integer, got {max_span_length!r}")
         _check_dropout(classifier_dropout)

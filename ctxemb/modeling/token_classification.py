@@ -21,7 +21,6 @@ Shapes: B batch, T subword tokens, W words, S spans, H hidden size, C labels.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import re
@@ -33,6 +32,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ctxemb._validation import check_choice, read_json_file
 from ctxemb.modeling.architectures import architecture_name
 from ctxemb.modeling.base import EncoderWithHeads
 from ctxemb.modeling.checkpoint import load_encoder_dir, load_weights_into, save_pretrained
@@ -102,7 +102,7 @@ def is_bio_label_set(labels) -> bool:
 
 
 def _read_config(model_dir: Path) -> dict:
-    return json.loads((model_dir / "config.json").read_text(encoding="utf-8"))
+    return read_json_file(model_dir / "config.json", "config file")
 
 
 def _saved_id2label(raw: dict, model_dir: Path) -> dict[int, str] | None:
@@ -215,8 +215,7 @@ class EncoderForTokenClassification(EncoderWithHeads):
         Returns:
             B lists, each with one label id per real word.
         """
-        if decoding not in WORD_DECODINGS:
-            raise ValueError(f"decoding must be one of {WORD_DECODINGS}; got {decoding!r}")
+        check_choice(decoding, "decoding", WORD_DECODINGS)
         lengths = word_mask.sum(1).tolist()
         if self.crf is not None:
             if decoding != "first":

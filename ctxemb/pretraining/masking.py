@@ -56,6 +56,7 @@ import numpy as np
 import torch
 
 # the distributions masking draws from live in mask_distributions; importable from here as before
+from ctxemb._validation import check_choice
 from ctxemb.pretraining.mask_distributions import (_as_float_vector, _check_fraction, _check_token_ids,
                                                    clipped_geometric_mean, clipped_geometric_pmf, masking_budget,
                                                    unigram_weights)
@@ -123,10 +124,8 @@ class MaskingConfig:
     max_span_length: int = 10
 
     def __post_init__(self) -> None:
-        if self.strategy not in STRATEGIES:
-            raise ValueError(f"strategy must be one of {STRATEGIES}, got {self.strategy!r}")
-        if self.selection not in SELECTIONS:
-            raise ValueError(f"selection must be one of {SELECTIONS}, got {self.selection!r}")
+        check_choice(self.strategy, "strategy", STRATEGIES)
+        check_choice(self.selection, "selection", SELECTIONS)
         _check_fraction("mlm_probability", self.mlm_probability, low_open=True)
         _check_fraction("mask_fraction", self.mask_fraction)
         _check_fraction("random_fraction", self.random_fraction)

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Mapping
 
+from ctxemb._validation import check_choice
 from ctxemb.config import EncoderConfig
 from ctxemb.modeling.pretraining_heads import NSP_INPUTS, EncoderForPretraining, NspInput
 from ctxemb.pretraining.batches import PretrainingBatches
@@ -102,8 +103,7 @@ class PretrainConfig:
         for name, choices in (("corpus_mode", CORPUS_MODES), ("sequences", SEQUENCE_MODES),
                               ("masking", MASKING_STRATEGIES), ("replacement", REPLACEMENTS),
                               ("nsp_input", NSP_INPUTS)):
-            if getattr(self, name) not in choices:
-                raise ValueError(f"{name} must be one of {choices}; got {getattr(self, name)!r}")
+            check_choice(getattr(self, name), name, choices)
         for name in ("train_corpus", "eval_corpus"):
             value = getattr(self, name)
             if isinstance(value, str):

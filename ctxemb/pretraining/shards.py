@@ -36,7 +36,7 @@ from typing import Iterator, Literal, Sequence
 
 import numpy as np
 
-from ctxemb._validation import check_choice, check_int
+from ctxemb._validation import check_choice, check_int, read_json_file
 from ctxemb.paths import atomic_directory, atomic_write, resolve_saved_directory
 from ctxemb.tokenization import Tokenizer
 
@@ -349,7 +349,7 @@ class TokenShards:
         if not path.is_file():
             raise FileNotFoundError(f"no token shards in {directory}: expected manifest.json (build_token_shards "
                                     f"writes it)")
-        manifest = json.loads(path.read_text(encoding="utf-8"))
+        manifest = read_json_file(path, "token shards manifest")
         if manifest.get("format") != FORMAT or manifest.get("format_version") != FORMAT_VERSION:
             raise ValueError(f"{path}: expected format {FORMAT!r} version {FORMAT_VERSION}, found "
                              f"{manifest.get('format')!r} version {manifest.get('format_version')}")

@@ -5,10 +5,10 @@ from ctxemb.training.distributed import (DistributedContext, distributed_session
                                          wrap_model)
 from ctxemb.training.loop import Callback, TrainConfig, TrainResult, epochs_to_steps, evaluate, train
 from ctxemb.training.optim import linear_schedule, make_optimizer, param_groups
-from ctxemb.training.state import CheckpointError, latest_checkpoint, load_checkpoint, save_checkpoint
+from ctxemb.training.state import ResumeStateError, latest_checkpoint, load_checkpoint, save_checkpoint
 
 __all__ = [
-    "BatchSource", "Callback", "CheckpointError", "DatasetBatches", "DistributedContext", "EvalBatches",
+    "BatchSource", "Callback", "ResumeStateError", "DatasetBatches", "DistributedContext", "EvalBatches",
     "PlannedBatches", "pack_batches",
     "TrainConfig", "TrainResult", "distributed_session", "epochs_to_steps", "evaluate", "init_distributed",
     "latest_checkpoint", "linear_schedule", "load_checkpoint", "make_optimizer", "param_groups",

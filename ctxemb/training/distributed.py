@@ -267,8 +267,8 @@ def call_on_every_rank(fn: Callable[[], Any], ctx: DistributedContext) -> list:
         every rank's (picklable) result, by rank; ``[fn()]`` for a single process.
 
     Raises:
-        on every rank if ``fn`` raised on any: a rank where it raised re-raises its own exception (a single process:
-        always); the others raise a RuntimeError naming each failing rank and its error.
+        Exception: on every rank if ``fn`` raised on any: a rank where it raised re-raises its own exception (a single
+            process: always); the others raise a RuntimeError naming each failing rank and its error.
     """
     try:
         result, error = fn(), None

@@ -31,6 +31,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from ctxemb._validation import read_json_file
 from ctxemb.paths import atomic_directory, recover_folder, resolve_saved_directory
 from ctxemb.training import faults
 from ctxemb.training.distributed import DistributedContext, barrier, gather_to_main, unwrap_model
@@ -46,7 +47,7 @@ OPTIMIZER_FILE = "optimizer.pt"
 SCHEDULER_FILE = "scheduler.pt"
 
 
-class CheckpointError(RuntimeError):
+class ResumeStateError(RuntimeError):
     """A checkpoint file is corrupt, unreadable, or does not fit the model/optimizer/run it is loaded into."""
 
 
@@ -187,7 +188,7 @@ def _load(path: Path, device: torch.device | str = "cpu") -> Any:
     try:
         return torch.load(path, map_location=device, weights_only=True)
     except Exception as e:  # pickle, zip and EOF errors all mean the same to the caller
-        raise CheckpointError(f"checkpoint file {path} is corrupt or unreadable: {type(e).__name__}: {e}") from e
+        raise ResumeStateError(f"checkpoint file {path} is corrupt or unreadable: {type(e).__name__}: {e}") from e
 
 
 def read_trainer_state(path: str | Path) -> dict:
@@ -195,7 +196,7 @@ def read_trainer_state(path: str | Path) -> dict:
 
     Raises:
         FileNotFoundError: the directory or the file is missing.
-        CheckpointError: the file is not valid JSON or lacks the step.
+        ResumeStateError: the file is not valid JSON or lacks the step.
     """
     path = resolve_saved_directory(path)  # restores a checkpoint a crash interrupted
     if not path.is_dir():
@@ -204,13 +205,13 @@ def read_trainer_state(path: str | Path) -> dict:
     if not f.is_file():
         raise FileNotFoundError(f"checkpoint file {f} is missing")
     try:
-        info = json.loads(f.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise CheckpointError(f"checkpoint file {f} is corrupt: {e}") from e
+        info = read_json_file(f, "checkpoint file", expected=None)
+    except ValueError as e:  # not UTF-8, not JSON (named by the reader)
+        raise ResumeStateError(f"checkpoint file {f} is corrupt: {e}") from e
     if not isinstance(info, dict) or not isinstance(info.get("step"), int):
-        raise CheckpointError(f"checkpoint file {f} has no integer 'step'")
+        raise ResumeStateError(f"checkpoint file {f} has no integer 'step'")
     if info.get("format", FORMAT_VERSION) > FORMAT_VERSION:
-        raise CheckpointError(f"checkpoint file {f} has format {info['format']}, newer than this ctxemb "
+        raise ResumeStateError(f"checkpoint file {f} has format {info['format']}, newer than this ctxemb "
                               f"understands ({FORMAT_VERSION})")
     return info
 
@@ -235,7 +236,7 @@ def load_checkpoint(path: str | Path, *, model: nn.Module, optimizer: torch.opti
 
     Raises:
         FileNotFoundError: the directory or one of its files is missing (the message names it).
-        CheckpointError: a file is corrupt, or does not fit ``model``/``optimizer`` (names the file).
+        ResumeStateError: a file is corrupt, or does not fit ``model``/``optimizer`` (names the file).
         ValueError: the checkpoint was written by a run with another number of processes.
     """
     ctx = ctx or DistributedContext()
@@ -251,24 +252,24 @@ def load_checkpoint(path: str | Path, *, model: nn.Module, optimizer: torch.opti
     try:
         unwrap_model(model).load_state_dict(state_dict)
     except RuntimeError as e:
-        raise CheckpointError(f"checkpoint file {model_file} does not fit the model: {e}") from e
+        raise ResumeStateError(f"checkpoint file {model_file} does not fit the model: {e}") from e
     if optimizer is not None:
         f = path / OPTIMIZER_FILE
         try:
             optimizer.load_state_dict(_load(f, device))
         except (ValueError, KeyError, RuntimeError) as e:
-            if isinstance(e, CheckpointError):
+            if isinstance(e, ResumeStateError):
                 raise
-            raise CheckpointError(f"checkpoint file {f} does not fit the optimizer: {e}") from e
+            raise ResumeStateError(f"checkpoint file {f} does not fit the optimizer: {e}") from e
     if scheduler is not None:
         f = path / SCHEDULER_FILE
         state = _load(f)
         try:
             scheduler.load_state_dict(state)
         except (ValueError, KeyError, TypeError) as e:
-            raise CheckpointError(f"checkpoint file {f} does not fit the scheduler: {e}") from e
+            raise ResumeStateError(f"checkpoint file {f} does not fit the scheduler: {e}") from e
     f = path / rank_file(ctx.rank)
     rank_state = _load(f)
     if not isinstance(rank_state, dict):
-        raise CheckpointError(f"checkpoint file {f} does not hold a dict")
+        raise ResumeStateError(f"checkpoint file {f} does not hold a dict")
     return LoadedCheckpoint(path=path, step=info["step"], trainer_state=info, rank_state=rank_state)

@@ -55,6 +55,7 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
+from ctxemb._validation import read_json_file
 from ctxemb.loading import load_encoder, load_tokenizer
 from ctxemb.modeling.checkpoint import save_pretrained, stamp_training_run
 from ctxemb.modeling.sense_heads import ContextGlossBiEncoder, SupConSenseEncoder
@@ -276,7 +277,7 @@ def check_held_out_documents(model: str | os.PathLike, held_out: Sequence[str]) 
     path = Path(model) / TRAINING_FILE
     if not path.is_file():
         return
-    info = json.loads(path.read_text(encoding="utf-8")).get("held_out")
+    info = read_json_file(path, "sense-training record").get("held_out")
     seen = set(held_out) - set(info["documents"] if info else [])
     if seen:
         how = (f"held-out fraction {info['fraction']} and seed {info['seed']}" if info else
@@ -296,5 +297,5 @@ def trained_embedder_options(model_dir: str | os.PathLike) -> dict[str, Any]:
     path = Path(model_dir) / TRAINING_FILE
     if not path.is_file():
         raise FileNotFoundError(f"{model_dir} has no {TRAINING_FILE}: not a model made by ctxemb wsd train")
-    info = json.loads(path.read_text(encoding="utf-8"))
+    info = read_json_file(path, "sense-training record")
     return dict(info["embedder"])
