@@ -54,9 +54,9 @@ def main(argv: list[str] | None = None) -> None:
         dev = head_of_tsv(sst2 / "alps_dev.tsv", args.out / "dev.tsv", 32)
         run(["finetune", "custom", "--train-file", str(train), "--dev-file", str(dev), "--text-a", "sentence",
              "--label", "label", "--label-names", "negative", "positive", "--epochs", "1", "--no-progress",
-             "--out", str(args.out / "run"), *recipe])
+             "--out-dir", str(args.out / "run"), *recipe])
     else:
-        run(["finetune", "sst2", "--epochs", "1", "--max-train-examples", "10000", "--out", str(args.out / "run"),
+        run(["finetune", "sst2", "--epochs", "1", "--max-train-examples", "10000", "--out-dir", str(args.out / "run"),
              *recipe])
     run(["predict", str(args.out / "run" / "model"), "A gripping, funny film.", "Dull and far too long."])
 

@@ -45,7 +45,7 @@ def main(argv: list[str] | None = None) -> None:
          "--text-a", args.text_a, "--label", args.label, "--label-names", *args.label_names,
          "--head", "mean",  # mean pooling suits an encoder trained for sentence embeddings
          "--epochs", "1" if args.fast else "5", "--batch-size", "8", "--learning-rate", "5e-5", "--seed", "0",
-         "--out", str(args.out / "run")] + (["--no-progress"] if args.fast else []))
+         "--out-dir", str(args.out / "run")] + (["--no-progress"] if args.fast else []))
     run(["predict", str(args.out / "run" / "model"), "The waiter was lovely and the soup delicious.",
          "Cold food and a rude manager."])
 

@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> None:
     conll = shared_data_dir() / "finetune" / "conll2003"
     # Flags as today's CLI spells them (the training restructure keeps these spellings as aliases).
     recipe = ["--head", "crf", "--epochs", "1", "--batch-size", "32", "--learning-rate", "5e-5", "--seed", "0",
-              "--out", str(args.out / "run")]
+              "--out-dir", str(args.out / "run")]
     if args.fast:
         args.out.mkdir(parents=True, exist_ok=True)
         train = head_of_conll(conll / "eng.train", args.out / "train.conll", 32)

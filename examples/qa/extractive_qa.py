@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> None:
 
     # Flags as today's CLI spells them (the training restructure keeps these spellings as aliases).
     recipe = ["--max-length", "256", "--doc-stride", "128", "--learning-rate", "1e-4", "--seed", "0",
-              "--out", str(args.out / "run")]
+              "--out-dir", str(args.out / "run")]
     if args.fast:
         xquad = shared_data_dir() / "finetune" / "xquad" / "xquad.en.json"
         args.out.mkdir(parents=True, exist_ok=True)
