@@ -356,7 +356,7 @@ def report(rows: list, embedder_rows: list, token_rows: list) -> None:
                "length 128 (longer sentences split at word boundaries), lr 5e-5. CoNLL-2003: 1 epoch over the 14,041 "
                "training sentences, scored on dev (eng.testa; the test split is held back) with conlleval's "
                "entity-level P/R/F1; every subword takes its word's tag, words are decoded from their first "
-               "subword; CRF transitions at 100x the learning rate; span head: spans up to 8 words, [z_i; z_j; mean] "
+               "subword; CRF transitions at 100x the learning rate; span head (at 10x the learning rate, since 2026-11-25): spans up to 8 words, [z_i; z_j; mean] "
                "representation, flat decoding, NULL threshold calibrated on dev for F1 ('f1' is at threshold 0.5, "
                "'calibrated_f1' at the calibrated one, which is tuned on the split it is scored on). POS: the same "
                "files' POS column, token accuracy. XQuAD-en: 3/4 of the 48 articles for training (839 questions), "
