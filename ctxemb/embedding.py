@@ -29,7 +29,7 @@ from ctxemb.embedder_config import (LAYER_POOLINGS, OUTPUTS, SPAN_MODES,  # noqa
                                     _check_spans, _check_token_budget, _check_weights, _layer_reducer, _pool_rows,
                                     _text_batch, _word_batch)
 from ctxemb.inference import EncoderBackend, TorchBackend, plan_batches, pool_subwords, run_encoder
-from ctxemb.loading import BACKENDS, choose_backend, load_encoder, load_tokenizer
+from ctxemb.loading import BACKENDS, load_model
 from ctxemb.modeling.checkpoint import read_training_run
 from ctxemb.modeling.encoder import Encoder
 from ctxemb.modeling.transformers_backend import TransformersEncoder
@@ -217,9 +217,9 @@ class Embedder:
                              f"{cfg.training_run!r}: the directory now holds other weights than the ones asked for "
                              "(e.g. those a sense store or index was built with); use that run's model, or rebuild")
         cfg = dataclasses.replace(cfg, training_run=recorded)
-        backend = choose_backend(model_dir, backend)
-        embedder = cls(load_encoder(model_dir, device=device, backend=backend), load_tokenizer(model_dir), cfg,
-                       batch_size=batch_size, max_tokens_per_batch=max_tokens_per_batch)
+        loaded = load_model(model_dir, device=device, backend=backend)  # one read of config.json for both
+        embedder = cls(loaded.encoder, loaded.tokenizer, cfg, batch_size=batch_size,
+                       max_tokens_per_batch=max_tokens_per_batch)
         embedder.sentence_modules = configured_layers_win(modules, config)  # layers=... given here win
         return embedder
 
