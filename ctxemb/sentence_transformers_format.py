@@ -300,8 +300,8 @@ def _read_weighted_layer_pooling(folder: Path) -> dict:
     chosen = [(start + i, float(w)) for i, w in enumerate(weights.tolist()) if w != 0]
     if not chosen or not all(math.isfinite(w) for _, w in chosen) or sum(w for _, w in chosen) == 0:
         raise CorruptFileError(f"{folder}: layer_weights {weights.tolist()} must be finite and not sum to 0", folder)
-    # Hidden states layer_start..num_hidden_layers (absolute indices; -1 is the last of an L = num-layer model).
-    layers = tuple(i - (num + 1) for i, _ in chosen)
+    # Hidden states layer_start..: absolute indices, as s-t slices them (0 = embedding output).
+    layers = tuple(i for i, _ in chosen)
     ws = [w for _, w in chosen]
     return {"layers": layers, "layer_weights": None if len(set(ws)) == 1 else tuple(ws)}
 

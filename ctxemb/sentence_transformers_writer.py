@@ -170,7 +170,9 @@ def write_sentence_transformers_modules(model_dir: str | os.PathLike, *, pooling
                                  f"but the pooling gives {dim}")
             dim = step.weight.shape[0] if isinstance(step, DenseLayer) else dim
 
-    for stale in [p for p in model_dir.iterdir() if p.is_dir() and p.name[:1].isdigit() and "_" in p.name]:
+    kinds = ("WeightedLayerPooling", "Pooling", "Dense", "LayerNorm", "Normalize")
+    for stale in [p for p in model_dir.iterdir() if p.is_dir() and p.name.partition("_")[0].isdigit()
+                  and p.name.partition("_")[2] in kinds]:
         shutil.rmtree(stale)  # the module folders of an earlier write ("1_Pooling", "2_Dense", ...)
     modules = [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"}]
 

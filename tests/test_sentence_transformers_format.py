@@ -113,7 +113,7 @@ def test_concatenated_modes_layer_norm_and_weighted_layers(tmp_path, tiny):
                    layer_norm=True, dense=torch.nn.GELU(), normalize=True)
     emb = Embedder.from_pretrained(path)
     mods = emb.sentence_modules
-    assert mods.pooling == ("cls", "mean", "max") and mods.layers == (-3, -1) and mods.layer_weights == (0.5, 2.0)
+    assert mods.pooling == ("cls", "mean", "max") and mods.layers == (1, 3) and mods.layer_weights == (0.5, 2.0)
     _close(emb.embed_sentences(TEXTS, show_progress_bar=False), _theirs(path, reload=True))
     # word vectors keep the Embedder's own layer pooling (the last four hidden states)
     assert emb.config.layers == (-4, -3, -2, -1)
