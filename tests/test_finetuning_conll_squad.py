@@ -313,3 +313,20 @@ def test_real_xquad(shared_data):
     assert len({e.title for e in train}) == 36 and len({e.title for e in held}) == 12
     assert not {e.context for e in train} & {e.context for e in held}
     assert split_by_article(examples) == (train, held)
+
+
+def test_fixed_xquad_article_split():
+    from ctxemb.finetuning.squad import XQUAD_ARTICLE_SPLIT, xquad_split
+    examples = load_xquad()
+    parts = {p: xquad_split(p, examples) for p in XQUAD_ARTICLE_SPLIT}
+    assert [len(parts[p]) for p in ("train", "dev", "heldout")] == [713, 126, 351]
+    titles = [{e.title for e in parts[p]} for p in parts]
+    assert sum(map(len, titles)) == 48 and not (titles[0] & titles[1] or titles[0] & titles[2] or titles[1] & titles[2])
+    contexts = [{e.context for e in parts[p]} for p in parts]
+    assert not (contexts[0] & contexts[2] or contexts[1] & contexts[2] or contexts[0] & contexts[1])
+    # the held-out twelve are the eval quarter of the seeded split used before
+    assert {e.id for e in parts["heldout"]} == {e.id for e in split_by_article(examples)[1]}
+    with pytest.raises(ValueError, match="part must be one of"):
+        xquad_split("test", examples)
+    with pytest.raises(ValueError, match="does not list"):
+        xquad_split("dev", _examples(2))

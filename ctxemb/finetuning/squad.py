@@ -283,3 +283,48 @@ def split_by_article(examples: Iterable[QAExample], *, eval_fraction: float = 0.
     train = [ex for ex in examples if ex.title not in held]
     evaluation = [ex for ex in examples if ex.title in held]
     return train, evaluation
+
+
+# The fixed XQuAD-en article split (train 30 / dev 6 / held-out 12 articles; 713 / 126 / 351 questions on 150 / 30 /
+# 60 passages). The held-out twelve are the eval quarter of ``split_by_article(load_xquad())`` (seed 0), so numbers
+# reported on "the held-out quarter" before stay comparable; dev is six of the remaining 36 articles. Titles are
+# listed, not drawn, so the split never depends on a random generator. Tune on dev only; read held-out once.
+XQUAD_ARTICLE_SPLIT: dict[str, tuple[str, ...]] = {
+    "train": ("Harvard_University", "American_Broadcasting_Company", "Islamism", "European_Union_law",
+              "Amazon_rainforest", "Genghis_Khan", "Sky_(United_Kingdom)", "Nikola_Tesla", "1973_oil_crisis",
+              "Scottish_Parliament", "French_and_Indian_War", "Chloroplast", "Construction", "Fresno,_California",
+              "University_of_Chicago", "Normans", "Intergovernmental_Panel_on_Climate_Change", "Teacher",
+              "Victoria_(Australia)", "Doctor_Who", "Ctenophora", "Immune_system", "Geology", "Packet_switching",
+              "Jacksonville,_Florida", "Rhine", "Huguenot", "Newcastle_upon_Tyne", "Martin_Luther", "Steam_engine"),
+    "dev": ("United_Methodist_Church", "Private_school", "Computational_complexity_theory", "Prime_number",
+            "Pharmacy", "Kenya"),
+    "heldout": ("Super_Bowl_50", "Warsaw", "Southern_California", "Oxygen", "Apollo_program", "Black_Death",
+                "Victoria_and_Albert_Museum", "Civil_disobedience", "Economic_inequality", "Yuan_dynasty",
+                "Imperialism", "Force"),
+}
+
+
+def xquad_split(part: str, examples: Iterable[QAExample] | None = None) -> list[QAExample]:
+    """The questions of one part of the fixed XQuAD-en article split (:data:`XQUAD_ARTICLE_SPLIT`).
+
+    Args:
+        part: ``"train"``, ``"dev"`` or ``"heldout"``.
+        examples: the questions to filter; None reads :func:`load_xquad`.
+
+    Returns:
+        The questions whose article is in ``part``, in file order.
+
+    Raises:
+        ValueError: for an unknown ``part``, or if ``examples`` hold an article that no part lists (a different
+            file: the split is defined for XQuAD-en only).
+    """
+    if part not in XQUAD_ARTICLE_SPLIT:
+        raise ValueError("part must be one of %s; got %r" % (", ".join(XQUAD_ARTICLE_SPLIT), part))
+    examples = load_xquad() if examples is None else list(examples)
+    known = {t for titles in XQUAD_ARTICLE_SPLIT.values() for t in titles}
+    unknown = sorted({ex.title for ex in examples} - known)
+    if unknown:
+        raise ValueError("the XQuAD article split does not list article(s) %s: it is defined for xquad.en.json "
+                         "only" % ", ".join(map(repr, unknown[:5])))
+    wanted = set(XQUAD_ARTICLE_SPLIT[part])
+    return [ex for ex in examples if ex.title in wanted]
