@@ -166,3 +166,28 @@ def test_a_cosine_bi_encoder_learns_scored_pairs_and_saves_a_plain_encoder(tmp_p
     with pytest.raises(ValueError, match="scored pairs"):
         FinetuneConfig(task="sst2", head="cosine", train=TrainConfig(learning_rate=1e-4,
                                                                      out_dir=str(tmp_path / "x")))
+
+
+def test_a_bce_cross_encoder_learns_scored_pairs_and_predicts_in_score_units(tmp_path):
+    from ctxemb.finetuning.predict import SequencePredictor
+
+    model = write_tiny_model(tmp_path / "tiny")
+    config = FinetuneConfig(
+        task="custom", model=str(model), head="mean", regression_loss="bce", epochs=3, batch_size=16,
+        max_length=32, train_file=str(_write_scored_pairs(tmp_path / "train.tsv", 320, 0)),
+        dev_file=str(_write_scored_pairs(tmp_path / "dev.tsv", 100, 1)), text_a="sentence1", text_b="sentence2",
+        label="score", regression=True,
+        train=TrainConfig(learning_rate=3e-3, warmup_ratio=0.1, out_dir=str(tmp_path / "run"),
+                          progress_bar=False, precision="fp32", seed=0))
+    result = run_finetuning(config)
+    assert result.final_metrics["spearman"] >= 80.0, result.eval_history
+    raw = json.loads((result.model_dir / "config.json").read_text())
+    assert raw["ctxemb_regression_loss"] == "bce" and raw["ctxemb_score_scale"] == 5.0
+    preds = SequencePredictor.from_pretrained(result.model_dir).predict(
+        ["the bank is near", "the old bank"], pairs=["a bank of cells", "houses of boats"])
+    assert all(0.0 <= p.score <= 5.0 for p in preds) and preds[0].score > 4 > 1 > preds[1].score, preds
+    train = TrainConfig(learning_rate=1e-4, out_dir=str(tmp_path / "x"))
+    with pytest.raises(ValueError, match="regression_loss 'bce' is for regression tasks"):
+        FinetuneConfig(task="sst2", regression_loss="bce", train=train)
+    with pytest.raises(ValueError, match="the bi-encoder"):
+        FinetuneConfig(task="stsb", head="cosine", regression_loss="bce", train=train)

@@ -4,6 +4,7 @@ regimes (freezing, layer-wise learning rates) and that every head learns a tiny 
 import json
 import logging
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -281,3 +282,50 @@ def test_transformers_fine_tuned_checkpoint_loads_with_equal_logits(tmp_path, tr
     with torch.no_grad():
         theirs = ref(input_ids=ids, attention_mask=mask).logits
     torch.testing.assert_close(model(ids, mask).logits, theirs, rtol=1e-5, atol=1e-5)
+
+
+def test_bce_regression_loss_scores_and_round_trip(tmp_path):
+    reg = _model("bert", num_labels=1, problem="regression", regression_loss="bce", score_scale=5.0)
+    ids, mask = _batch()
+    scores = torch.tensor([0.5, 4.0, 5.0])
+    out = reg(ids, mask, labels=scores)
+    logit = out.logits[:, 0]
+    ref = -(scores / 5 * torch.log(torch.sigmoid(logit)) + (1 - scores / 5) * torch.log(1 - torch.sigmoid(logit)))
+    torch.testing.assert_close(out.loss, ref.mean())
+    torch.testing.assert_close(reg.regression_scores(out.logits), 5 * torch.sigmoid(logit))
+    reg.save_pretrained(tmp_path / "bce")
+    cfg = json.loads((tmp_path / "bce" / "config.json").read_text())
+    assert cfg["ctxemb_regression_loss"] == "bce" and cfg["ctxemb_score_scale"] == 5.0
+    back = EncoderForSequenceClassification.from_pretrained(tmp_path / "bce").eval()
+    assert (back.regression_loss, back.score_scale) == ("bce", 5.0)
+    torch.testing.assert_close(back(ids, mask).logits, out.logits, rtol=0, atol=0)
+    with pytest.raises(ValueError, match=r"regression_loss='mse' contradicts"):
+        EncoderForSequenceClassification.from_pretrained(tmp_path / "bce", regression_loss="mse")
+    # an MSE model keeps the raw output as its score
+    mse = _model("bert", num_labels=1, problem="regression")
+    torch.testing.assert_close(mse.regression_scores(out.logits), logit)
+    enc = Encoder(_config())
+    with pytest.raises(ValueError, match="regression_loss='bce' is for problem='regression'"):
+        EncoderForSequenceClassification(enc, num_labels=2, problem="classification", regression_loss="bce")
+    with pytest.raises(ValueError, match="regression_loss must be one of"):
+        EncoderForSequenceClassification(enc, num_labels=1, problem="regression", regression_loss="huber")
+    with pytest.raises(ValueError, match="score_scale must be a positive finite number"):
+        EncoderForSequenceClassification(enc, num_labels=1, problem="regression", regression_loss="bce", score_scale=0)
+
+
+def test_bce_cross_encoder_loads_in_sentence_transformers_with_the_sigmoid(tmp_path):
+    st = pytest.importorskip("sentence_transformers")
+    from tests.helpers import write_tiny_model
+    base = write_tiny_model(tmp_path / "base")
+    model = EncoderForSequenceClassification.from_pretrained(base, num_labels=1, problem="regression",
+                                                             regression_loss="bce", score_scale=5.0)
+    out = tmp_path / "ce"
+    model.save_pretrained(out)
+    for f in ("vocab.txt",):
+        (out / f).write_text((base / f).read_text())
+    pairs = [("the river bank", "a money plant"), ("old houses", "people talked")]
+    from ctxemb.finetuning.predict import SequencePredictor
+    ours = [p.score for p in SequencePredictor.from_pretrained(out).predict([a for a, _ in pairs],
+                                                                            [b for _, b in pairs])]
+    theirs = st.CrossEncoder(str(out), device="cpu").predict(pairs)
+    np.testing.assert_allclose(np.asarray(ours) / 5.0, theirs, rtol=1e-5, atol=1e-6)

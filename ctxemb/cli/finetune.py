@@ -48,6 +48,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help="sentence tasks: checkpoint (pooler / dense+tanh, what transformers computes; the default), "
                         "cls (W_C on the raw [CLS]), mean (mean pooling), cosine (a bi-encoder for scored pairs, "
                         "whose encoder then serves the Embedder); CoNLL: softmax (default), crf, span; QA: qa")
+    p.add_argument("--regression-loss", choices=("mse", "bce"), default=None,
+                   help="a cross-encoder's regression loss: mse on the score, or bce on sigmoid(logit) against the "
+                        "score scaled to [0, 1] (sentence-transformers' cross-encoder recipe)")
     p.add_argument("--trainable-layers", type=int, default=None,
                    help="train only the top K encoder layers and the head (0: the head only; default: all)")
     p.add_argument("--regime", choices=REGIMES, default=None, help="full (default), frozen or last_k; "
@@ -103,7 +106,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 # recipe flags that set a field of the task's config under the same name
-_RECIPE_FLAGS = ("model", "head", "regime", "last_k", "layerwise_lr_decay", "epochs", "batch_size", "max_length",
+_RECIPE_FLAGS = ("model", "head", "regression_loss", "regime", "last_k", "layerwise_lr_decay", "epochs", "batch_size", "max_length",
                  "max_train_examples", "train_split", "eval_split", "train_file", "dev_file", "text_a", "text_b",
                  "label", "label_names",
                  "regression", "label_subwords", "decoding", "max_span_length", "span_boundary", "span_summary",

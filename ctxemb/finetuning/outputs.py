@@ -22,7 +22,7 @@ __all__ = ["decode_tags", "model_logits", "predict_outputs", "scored_spans"]
 
 @torch.inference_mode()
 def predict_outputs(model: EncoderWithHeads, batches) -> np.ndarray:
-    """Logits (N, C), or scores (N,) for regression, over ``batches`` in order."""
+    """Logits (N, C), or scores (N,) in the labels' units for regression, over ``batches`` in order."""
     device = next(model.parameters()).device
     was_training = model.training
     model.eval()
@@ -30,7 +30,7 @@ def predict_outputs(model: EncoderWithHeads, batches) -> np.ndarray:
     for batch in batches:
         batch = {k: v for k, v in move_to_device(batch, device).items() if k != "labels"}
         logits = model(**batch).logits.float().cpu()
-        outs.append(logits[:, 0] if model.problem == "regression" else logits)
+        outs.append(model.regression_scores(logits) if model.problem == "regression" else logits)
     model.train(was_training)
     return torch.cat(outs).numpy()
 

@@ -26,8 +26,8 @@ from ctxemb.finetuning.readers import TASKS, TaskData as TableData, TextExample,
 from ctxemb.finetuning.task import Task, TaskData, save_model_files
 from ctxemb.metrics.classification import accuracy, binary_f1
 from ctxemb.metrics.correlation import pearson, spearman
-from ctxemb.modeling.sequence_classification import (PAIR_HEAD_CONFIG_KEY, EncoderForPairSimilarity,
-                                                     EncoderForSequenceClassification)
+from ctxemb.modeling.sequence_classification import (PAIR_HEAD_CONFIG_KEY, REGRESSION_LOSSES,
+                                                     EncoderForPairSimilarity, EncoderForSequenceClassification)
 from ctxemb.registry import resolve_model_dir
 from ctxemb.sentence_transformers_writer import write_sentence_transformers_modules
 from ctxemb.training.callbacks import TrainResult
@@ -54,12 +54,16 @@ class FinetuneConfig(FinetuneRunConfig):
             book's W_C on the raw [CLS] vector) or ``"mean"`` (mean pooling, for sentence-trained encoders): a
             cross-encoder reading both texts at once; or ``"cosine"``: a bi-encoder for scored pairs (each text
             alone, mean pooling, cosine regressed onto the score; no head, so the encoder serves ``Embedder``).
+        regression_loss: a cross-encoder regression head's loss: ``"mse"`` on the 0-5 score, or ``"bce"``: a sigmoid
+            cross-entropy against the score divided by the largest training score (sentence-transformers'
+            cross-encoder recipe for STS-B); predictions are in the labels' units either way.
         text_a, text_b, label, label_names, regression: a custom task's columns (see
             :func:`~ctxemb.finetuning.readers.read_table`). Pairs longer than ``max_length`` are cut longest-first,
             with a logged count.
     """
 
     head: str = "checkpoint"
+    regression_loss: str = "mse"
     text_a: str = "sentence"
     text_b: str | None = None
     label: str = "label"
@@ -72,6 +76,13 @@ class FinetuneConfig(FinetuneRunConfig):
         if self.task == "custom" and not (self.train_file and self.dev_file):
             raise ValueError("task 'custom' needs train_file and dev_file (TSV or JSONL with named columns)")
         check_choice(self.head, "head", HEADS)
+        check_choice(self.regression_loss, "regression_loss", REGRESSION_LOSSES)
+        if self.regression_loss != "mse" and not (self.regression or self.task == "stsb"):
+            raise ValueError(f"regression_loss {self.regression_loss!r} is for regression tasks (stsb, or custom with "
+                             f"regression); task {self.task!r} is a classification task")
+        if self.regression_loss != "mse" and self.head == "cosine":
+            raise ValueError("regression_loss applies to a cross-encoder's head; the bi-encoder (head 'cosine') "
+                             "regresses the cosine with MSE")
         if self.head == "cosine" and not (self.regression or self.task == "stsb"):
             raise ValueError("head 'cosine' (a bi-encoder) is for scored pairs: task stsb or a custom regression task")
 
@@ -130,10 +141,18 @@ def build_model(config: FinetuneConfig, task: TableData) -> EncoderForSequenceCl
         if config.regime == "frozen":
             raise ValueError("a bi-encoder has no head: regime 'frozen' would train nothing")
         return config.apply_regime(model)
+    if regression and config.regression_loss == "bce":
+        scores = [ex.label for ex in task.splits[_train_split(config)]]
+        if min(scores) < 0:
+            raise ValueError(f"regression_loss 'bce' needs scores >= 0 (targets score / max score in [0, 1]); the "
+                             f"training split has {min(scores)}")
+        extra = {"regression_loss": "bce", "score_scale": float(max(scores))}
+    else:
+        extra = {}
     model = EncoderForSequenceClassification.from_pretrained(
         resolve_model_dir(config.model), num_labels=1 if regression else len(task.label_names),
         problem="regression" if regression else "classification", head=config.head,
-        id2label=None if regression else dict(enumerate(task.label_names)))
+        id2label=None if regression else dict(enumerate(task.label_names)), **extra)
     return config.apply_regime(model)
 
 

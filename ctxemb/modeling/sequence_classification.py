@@ -17,7 +17,12 @@ fit in RoBERTa/MPNet's two-layer head (a shape error); their ``config.json`` nam
 ``ctxemb_classifier_head``.
 
 Losses: cross-entropy for ``problem="classification"``, mean squared error for ``problem="regression"`` with one
-output (STS-B), as transformers' ``single_label_classification`` and ``regression``.
+output (STS-B), as transformers' ``single_label_classification`` and ``regression``. A regression model may instead
+train with ``regression_loss="bce"``: the gold score divided by ``score_scale`` (5 for STS-B) is the target of a
+sigmoid cross-entropy, as sentence-transformers' cross-encoders train on STS-B; its predicted score is then
+``score_scale * sigmoid(logit)`` (:meth:`EncoderForSequenceClassification.regression_scores`). The logit alone is
+what transformers computes from the saved model; ``config.json`` records the loss and the scale, and the sigmoid for
+sentence-transformers' ``CrossEncoder``.
 
 Fine-tuning regimes: :meth:`EncoderForSequenceClassification.freeze_encoder` (feature extraction),
 :meth:`~EncoderForSequenceClassification.freeze_all_but_last`, and layer-wise learning-rate decay with
@@ -30,6 +35,7 @@ Shapes: B batch, T tokens, H hidden size, C outputs (classes, or 1 for regressio
 from __future__ import annotations
 
 import logging
+import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -56,6 +62,10 @@ HEADS: tuple[str, ...] = ("checkpoint", "cls", "mean")
 _PROBLEM_TYPES = {"classification": "single_label_classification", "regression": "regression"}
 # config.json key recording which head a saved model has (absent in transformers' checkpoints: "checkpoint").
 HEAD_CONFIG_KEY = "ctxemb_classifier_head"
+# config.json keys of a regression model trained with regression_loss="bce": the loss and the score scale.
+REGRESSION_LOSS_KEY = "ctxemb_regression_loss"
+SCORE_SCALE_KEY = "ctxemb_score_scale"
+REGRESSION_LOSSES: tuple[str, ...] = ("mse", "bce")
 
 
 @dataclass
@@ -102,19 +112,31 @@ class EncoderForSequenceClassification(EncoderWithHeads):
         classifier_dropout: dropout before the classifier (and inside RoBERTa/MPNet's head); the encoder's
             ``hidden_dropout_prob`` when None, as in transformers.
         id2label: class names, ``{0: "negative", ...}``; ``LABEL_i`` when None.
+        regression_loss: ``"mse"`` on the raw output, or ``"bce"`` on ``sigmoid(logit)`` against
+            ``label / score_scale`` (labels must then lie in [0, score_scale]); regression only.
+        score_scale: the largest gold score (5 for STS-B); used by ``"bce"`` only.
 
     The pooler is used only by BERT's ``"checkpoint"`` head; elsewhere its parameters are set to
     ``requires_grad=False`` so that optimizers and DDP skip it (it is still saved, unchanged).
 
     Raises:
         ValueError: an unknown ``problem``/``head``, ``num_labels`` < 1 (or != 1 for regression, < 2 for
-            classification), ``classifier_dropout`` outside [0, 1), or ``id2label`` whose keys are not 0..C-1.
+            classification), ``classifier_dropout`` outside [0, 1), ``id2label`` whose keys are not 0..C-1,
+            ``regression_loss`` unknown (or not ``"mse"`` for classification), or ``score_scale`` not a positive
+            finite number.
     """
 
     def __init__(self, encoder: Encoder, *, num_labels: int, problem: Problem, head: Head = "checkpoint",
-                 classifier_dropout: float | None = None, id2label: Mapping[int, str] | None = None):
+                 classifier_dropout: float | None = None, id2label: Mapping[int, str] | None = None,
+                 regression_loss: str = "mse", score_scale: float = 1.0):
         check_choice(problem, "problem", PROBLEMS)
         check_choice(head, "head", HEADS)
+        check_choice(regression_loss, "regression_loss", REGRESSION_LOSSES)
+        if regression_loss != "mse" and problem != "regression":
+            raise ValueError(f"regression_loss={regression_loss!r} is for problem='regression'; got problem={problem!r}")
+        if (isinstance(score_scale, bool) or not isinstance(score_scale, (int, float)) or not math.isfinite(score_scale)
+                or score_scale <= 0):
+            raise ValueError(f"score_scale must be a positive finite number; got {score_scale!r}")
         if isinstance(num_labels, bool) or not isinstance(num_labels, int) or num_labels < 1:
             raise ValueError(f"num_labels must be a positive integer, got {num_labels!r}")
         if problem == "regression" and num_labels != 1:
@@ -138,6 +160,8 @@ class EncoderForSequenceClassification(EncoderWithHeads):
         self.head = head
         self.classifier_dropout = classifier_dropout
         self.id2label = id2label
+        self.regression_loss = regression_loss
+        self.score_scale = float(score_scale)
         p = config.hidden_dropout_prob if classifier_dropout is None else classifier_dropout
         self.dropout = nn.Dropout(p)
         if head == "checkpoint" and config.model_type != "bert":
@@ -157,6 +181,12 @@ class EncoderForSequenceClassification(EncoderWithHeads):
     @property
     def label2id(self) -> dict[str, int]:
         return {v: k for k, v in self.id2label.items()}
+
+    def regression_scores(self, logits: torch.Tensor) -> torch.Tensor:
+        """A regression model's predicted scores (B,) in the labels' units from its logits (B, 1): the logit for
+        ``"mse"``, ``score_scale * sigmoid(logit)`` for ``"bce"``."""
+        scores = logits[:, 0]
+        return self.score_scale * torch.sigmoid(scores) if self.regression_loss == "bce" else scores
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 token_type_ids: torch.Tensor | None = None, labels: torch.Tensor | None = None
@@ -191,7 +221,10 @@ class EncoderForSequenceClassification(EncoderWithHeads):
         if labels.shape != (input_ids.shape[0],):
             raise ValueError(f"labels must have shape (batch,) = ({input_ids.shape[0]},); got {tuple(labels.shape)}")
         if self.problem == "regression":
-            loss = F.mse_loss(logits.float().squeeze(-1), labels.float())
+            if self.regression_loss == "bce":
+                loss = F.binary_cross_entropy_with_logits(logits.float().squeeze(-1), labels.float() / self.score_scale)
+            else:
+                loss = F.mse_loss(logits.float().squeeze(-1), labels.float())
             return SequenceClassifierOutput(loss=loss, logits=logits)
         loss = F.cross_entropy(logits.float(), labels)
         accuracy = float((logits.detach().argmax(-1) == labels).float().mean())
@@ -215,6 +248,10 @@ class EncoderForSequenceClassification(EncoderWithHeads):
                  "problem_type": _PROBLEM_TYPES[self.problem], HEAD_CONFIG_KEY: self.head}
         if self.classifier_dropout is not None:
             extra["classifier_dropout"] = self.classifier_dropout
+        if self.regression_loss != "mse":
+            extra.update({REGRESSION_LOSS_KEY: self.regression_loss, SCORE_SCALE_KEY: self.score_scale,
+                          # sentence-transformers' CrossEncoder applies this to the logit: scores in [0, 1]
+                          "sentence_transformers": {"activation_fn": "torch.nn.modules.activation.Sigmoid"}})
         return extra
 
     def save_pretrained(self, out_dir: str | os.PathLike) -> Path:
@@ -235,6 +272,7 @@ class EncoderForSequenceClassification(EncoderWithHeads):
     def from_pretrained(cls, model_dir: str | os.PathLike, *, num_labels: int | None = None,
                         problem: Problem | None = None, head: Head | None = None,
                         classifier_dropout: float | None = None, id2label: Mapping[int, str] | None = None,
+                        regression_loss: str | None = None, score_scale: float | None = None,
                         strict: bool = True) -> "EncoderForSequenceClassification":
         """Load a fine-tuned classifier, or an encoder checkpoint with a fresh head (logged).
 
@@ -248,7 +286,8 @@ class EncoderForSequenceClassification(EncoderWithHeads):
             num_labels: C for a new head (default: the size of ``id2label``); checked against a saved one.
             problem: ``"classification"`` or ``"regression"``; for a new head, regression when ``num_labels`` is 1.
             head: ``"checkpoint"``, ``"cls"`` or ``"mean"``; None: the saved model's, or ``"checkpoint"``.
-            classifier_dropout, id2label: as for the constructor (default: the saved config's).
+            classifier_dropout, id2label, regression_loss, score_scale: as for the constructor (default: the saved
+                config's).
             strict: refuse checkpoints whose tensors do not match the configuration.
 
         Raises:
@@ -273,7 +312,8 @@ class EncoderForSequenceClassification(EncoderWithHeads):
             if problem is None:
                 problem = "regression" if num_labels == 1 else "classification"
             model = cls(encoder, num_labels=num_labels, problem=problem, head=head or "checkpoint",
-                        classifier_dropout=classifier_dropout, id2label=id2label)
+                        classifier_dropout=classifier_dropout, id2label=id2label,
+                        regression_loss=regression_loss or "mse", score_scale=score_scale or 1.0)
             logger.info("%s has no classifier weights: a new %r head with %d outputs is initialised fresh",
                         model_dir, model.head, num_labels)
             return model
@@ -287,8 +327,10 @@ class EncoderForSequenceClassification(EncoderWithHeads):
                              f"{sorted(_PROBLEM_TYPES.values())}")
         if saved_problem is None and saved_labels is not None:
             saved_problem = "regression" if saved_labels == 1 else "classification"
+        saved_loss, saved_scale = raw.get(REGRESSION_LOSS_KEY, "mse"), raw.get(SCORE_SCALE_KEY, 1.0)
         for name, given, stored in (("num_labels", num_labels, saved_labels), ("problem", problem, saved_problem),
-                                    ("head", head, saved_head)):
+                                    ("head", head, saved_head), ("regression_loss", regression_loss, saved_loss),
+                                    ("score_scale", score_scale, saved_scale)):
             if given is not None and stored is not None and given != stored:
                 raise ValueError(
                     f"{name}={given!r} contradicts the fine-tuned model in {model_dir} ({name}={stored!r}); to put "
@@ -303,7 +345,8 @@ class EncoderForSequenceClassification(EncoderWithHeads):
         if classifier_dropout is None:
             classifier_dropout = raw.get("classifier_dropout")
         model = cls(encoder, num_labels=num_labels, problem=problem or saved_problem, head=head or saved_head,
-                    classifier_dropout=classifier_dropout, id2label=id2label)
+                    classifier_dropout=classifier_dropout, id2label=id2label,
+                    regression_loss=saved_loss, score_scale=saved_scale)
         load_weights_into(model.classifier, saved, strict=True, source=f"{model_dir} (classifier)")
         return model
 
@@ -363,6 +406,10 @@ class EncoderForPairSimilarity(EncoderWithHeads):
 
     def depth_modules(self) -> list[tuple[int, str, nn.Module]]:
         return self.encoder_depth_modules()
+
+    def regression_scores(self, logits: torch.Tensor) -> torch.Tensor:
+        """The predicted scores (B,) from the outputs (B, 1): already ``score_scale * cos(u, v)``."""
+        return logits[:, 0]
 
     def save_pretrained(self, out_dir: str | os.PathLike) -> Path:
         """A bare encoder (``AutoModel``, ``Embedder`` and transformers load it) with the score scale in config.json."""
