@@ -36,6 +36,28 @@ def test_finetune_presets_build_their_task_config(name, tmp_path):
     assert config.train.learning_rate == preset["train"]["learning_rate"] and config.train.seed == 3
 
 
+def _finetune_config(tmp_path, *argv):
+    from ctxemb.cli.finetune import finetune_config_from_args
+    return finetune_config_from_args(build_parser("finetune").parse_args(
+        ["finetune", *argv, "--out-dir", str(tmp_path)]))[1]
+
+
+def test_a_task_with_a_shipped_recipe_uses_it_by_default(tmp_path, caplog):
+    from ctxemb.cli._common import default_preset
+    from ctxemb.finetuning.registry import task_names
+    with_recipe = [t for t in task_names() if default_preset("finetune", t)]
+    assert {"sst2", "conll2003-ner", "xquad", "stsb", "mrpc", "rte"} <= set(with_recipe)
+    with caplog.at_level(logging.INFO, logger="ctxemb.cli.finetune"):
+        config = _finetune_config(tmp_path, "conll2003-ner")
+    assert "default recipe finetune-conll2003-ner.toml" in caplog.text
+    assert config.head == "crf" and config.train.keep_best  # chosen on dev; the best dev epoch is kept
+    assert _finetune_config(tmp_path, "conll2003-ner", "--head", "softmax").head == "softmax"  # flags win
+    bare = _finetune_config(tmp_path, "conll2003-ner", "--preset", "none")
+    assert bare.head == "softmax" and not bare.train.keep_best  # the dataclass defaults
+    for task in with_recipe:  # every shipped default recipe selects on dev
+        assert _finetune_config(tmp_path, task).train.keep_best, task
+
+
 @pytest.mark.parametrize("name", [p for p in PRESETS if p.startswith("pretrain-")])
 def test_pretrain_presets_build_a_pretraining_config(name, tmp_path):
     from ctxemb.cli.pretrain import config_from_args

@@ -264,6 +264,15 @@ def train_overrides(args: argparse.Namespace) -> dict[str, Any]:
     return dataclass_overrides(args, "train.")
 
 
+PRESETS_DIR = Path(__file__).resolve().parent.parent / "presets"
+
+
+def default_preset(recipe: str, task: str) -> str | None:
+    """The name of a task's default recipe shipped in ``ctxemb/presets`` (``<recipe>-<task>.toml``), or None.
+    ``ctxemb finetune TASK`` applies it when no ``--preset`` is given."""
+    return task if (PRESETS_DIR / f"{recipe}-{task}.toml").is_file() else None
+
+
 def load_preset(name_or_path: str, recipe: str) -> dict[str, Any]:
     """A run preset: a TOML file, or the name of one shipped in ``ctxemb/presets`` (``<recipe>-<name>.toml`` or
     ``<name>.toml``). Top-level keys are the recipe's settings, ``[train]`` the loop's.
@@ -274,7 +283,7 @@ def load_preset(name_or_path: str, recipe: str) -> dict[str, Any]:
     """
     import tomllib
 
-    presets = Path(__file__).resolve().parent.parent / "presets"
+    presets = PRESETS_DIR
     path = Path(name_or_path)
     if not path.is_file():
         for candidate in (presets / f"{recipe}-{name_or_path}.toml", presets / f"{name_or_path}.toml"):

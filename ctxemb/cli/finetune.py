@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 
 from pathlib import Path
 
-from ctxemb.cli._common import (UsageError, add_train_flags, command_help, fraction, load_preset, non_negative_float,
-                                positive_int, train_overrides)
+from ctxemb.cli._common import (UsageError, add_train_flags, command_help, default_preset, fraction, load_preset,
+                                non_negative_float, positive_int, train_overrides)
 from ctxemb.finetuning.config import REGIMES
 from ctxemb.finetuning.predictor import load_predictor, model_kind
 from ctxemb.finetuning.readers import TASKS
@@ -33,6 +34,8 @@ from ctxemb.modeling.token_classification import BOUNDARY_KINDS, SUMMARY_KINDS, 
 from ctxemb.registry import DEFAULT_MODEL
 from ctxemb.training.config import TrainConfig
 
+logger = logging.getLogger(__name__)
+
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser("finetune", help=command_help("finetune"),
@@ -42,7 +45,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                         "--train-file/--dev-file, or one registered with ctxemb.finetuning.registry.register_task")
     p.add_argument("--preset", default=None,
                    help="a TOML file of the run's settings ([train] for the loop's), or a preset shipped in "
-                        "ctxemb/presets (e.g. 'sst2' for finetune-sst2.toml); flags override it")
+                        "ctxemb/presets (e.g. 'stsb-bi-encoder' for finetune-stsb-bi-encoder.toml); flags override "
+                        "it. Default: the task's tuned recipe finetune-TASK.toml where one is shipped; 'none' for "
+                        "the bare config defaults")
     p.add_argument("--model", default=None, help=f"the encoder to start from (default {DEFAULT_MODEL})")
     p.add_argument("--head", choices=HEADS + TOKEN_HEADS, default=None,
                    help="sentence tasks: checkpoint (pooler / dense+tanh, what transformers computes; the default), "
@@ -64,6 +69,16 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help="use only the first N training examples")
     p.add_argument("--train-split", default=None, help="the split to train on (default train)")
     p.add_argument("--eval-split", default=None, help="the split evaluated each epoch (default dev; tune on dev)")
+    r = p.add_argument_group("several runs: a search on dev, repeated seeds")
+    r.add_argument("--search", nargs="+", metavar="NAME=V1,V2", default=None,
+                   help="run every combination of these settings (recipe or loop fields, e.g. learning-rate=2e-5,5e-5 "
+                        "epochs=2,3) as trials under --out-dir, selected on dev; rows land in trials.jsonl/trials.md "
+                        "as each trial ends, and a search started again skips the finished trials")
+    r.add_argument("--search-budget", type=non_negative_float, default=None, metavar="MINUTES",
+                   help="stop starting new search trials after this many minutes (default: run them all)")
+    r.add_argument("--seeds", type=positive_int, default=None, metavar="K",
+                   help="run the recipe with K seeds (--seed, --seed + 1, ...) and report each run's dev metrics "
+                        "with their mean and standard deviation (seeds.json)")
     add_train_flags(p, shown_defaults={"learning_rate": "2e-5 for sentence tasks, 5e-5 for token and span tasks",
                                        "warmup_ratio": 0.1})
     c = p.add_argument_group("a custom task (TSV or JSONL with named columns)")
@@ -124,8 +139,12 @@ def finetune_config_from_args(args: argparse.Namespace):
     task = get_task(args.task)
     d: dict = {}
     train: dict = {"learning_rate": task.default_learning_rate, "warmup_ratio": 0.1}
-    if args.preset:
-        preset = load_preset(args.preset, "finetune")
+    preset_name = default_preset("finetune", task.name) if args.preset is None else args.preset
+    if preset_name and preset_name != "none":
+        if args.preset is None:
+            logger.info("task %s: its default recipe finetune-%s.toml (--preset none for the bare defaults)",
+                        task.name, task.name)
+        preset = load_preset(preset_name, "finetune")
         train.update(preset.pop("train", {}) or {})
         d.update(preset)
         d.pop("task", None)
@@ -167,10 +186,41 @@ def train_task(task, config):
 
 def run_finetune(args: argparse.Namespace) -> int:
     task, config = finetune_config_from_args(args)
+    if args.search is not None or args.seeds is not None:
+        return _run_trials(args, task, config)
+    if args.search_budget is not None:
+        raise UsageError("--search-budget limits a --search: give the grid with --search NAME=V1,V2 ...")
     result = train_task(task, config)
     print(f"eval after {result.run.train.step if hasattr(result, 'run') else result.train.step} steps: "
           + ", ".join(f"{k} {v:.2f}" for k, v in result.final_metrics.items()))
     print(f"model: {result.model_dir}")
+    return 0
+
+
+def _run_trials(args: argparse.Namespace, task, config) -> int:
+    from ctxemb.finetuning.trials import parse_grid, run_grid, run_seeds
+
+    if args.search is not None and args.seeds is not None:
+        raise UsageError("give either --search (a grid on dev) or --seeds K (one recipe, K seeds), not both")
+    out = Path(config.train.out_dir)
+    if args.seeds is not None:
+        summary = run_seeds(task, config, args.seeds, train_fn=train_task)
+        for name, s in summary["summary"].items():
+            print(f"{name}: {s['mean']:.2f} +- {s['std']:.2f} (n={s['n']}, min {s['min']:.2f}, max {s['max']:.2f})")
+        print(f"runs: {out}/seed-*  table: {out / 'trials.md'}")
+        return 0
+    try:
+        grid = parse_grid(args.search)
+    except ValueError as e:
+        raise UsageError(f"--search: {e}") from None
+    rows = run_grid(task, config, grid, train_fn=train_task, budget_minutes=args.search_budget)
+    primary, greater = task.primary(config)
+    if not rows:
+        print(f"no trial finished within the budget; table: {out / 'trials.md'}")
+        return 0
+    best = (max if greater else min)(rows, key=lambda r: r["primary"])
+    print(f"best on dev: {best['name']} {best['settings']}: {primary} {best['primary']:.2f}")
+    print(f"model: {out / best['name'] / 'model'}  table: {out / 'trials.md'}")
     return 0
 
 

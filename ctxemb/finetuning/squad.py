@@ -8,19 +8,20 @@ Two layers, as in :mod:`ctxemb.finetuning.readers`:
 
 Every question is one :class:`QAExample`; answers are character spans of the passage.
 
-=====  =================  ================================  ========================================  ============
-data   file               size                              splits                                    metrics
-=====  =================  ================================  ========================================  ============
-xquad  ``xquad.en.json``  48 articles, 240 passages, 1,190  none published; :func:`split_by_article`  exact match,
-                          questions (one answer each)       gives train 36 / eval 12 articles         F1
-=====  =================  ================================  ========================================  ============
+=====  =================  ================================  =========================================  ============
+data   file               size                              splits                                     metrics
+=====  =================  ================================  =========================================  ============
+xquad  ``xquad.en.json``  48 articles, 240 passages, 1,190  none published; :data:`XQUAD_ARTICLE_SPLIT`  exact match,
+                          questions (one answer each)       train 30 / dev 6 / held-out 12 articles    F1
+=====  =================  ================================  =========================================  ============
 
 Splits and the protocol. XQuAD-en is a 240-paragraph subset of the SQuAD v1.1 dev set and has no training split
-(its authors train on SQuAD v1.1 train, which the shared folder does not hold). So ctxemb trains on 3/4 of its
-articles and evaluates on the held-out quarter: :func:`split_by_article` assigns whole articles (titles) to one
-side by a seeded shuffle, so no article and no passage is on both sides, and questions about one passage never
-leak into training. Tune on the held-out quarter with a fixed seed; numbers are not comparable to published
-XQuAD (zero-shot, trained on SQuAD) results.
+(its authors train on SQuAD v1.1 train, which the shared folder does not hold). So ctxemb splits its articles once:
+:data:`XQUAD_ARTICLE_SPLIT` lists the titles of train (30 articles, 713 questions), dev (6, 126) and held-out (12,
+351), whole articles on one side, so no article and no passage is on two sides (:func:`xquad_split` reads a part).
+Train on train, select on dev, and evaluate held-out once at the end; numbers are not comparable to published
+XQuAD (zero-shot, trained on SQuAD) results. :func:`split_by_article` is the general seeded split by article for
+other SQuAD-format files.
 
 File rules, for the shared file and :func:`read_squad` alike:
 

@@ -21,8 +21,9 @@ squad-file         ``train_file``/``dev_file``, SQuAD   qa                      
                    v1.1 JSON
 =================  ===================================  ===============================================  ==============
 
-XQuAD has no training split: its articles are split (seeded) into ``1 - eval_fraction`` for training and the rest
-for evaluation, whole articles on one side, so no passage is seen in training and in evaluation.
+XQuAD has no training split: its 48 articles are split once, by title, into train (30), dev (6) and held-out (12)
+(:data:`~ctxemb.finetuning.squad.XQUAD_ARTICLE_SPLIT`), so no passage is on two sides. ``train_split`` and
+``eval_split`` name the parts (default train and dev: select on dev; evaluate ``heldout`` once at the end).
 
 Span-based NER: after training, the NULL threshold is calibrated on the eval split (best F1, or the lowest threshold
 reaching ``target_precision``) and saved with the model (``null_threshold`` in ``finetune_config.json``).
@@ -43,7 +44,7 @@ from ctxemb.finetuning.conll import NER_LABELS, TaggedSentence, load_conll2003, 
 from ctxemb.finetuning.config import CONFIG_FILE, MODEL_DIR, FinetuneRunConfig, load_finetune_config
 from ctxemb.finetuning.outputs import decode_tags, model_logits, scored_spans
 from ctxemb.finetuning.qa import QACollator, best_answers, encode_qa
-from ctxemb.finetuning.squad import QAExample, load_xquad, read_squad, split_by_article
+from ctxemb.finetuning.squad import XQUAD_ARTICLE_SPLIT, QAExample, load_xquad, read_squad, xquad_split
 from ctxemb.finetuning.tagging import (LABEL_SUBWORDS, TaggingCollator, bio_to_entities, calibrate_threshold,
                                        decode_spans, encode_tagged, entities_to_bio)
 from ctxemb.finetuning.task import Task, TaskData, save_model_files
@@ -108,7 +109,6 @@ class TokenFinetuneConfig(FinetuneRunConfig):
             without ``doc_stride`` keeps stride 128 when it fits the window, else half the window's context room.
             Given values are kept; a ``doc_stride`` larger than the context room ``max_length`` minus
             ``max_query_length`` minus the special tokens is refused here, naming both (QA only).
-        eval_fraction, split_seed: XQuAD's held-out share of articles and the seed of the split.
     """
 
     head: str | None = None
@@ -125,8 +125,6 @@ class TokenFinetuneConfig(FinetuneRunConfig):
     doc_stride: int | None = None  # None: QA_DOC_STRIDE, or less when it would not fit the window
     max_query_length: int = 64
     max_answer_length: int = 30
-    eval_fraction: float = 0.25
-    split_seed: int = 0
     train: TrainConfig = field(default_factory=lambda: TrainConfig(learning_rate=5e-5))
 
     _POSITIVE_INTS: ClassVar[tuple[str, ...]] = ("max_span_length", "doc_stride", "max_query_length",
@@ -168,8 +166,9 @@ class TokenFinetuneConfig(FinetuneRunConfig):
                 raise ValueError(f"{name} must be a positive number; got {getattr(self, name)}")
         if not 0 < self.span_null_weight <= 1:
             raise ValueError(f"span_null_weight must be in (0, 1]; got {self.span_null_weight}")
-        if not 0 < self.eval_fraction < 1:
-            raise ValueError(f"eval_fraction must be in (0, 1); got {self.eval_fraction}")
+        if self.task == "xquad":
+            for name in ("train_split", "eval_split"):
+                check_choice(getattr(self, name), name, tuple(XQUAD_ARTICLE_SPLIT))
         if self.target_precision is not None and not 0 < self.target_precision <= 100:
             raise ValueError(f"target_precision is a percentage in (0, 100]; got {self.target_precision}")
 
@@ -203,7 +202,8 @@ def load_qa_data(config: TokenFinetuneConfig) -> tuple[list[QAExample], list[QAE
     """(train, eval) questions: XQuAD-en split by article, or a user's SQuAD files."""
     if config.task == "squad-file":
         return read_squad(config.train_file), read_squad(config.dev_file)
-    return split_by_article(load_xquad(), eval_fraction=config.eval_fraction, seed=config.split_seed)
+    examples = load_xquad()
+    return xquad_split(config.train_split, examples), xquad_split(config.eval_split, examples)
 
 
 def tag_column(config: TokenFinetuneConfig, sentence: TaggedSentence) -> tuple[str, ...]:
