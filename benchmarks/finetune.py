@@ -39,6 +39,7 @@ from ctxemb.finetuning.tasks import task_metrics  # noqa: E402
 from ctxemb.loading import load_tokenizer  # noqa: E402
 from ctxemb.modeling.sequence_classification import (EncoderForPairSimilarity, EncoderForSequenceClassification)  # noqa: E402
 from ctxemb.training.data import EvalBatches  # noqa: E402
+from ctxemb.registry import resolve_model_dir  # noqa: E402
 
 MODEL = "all-MiniLM-L6-v2"
 WORK = Path("/tmp/ctxemb-finetune-bench")
@@ -117,8 +118,6 @@ def run_task(task: str, rows: list, **kw) -> Path:
 
 def run_transformers_sst2(rows: list) -> None:
     import transformers
-
-    from ctxemb.registry import resolve_model_dir
 
     train_split, report, epochs, cap, lr = RECIPES["sst2"]
     data = load_task("sst2", splits=[train_split, *report])
@@ -251,7 +250,26 @@ def run_stsb_embedder(model_dir: Path, label: str, rows: list) -> None:
                                    show_progress_bar=False)
         dev = [r for r in res if r.split == "dev" and r.metric == "spearman"]
         rows[:] = [r for r in rows if r["encoder"] != name]
-        rows.append({"encoder": name, "STS-B dev Spearman (cosine, mean pooling, no head)": f"{dev[0].value:.2f}"})
+        rows.append({"encoder": name, "STS-B dev Spearman (cosine, mean pooling, no head)": f"{dev[0].value:.2f}",
+                     "least cosine to SentenceTransformer(dir)": _st_agreement(path)})
+
+
+def _st_agreement(model_dir: str) -> str:
+    """The least cosine between ctxemb's default sentence vectors of the saved directory and what
+    sentence-transformers computes from it, over 500 STS-B dev sentences ("-" without sentence-transformers)."""
+    try:
+        from sentence_transformers import SentenceTransformer
+    except ImportError:
+        return "-"
+    from ctxemb.embedding import Embedder
+    from ctxemb.evaluation.similarity.data.sentence_pairs import load_stsb
+
+    pairs = load_stsb("dev")
+    texts = [t for p in pairs[:250] for t in (p.sentence1, p.sentence2)]
+    ours = Embedder.from_pretrained(resolve_model_dir(model_dir)).embed_sentences(texts, show_progress_bar=False)
+    theirs = SentenceTransformer(str(resolve_model_dir(model_dir)), device="cpu").encode(texts, batch_size=64)
+    cos = (ours * theirs).sum(1) / np.linalg.norm(ours, axis=1) / np.linalg.norm(theirs, axis=1)
+    return f"{cos.min():.6f}"
 
 
 SEQUENCE_PARTS = ["sst2", "sst2-transformers", "mrpc", "rte", "rte-frozen", "snli", "stsb", "stsb-cosine"]
