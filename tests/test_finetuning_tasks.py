@@ -72,6 +72,8 @@ def test_a_planted_task_is_learned_and_evaluated_each_epoch(finetuned):
     _, result = finetuned
     assert len(result.eval_history) == 4  # once per epoch
     assert result.final_metrics["accuracy"] >= 97.0, result.eval_history
+    data = json.loads((result.model_dir / "run.json").read_text())["data"]
+    assert data["group_by_length"] is True and 0.0 <= data["padding_fraction"] < 0.2, data
 
 
 def test_saved_model_predicts_the_same_and_feeds_the_embedder(finetuned, capsys):
@@ -183,9 +185,12 @@ def test_a_bce_cross_encoder_learns_scored_pairs_and_predicts_in_score_units(tmp
     assert result.final_metrics["spearman"] >= 80.0, result.eval_history
     raw = json.loads((result.model_dir / "config.json").read_text())
     assert raw["ctxemb_regression_loss"] == "bce" and raw["ctxemb_score_scale"] == 5.0
-    preds = SequencePredictor.from_pretrained(result.model_dir).predict(
-        ["the bank is near", "the old bank"], pairs=["a bank of cells", "houses of boats"])
-    assert all(0.0 <= p.score <= 5.0 for p in preds) and preds[0].score > 4 > 1 > preds[1].score, preds
+    rows = [line.split("\t") for line in (tmp_path / "dev.tsv").read_text().splitlines()[1:]]
+    preds = SequencePredictor.from_pretrained(result.model_dir).predict([r[0] for r in rows], pairs=[r[1] for r in rows])
+    assert all(0.0 <= p.score <= 5.0 for p in preds)  # 5 * sigmoid: in the scores' range
+    same = [p.score for p, r in zip(preds, rows) if float(r[2]) == 5.0]
+    other = [p.score for p, r in zip(preds, rows) if float(r[2]) == 0.0]
+    assert np.mean(same) > np.mean(other) + 1.0, (np.mean(same), np.mean(other))
     train = TrainConfig(learning_rate=1e-4, out_dir=str(tmp_path / "x"))
     with pytest.raises(ValueError, match="regression_loss 'bce' is for regression tasks"):
         FinetuneConfig(task="sst2", regression_loss="bce", train=train)

@@ -100,3 +100,56 @@ def test_batch_helpers():
     assert count_tokens(batch) == 6 and batch_size_of(batch) == 2
     assert count_tokens({"input_ids": torch.ones(3, 4)}) == 12
     assert count_tokens({"x": torch.ones(3)}) is None and batch_size_of({"x": torch.ones(3)}) == 3
+
+
+# ---- batches grouped by length ---------------------------------------------------------------------------------
+
+
+def _lengths(n, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(3, 120, (n,), generator=g).tolist()
+
+
+def test_length_grouped_batches_cover_the_epoch_with_less_padding():
+    n, lengths = 1000, _lengths(1000)
+    plain = DatasetBatches(list(range(n)), batch_size=16, seed=3)
+    grouped = DatasetBatches(list(range(n)), batch_size=16, seed=3, lengths=lengths, mega_batch=8)
+    for epoch in (0, 1):
+        assert sorted(grouped.epoch_indices(epoch)) == sorted(plain.epoch_indices(epoch)) == list(range(n))
+    assert grouped.epoch_indices(0) != grouped.epoch_indices(1)  # reshuffled each epoch
+    assert grouped.epoch_indices(0) == DatasetBatches(list(range(n)), batch_size=16, seed=3, lengths=lengths,
+                                                      mega_batch=8).epoch_indices(0)  # seeded
+    ungrouped = plain.padding_fraction(0, lengths=lengths)
+    assert grouped.padding_fraction(0) < ungrouped / 3, (grouped.padding_fraction(0), ungrouped)
+    order = grouped.epoch_indices(0)
+    assert lengths[order[0]] == max(lengths)  # the longest batch comes first
+    # brute force: the padding share of the first epoch's batches
+    batches = [order[i:i + 16] for i in range(0, n, 16)]
+    padded = sum(max(lengths[i] for i in b) * len(b) for b in batches)
+    assert grouped.padding_fraction(0) == pytest.approx(1 - sum(lengths) / padded)
+    assert plain.padding_fraction(0) is None
+
+
+def test_length_grouped_batches_split_between_ranks_as_one_process_would():
+    n, lengths = 203, _lengths(203, seed=1)
+    one = DatasetBatches(list(range(n)), batch_size=8, seed=0, lengths=lengths, mega_batch=4)
+    ranks = [DatasetBatches(list(range(n)), batch_size=4, seed=0, lengths=lengths, mega_batch=4, rank=r,
+                            world_size=2) for r in range(2)]
+    whole = one.epoch_indices(0)
+    mine = [r.epoch_indices(0) for r in ranks]
+    for b in range(one.batches_per_epoch - 1):  # the last (short) batch may be padded on the ranks
+        assert sorted(mine[0][4 * b:4 * b + 4] + mine[1][4 * b:4 * b + 4]) == sorted(whole[8 * b:8 * b + 8])
+
+
+def test_length_grouping_is_part_of_the_resume_state_and_lengths_are_checked():
+    lengths = _lengths(40)
+    grouped = DatasetBatches(list(range(40)), batch_size=4, lengths=lengths)
+    plain = DatasetBatches(list(range(40)), batch_size=4)
+    with pytest.raises(ValueError, match="group_by_length=True but this source has group_by_length=False"):
+        plain.load_state_dict(grouped.state_dict())
+    with pytest.raises(ValueError, match="one length per example: 40 examples, 3 lengths"):
+        DatasetBatches(list(range(40)), batch_size=4, lengths=[1, 2, 3])
+    with pytest.raises(ValueError, match=r"lengths\[1\] must be a non-negative integer"):
+        DatasetBatches(list(range(3)), batch_size=4, lengths=[1, -2, 3])
+    with pytest.raises(ValueError, match="mega_batch must be an integer >= 1"):
+        DatasetBatches(list(range(3)), batch_size=4, lengths=[1, 2, 3], mega_batch=0)

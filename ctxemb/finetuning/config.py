@@ -49,6 +49,9 @@ class FinetuneRunConfig:
         train_split, eval_split: the splits to train on and to evaluate on each epoch (tune on dev).
         max_train_examples: use only the first N training examples (None: all).
         train_file, dev_file: a task of the user's own files.
+        group_by_length: batch training examples of similar length together (sorted within mega-batches of 50
+            batches, the batches shuffled; see :class:`~ctxemb.training.data.DatasetBatches`): less padding, so
+            faster steps on variable-length data. The run record gives the padding fraction either way.
         train: the loop's settings (``out_dir`` required; ``max_steps`` is set from ``epochs``).
     """
 
@@ -65,6 +68,7 @@ class FinetuneRunConfig:
     max_train_examples: int | None = None
     train_file: str | None = None
     dev_file: str | None = None
+    group_by_length: bool = True
     train: TrainConfig = field(default_factory=lambda: TrainConfig(learning_rate=2e-5))
 
     # positive-int fields beyond the shared ones, checked by __post_init__ (subclasses extend it)

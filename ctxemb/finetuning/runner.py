@@ -71,12 +71,20 @@ def run_task(task: Task, config: FinetuneRunConfig, *,
     def make_data(model, ctx) -> RunData:
         train_features, collate = task.encode(config, tokenizer, data.train, data)
         eval_features, eval_collate = task.encode(config, tokenizer, data.eval, data)
+        lengths = feature_lengths(train_features)  # None for features without input_ids (a user's task)
+        grouped = config.group_by_length and lengths is not None
         source = DatasetBatches(train_features, batch_size=config.batch_size, collate=collate,
-                                seed=config.train.seed, rank=ctx.rank, world_size=ctx.world_size)
+                                seed=config.train.seed, rank=ctx.rank, world_size=ctx.world_size,
+                                lengths=lengths if grouped else None)
+        stats = {"train_examples": len(data.train), "eval_examples": len(data.eval),
+                 "train_features": len(train_features), "eval_features": len(eval_features),
+                 "group_by_length": grouped}
+        if lengths is not None:  # the share of padding in the first epoch's batches, as trained
+            stats["padding_fraction"] = round(source.padding_fraction(0, lengths=lengths), 4)
+            logger.info("training batches %s: padding is %.1f%% of the positions",
+                        "grouped by length" if grouped else "drawn at random", 100 * stats["padding_fraction"])
         return RunData(source=source, evaluate=task.evaluator(config, tokenizer, data, eval_features, eval_collate),
-                       param_groups=task.param_groups(model, config),
-                       stats={"train_examples": len(data.train), "eval_examples": len(data.eval),
-                              "train_features": len(train_features), "eval_features": len(eval_features)})
+                       param_groups=task.param_groups(model, config), stats=stats)
 
     resolved: dict[str, Any] = {}  # the loop's settings as run (max_steps resolved), saved with the model
 
@@ -92,6 +100,18 @@ def run_task(task: Task, config: FinetuneRunConfig, *,
                        save_files=save_files, after_train=after,
                        extra_record=(lambda o: extra_record(o, data)) if extra_record else None)
     return TaskRun(run=run, task=task, data=data)
+
+
+def feature_lengths(features) -> list[int] | None:
+    """Each training feature's length in tokens (both texts of a bi-encoder pair), or None when the features do not
+    carry ``input_ids``."""
+    out = []
+    for f in features:
+        ids = getattr(f, "input_ids", None)
+        if ids is None:
+            return None
+        out.append(len(ids) + len(getattr(f, "input_ids_b", None) or ()))
+    return out
 
 
 def _label(name: str) -> str:

@@ -15,6 +15,8 @@ import numpy as np
 import torch
 from torch.utils.data import default_collate
 
+from ctxemb._validation import is_int
+
 Batch = dict[str, torch.Tensor]
 
 
@@ -71,18 +73,39 @@ class DatasetBatches:
         seed: the base seed of the permutations.
         rank, world_size: this process's share (``DistributedContext.rank`` / ``.world_size``).
         drop_last: drop the incomplete tail of each epoch instead of padding/keeping it.
+        lengths: each example's length (e.g. its token count): batches are then **grouped by length**. The
+            epoch's permutation is cut into mega-batches of ``mega_batch`` global batches (``batch_size *
+            world_size`` examples each), each sorted by length (longest first), cut into global batches again, and
+            the global batches are shuffled (seeded), the one holding the longest example first (so a batch that
+            does not fit memory fails at once). Batches then hold examples of similar length: less padding, same
+            examples per epoch, still random across batches. None: plain random batches.
+        mega_batch: global batches per mega-batch (50, as transformers' ``group_by_length``).
 
     Raises:
-        ValueError: empty data, ``batch_size`` < 1, a bad rank, or no full batch per epoch with ``drop_last``.
+        ValueError: empty data, ``batch_size`` < 1, a bad rank, or no full batch per epoch with ``drop_last``;
+            ``lengths`` not one non-negative integer per example; ``mega_batch`` < 1.
     """
 
     def __init__(self, data: Sequence | torch.utils.data.Dataset, *, batch_size: int,
                  collate: Callable[[list], Batch] | None = None, shuffle: bool = True, seed: int = 0,
-                 rank: int = 0, world_size: int = 1, drop_last: bool = False):
+                 rank: int = 0, world_size: int = 1, drop_last: bool = False,
+                 lengths: Sequence[int] | None = None, mega_batch: int = 50):
         self.num_examples = _check_dataset(data)
         if not (isinstance(batch_size, int) and batch_size >= 1):
             raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
         _check_rank(rank, world_size)
+        if lengths is not None:
+            lengths = list(lengths)
+            if len(lengths) != self.num_examples:
+                raise ValueError(f"lengths must give one length per example: {self.num_examples} examples, "
+                                 f"{len(lengths)} lengths")
+            bad = next((i for i, x in enumerate(lengths) if not is_int(x) or x < 0), None)
+            if bad is not None:
+                raise ValueError(f"lengths[{bad}] must be a non-negative integer; got {lengths[bad]!r}")
+        if not (is_int(mega_batch) and mega_batch >= 1):
+            raise ValueError(f"mega_batch must be an integer >= 1, got {mega_batch!r}")
+        self.lengths = lengths
+        self.mega_batch = int(mega_batch)
         self.data = data
         self.batch_size = batch_size
         self.collate = default_collate if collate is None else collate
@@ -122,10 +145,52 @@ class DatasetBatches:
             order = (order * math.ceil(total / n))[:total]
         else:
             order = order[:total]
+        if self.lengths is not None:
+            order = self._group_by_length(order, epoch)
         mine = order[self.rank::self.world_size]
         if self.drop_last:
             mine = mine[: self.batches_per_epoch * self.batch_size]
         return mine
+
+    def _group_by_length(self, order: list[int], epoch: int) -> list[int]:
+        """``order`` regrouped so that each global batch (``batch_size * world_size`` consecutive positions, which
+        the ranks share out) holds examples of similar length; see ``lengths`` in the class docstring."""
+        step = self.batch_size * self.world_size
+        mega = step * self.mega_batch
+        lengths = self.lengths
+        grouped: list[int] = []
+        for start in range(0, len(order), mega):
+            grouped.extend(sorted(order[start:start + mega], key=lambda i: -lengths[i]))
+        batches = [grouped[i:i + step] for i in range(0, len(grouped), step)]
+        # a short global batch (the epoch's remainder) stays last: batch b of every rank must come from global
+        # batch b, and with drop_last the remainder is what gets dropped
+        tail = [b for b in batches if len(b) < step]
+        batches = [b for b in batches if len(b) == step]
+        if self.shuffle and len(batches) > 1:
+            g = torch.Generator().manual_seed(self.seed + epoch + 1_000_003)
+            batches = [batches[i] for i in torch.randperm(len(batches), generator=g).tolist()]
+            longest = max(range(len(batches)), key=lambda b: max(lengths[i] for i in batches[b]))
+            batches[0], batches[longest] = batches[longest], batches[0]
+        return [i for b in batches + tail for i in b]
+
+    def padding_fraction(self, epoch: int = 0, *, lengths: Sequence[int] | None = None) -> float | None:
+        """The share of padding positions in this rank's batches of ``epoch`` (each batch padded to its longest
+        example), by the examples' ``lengths`` (default: the ones batches are grouped by; None without any).
+        Reported by the fine-tuning runs (``run.json``)."""
+        lengths = self.lengths if lengths is None else list(lengths)
+        if lengths is None:
+            return None
+        if len(lengths) != self.num_examples:
+            raise ValueError(f"lengths must give one length per example: {self.num_examples} examples, "
+                             f"{len(lengths)} lengths")
+        indices = self.epoch_indices(epoch)
+        padded = real = 0
+        for b in range(self.batches_per_epoch):
+            chunk = [lengths[i] for i in indices[b * self.batch_size:(b + 1) * self.batch_size]]
+            if chunk:
+                padded += max(chunk) * len(chunk)
+                real += sum(chunk)
+        return 1.0 - real / padded if padded else 0.0
 
     def __iter__(self) -> Iterator[Batch]:
         while True:
@@ -142,7 +207,8 @@ class DatasetBatches:
     def state_dict(self) -> dict:
         return {"epoch": self.epoch, "position": self.position, "seed": self.seed,
                 "num_examples": self.num_examples, "batch_size": self.batch_size, "world_size": self.world_size,
-                "drop_last": self.drop_last, "shuffle": self.shuffle}
+                "drop_last": self.drop_last, "shuffle": self.shuffle,
+                "group_by_length": self.lengths is not None, "mega_batch": self.mega_batch}
 
     def load_state_dict(self, state: dict) -> None:
         """Continue after the batch a saved state points past.
@@ -151,10 +217,12 @@ class DatasetBatches:
             ValueError: the state was saved with a different dataset size, batch size, world size, seed or
                 shuffle/drop_last setting (its position would then name other examples).
         """
-        for key in ("num_examples", "batch_size", "world_size", "seed", "drop_last", "shuffle"):
-            if key in state and state[key] != getattr(self, key):
+        mine = {**self.state_dict(), "epoch": None, "position": None}
+        for key in ("num_examples", "batch_size", "world_size", "seed", "drop_last", "shuffle", "group_by_length",
+                    "mega_batch"):
+            if key in state and state[key] != mine[key]:
                 raise ValueError(f"cannot resume DatasetBatches: the saved state has {key}={state[key]!r} but this "
-                                 f"source has {key}={getattr(self, key)!r}")
+                                 f"source has {key}={mine[key]!r}")
         epoch, position = int(state["epoch"]), int(state["position"])
         if epoch < 0 or not 0 <= position <= self.batches_per_epoch:
             raise ValueError(f"invalid DatasetBatches state: epoch {epoch}, position {position} "
@@ -246,7 +314,7 @@ class PlannedBatches:
         for key in ("num_examples", "world_size", "seed"):
             if key in state and state[key] != getattr(self, key):
                 raise ValueError(f"cannot resume PlannedBatches: the saved state has {key}={state[key]!r} but this "
-                                 f"source has {key}={getattr(self, key)!r}")
+                                 f"source has {key}={mine[key]!r}")
         epoch, position = int(state["epoch"]), int(state["position"])
         if epoch < 0 or not 0 <= position <= len(self.epoch_batches(epoch)):
             raise ValueError(f"invalid PlannedBatches state: epoch {epoch}, position {position}")
