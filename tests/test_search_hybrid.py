@@ -417,3 +417,36 @@ def test_cli_build_hybrid_and_query_each_mode(tmp_path, monkeypatch, capsys):
                               "--hybrid"])
     with pytest.raises(ValueError, match="--hybrid indexes whole lines"):
         args.func(args)
+
+
+def test_threads_adding_while_others_search_in_bm25_and_hybrid_mode():
+    """Searches rebuild the BM25 matrix lazily after a change; concurrent searches and adds stay consistent."""
+    import threading
+
+    index = SemanticIndex(8, hybrid=True).add(["seed"], vectors(1), texts=["zebra seed"])
+    errors, n_added = [], 60
+
+    def adder():
+        try:
+            for i in range(n_added):
+                index.add(["a%d" % i], vectors(1, seed=100 + i), texts=["zebra number %d" % i])
+        except BaseException as e:  # pragma: no cover - reported below
+            errors.append(e)
+
+    def searcher(mode):
+        try:
+            for _ in range(80):
+                hits = index.search(None if mode == "bm25" else vectors(1, seed=7)[0], 5, texts="zebra", mode=mode)
+                assert hits and all(h.id in index for h in hits) and len({h.id for h in hits}) == len(hits)
+        except BaseException as e:  # pragma: no cover - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=adder)] + [threading.Thread(target=searcher, args=(m,))
+                                                   for m in ("bm25", "hybrid", "bm25")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    got = {h.id for h in index.search(None, 100, texts="zebra", mode="bm25")}
+    assert got == {"seed"} | {"a%d" % i for i in range(n_added)}
