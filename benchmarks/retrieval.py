@@ -208,6 +208,8 @@ def render(payload: dict) -> str:
     lines.append("")
     lines.append("## Times (seconds)")
     lines.append("")
+    lines.append("Wall-clock on a shared machine (other jobs were running): indicative only; embedding dominates.")
+    lines.append("")
     for emb in payload["embedders"]:
         lines.append("- %s: %s" % (emb["name"], "; ".join("%s %.1f" % kv for kv in emb["seconds"].items())))
     lines.append("- total run: %.0f" % payload["seconds_total"])

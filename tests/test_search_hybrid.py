@@ -318,6 +318,8 @@ def test_bad_options_get_clear_errors():
         plain.add(["x"], vectors(1), texts=["x"])
     with pytest.raises(ValueError, match="texts are used by mode='bm25' or 'hybrid'"):
         plain.search(vectors(1)[0], 2, texts="bank")
+    with pytest.raises(ValueError, match="rrf_k only apply to mode='hybrid'; this search has mode='vector'"):
+        plain.search(vectors(1)[0], 2, rrf_k=10)
 
     index = hybrid_index()
     q = vectors(2, seed=1)
@@ -450,3 +452,26 @@ def test_threads_adding_while_others_search_in_bm25_and_hybrid_mode():
     assert not errors, errors
     got = {h.id for h in index.search(None, 100, texts="zebra", mode="bm25")}
     assert got == {"seed"} | {"a%d" % i for i in range(n_added)}
+
+
+@pytest.mark.parametrize("on_disk", [False, True])
+def test_hybrid_ivfpq_saves_and_loads_both_halves(tmp_path, on_disk):
+    from ctxemb.search import IVFPQParams
+
+    n, d = 80, 32
+    texts = ["topic%d item%d shared" % (i % 7, i) for i in range(n)]
+    ids = ["t%d" % i for i in range(n)]
+    params = IVFPQParams(nlist=4, pq_m=8, nbits=6, nprobe=4, k_factor=20, on_disk=on_disk)
+    index = SemanticIndex(d, params=params, hybrid=True, directory=tmp_path / "idx" if on_disk else None)
+    index.add(ids, vectors(n, d), texts=texts, show_progress_bar=False)
+    index.remove(["t3"])
+    index.save(tmp_path / "idx")
+    loaded = SemanticIndex.load(tmp_path / "idx")
+    got = [h.id for h in loaded.search(None, 20, texts="topic3", mode="bm25")]
+    assert sorted(got) == sorted("t%d" % i for i in range(n) if i % 7 == 3 and i != 3)
+    q = vectors(2, d, seed=5)
+    for a, b in zip(loaded.search_array(q, 5, texts=["topic1", "item7"]),
+                    index.search_array(q, 5, texts=["topic1", "item7"])):
+        np.testing.assert_array_equal(a, b)
+    loaded.close()
+    index.close()

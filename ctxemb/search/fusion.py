@@ -221,8 +221,8 @@ def check_query_texts(texts, mode: SearchMode, n_queries: int | None) -> tuple[l
     return texts, single
 
 
-def fusion_settings(hybrid: HybridParams, mode: SearchMode, overrides: dict) -> HybridParams:
-    """``hybrid`` with a search call's fusion overrides (checked by ``HybridParams``).
+def fusion_settings(hybrid: HybridParams | None, mode: SearchMode, overrides: dict) -> HybridParams | None:
+    """``hybrid`` with a search call's fusion overrides (checked by ``HybridParams``); None for a plain index.
 
     Raises:
         ValueError: an override given to a search that does not fuse (mode "vector" or "bm25").
@@ -288,7 +288,7 @@ def search_labels(
     """
     k = check_int(k, "k", low=1)
     mode = check_mode(mode, index.hybrid)
-    settings = fusion_settings(index.hybrid, mode, fusion_overrides) if index.hybrid is not None else None
+    settings = fusion_settings(index.hybrid, mode, fusion_overrides)
     if mode == "bm25":
         if queries is not None:
             raise ValueError("mode='bm25' ranks by the texts alone: pass queries=None (the vectors are not used)")
