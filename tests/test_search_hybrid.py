@@ -419,6 +419,9 @@ def test_cli_build_hybrid_and_query_each_mode(tmp_path, monkeypatch, capsys):
                               "--hybrid"])
     with pytest.raises(ValueError, match="--hybrid indexes whole lines"):
         args.func(args)
+    args = parser.parse_args(["index", "build", str(corpus), "--out", str(tmp_path / "p"), "--alpha", "0.2"])
+    with pytest.raises(ValueError, match="--alpha sets the BM25 half of a hybrid index: add --hybrid"):
+        args.func(args)
 
 
 def test_threads_adding_while_others_search_in_bm25_and_hybrid_mode():

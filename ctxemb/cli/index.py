@@ -77,6 +77,7 @@ def _index_kwargs(args: argparse.Namespace) -> dict[str, Any]:
 def run_build(args: argparse.Namespace) -> int:
     if args.hybrid and args.words:
         raise ValueError("--hybrid indexes whole lines (BM25 over their text); it cannot be combined with --words")
+    hybrid = _hybrid_params(args)  # checked before anything is read or embedded
     texts, lines = _read_corpus(Path(args.corpus))
     emb = load_embedder(args.model, device=args.device)
     progress = not args.no_progress
@@ -93,7 +94,7 @@ def run_build(args: argparse.Namespace) -> int:
         metadata = [{"text": t, "line": n} for t, n in zip(texts, lines)] if not args.no_text else None
         index = build_sentence_index(
             emb, texts, ["line:%d" % n for n in lines], metadata=metadata, pooling=args.pooling, layers=layers,
-            hybrid=_hybrid_params(args), **common,
+            hybrid=hybrid, **common,
         )
     index.save(args.out)
     print("indexed %d %s from %s into %s (%s)" % (
@@ -104,6 +105,11 @@ def run_build(args: argparse.Namespace) -> int:
 def _hybrid_params(args: argparse.Namespace) -> HybridParams | None:
     """The ``HybridParams`` of ``build --hybrid`` (None without it)."""
     if not args.hybrid:
+        given = [flag for flag, dest in (("--fusion", "fusion"), ("--rrf-k", "rrf_k"), ("--alpha", "alpha"),
+                                         ("--no-stopwords", "no_stopwords")) if getattr(args, dest) not in (None, False)]
+        if given:
+            raise ValueError("%s set%s the BM25 half of a hybrid index: add --hybrid" % (
+                ", ".join(given), "s" if len(given) == 1 else ""))
         return None
     fields = {name: getattr(args, name) for name in ("fusion", "rrf_k", "alpha") if getattr(args, name) is not None}
     if args.no_stopwords:
@@ -190,7 +196,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                             "fuse both rankings")
     build.add_argument("--no-stopwords", action="store_true",
                        help="--hybrid: keep English stopwords in BM25 (default: removed, as bm25s does)")
-    _add_fusion_options(build, "--hybrid: default ")
+    _add_fusion_options(build, query=False)
     build.set_defaults(func=run_build)
 
     query = sub.add_parser("query", help="search an index with one or more texts")
@@ -206,19 +212,25 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     query.add_argument("--mode", choices=SEARCH_MODES, default=None,
                        help="rank by the vectors, BM25 or both fused (default: hybrid for a --hybrid index, else "
                             "vector)")
-    _add_fusion_options(query, "hybrid mode: ")
+    _add_fusion_options(query, query=True)
     _add_index_options(query)
     query.set_defaults(func=run_query)
     return index
 
 
-def _add_fusion_options(parser: argparse.ArgumentParser, prefix: str) -> None:
+def _add_fusion_options(parser: argparse.ArgumentParser, query: bool) -> None:
+    """--fusion, --rrf-k, --alpha: the index's settings (build --hybrid) or this query's overrides."""
+    prefix = "hybrid mode, for this query: " if query else "--hybrid: "
+
+    def default(value: str) -> str:
+        return " (default: the index's)" if query else " (default %s)" % value
+
     parser.add_argument("--fusion", choices=FUSION_METHODS, default=None,
-                        help=prefix + "rrf (reciprocal rank fusion, the default) or weighted (alpha * vector + "
-                                      "(1 - alpha) * BM25, min-max normalised scores)")
-    parser.add_argument("--rrf-k", type=positive_float, default=None, help=prefix + "the RRF constant (default 60)")
+                        help=prefix + "rrf (reciprocal rank fusion) or weighted (alpha * vector + (1 - alpha) * BM25, "
+                                      "min-max normalised scores)" + default("rrf"))
+    parser.add_argument("--rrf-k", type=positive_float, default=None, help=prefix + "the RRF constant" + default("60"))
     parser.add_argument("--alpha", type=_unit_float, default=None,
-                        help=prefix + "weight of the vector score in weighted fusion, 0..1 (default 0.5)")
+                        help=prefix + "weight of the vector score in weighted fusion, 0..1" + default("0.5"))
 
 
 def _unit_float(text: str) -> float:

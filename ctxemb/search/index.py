@@ -120,6 +120,7 @@ class SemanticIndex:
         TypeError / ValueError: for an argument of the wrong type or out of range, or ``params`` of another kind
             than ``kind``, naming it.
         FileExistsError: an on-disk index whose ``directory`` already holds on-disk index files.
+        ImportError: ``hybrid`` without the bm25s package.
     """
 
     def __init__(

@@ -5,8 +5,8 @@ Texts are tokenised once, when added, by ``bm25s.tokenize`` (lower-cased, words 
 the ``HybridParams.stopwords`` removed, no stemming) and kept as token ids per label, the labels of the vector
 index, so ids are shared and ``add``/``upsert``/``remove``/``compact`` keep both halves in step. BM25's statistics
 (document frequencies, average length) depend on the whole collection, so ``bm25s`` cannot add or delete documents:
-the BM25 matrix is rebuilt from the kept tokens on the first search after a change (a few seconds per million
-short texts), never on load.
+the BM25 matrix is rebuilt from the kept tokens on the first search after a change (measured: 0.9 s for 16,662
+WikiText-2 sentences of 25 words on one core, so about a minute per million): add in batches, then search.
 
 Saved as ``lexical.<gen>-<token>.npz`` beside the index's other generation files (``ctxemb.search.storage``):
 ``terms`` (the vocabulary), ``tokens`` (every label's token ids, concatenated), ``offsets`` (label i's tokens are
