@@ -420,7 +420,7 @@ def test_cli_build_hybrid_and_query_each_mode(tmp_path, monkeypatch, capsys):
     with pytest.raises(ValueError, match="--hybrid indexes whole lines"):
         args.func(args)
     args = parser.parse_args(["index", "build", str(corpus), "--out", str(tmp_path / "p"), "--alpha", "0.2"])
-    with pytest.raises(ValueError, match="--alpha sets the BM25 half of a hybrid index: add --hybrid"):
+    with pytest.raises(ValueError, match="--alpha sets hybrid search settings: add --hybrid"):
         args.func(args)
 
 

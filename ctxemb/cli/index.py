@@ -108,7 +108,7 @@ def _hybrid_params(args: argparse.Namespace) -> HybridParams | None:
         given = [flag for flag, dest in (("--fusion", "fusion"), ("--rrf-k", "rrf_k"), ("--alpha", "alpha"),
                                          ("--no-stopwords", "no_stopwords")) if getattr(args, dest) not in (None, False)]
         if given:
-            raise ValueError("%s set%s the BM25 half of a hybrid index: add --hybrid" % (
+            raise ValueError("%s set%s hybrid search settings: add --hybrid" % (
                 ", ".join(given), "s" if len(given) == 1 else ""))
         return None
     fields = {name: getattr(args, name) for name in ("fusion", "rrf_k", "alpha") if getattr(args, name) is not None}
