@@ -75,8 +75,8 @@ from ctxemb.search.inputs import (  # noqa: F401  (apply_layer_overrides, check_
     ivfpq_train_sample,
     preview,
 )
-from ctxemb.search.params import IndexKind, IndexParams, IVFPQParams, Metric
 from ctxemb.search.lexical import BM25Index
+from ctxemb.search.params import IndexKind, IndexParams, IVFPQParams, Metric
 from ctxemb.search.persistence import begin_on_disk_change, load_index, manifest_generation, save_index
 from ctxemb.search.results import Hit, hits, id_arrays
 from ctxemb.search.storage import CorruptFileError, prepare_on_disk_directory
@@ -337,7 +337,7 @@ class SemanticIndex:
         self._begin_change()
         if not self._backend.is_trained:
             self._backend.train(self._train_sample(arr), n)
-        if self._lexical is not None and texts is not None:  # tokenised first: a failure leaves both halves unchanged
+        if self._lexical is not None and texts is not None:  # before the vectors: a tokenizer error adds neither
             self._lexical.add(texts, len(self._ids))
         with tqdm(total=n, desc="indexing", unit="vec", disable=not show_progress_bar or n <= _ADD_CHUNK) as bar:
             for start in range(0, n, _ADD_CHUNK):
