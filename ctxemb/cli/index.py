@@ -1,12 +1,14 @@
 """``ctxemb index build`` and ``ctxemb index query``: semantic search indexes from the command line.
 
-    ctxemb index build corpus.txt --out my_index [--kind hnsw] [--words bank]
-    ctxemb index query my_index "a sentence to look for" [-k 5] [--json]
+    ctxemb index build corpus.txt --out my_index [--kind hnsw] [--words bank] [--hybrid]
+    ctxemb index query my_index "a sentence to look for" [-k 5] [--json] [--mode bm25]
 
 ``build`` reads one sentence per line (blank lines skipped; ids are ``line:N``, 1-based) and embeds each line with
 ``embed_sentences`` or, with ``--words WORD``, every occurrence of WORD (whitespace-split, case-insensitive;
 ids ``line:N:W`` with W the 0-based word index) for word-in-context search. ``query`` loads the embedder recorded
 in the index (or ``--model``) and refuses to run if its configuration differs from the one the index was built with.
+``build --hybrid`` also keeps BM25 over the lines (``bm25s``), and ``query`` then fuses both rankings (``--mode``,
+``--fusion``, ``--rrf-k``, ``--alpha``).
 """
 
 from __future__ import annotations
@@ -17,10 +19,13 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from ctxemb.cli._common import command_help, load_embedder, non_negative_float, positive_int
+from ctxemb.cli._common import command_help, load_embedder, non_negative_float, positive_float, positive_int
 from ctxemb.registry import DEFAULT_MODEL
 from ctxemb.search import (
+    FUSION_METHODS,
     INDEX_KINDS,
+    SEARCH_MODES,
+    HybridParams,
     SemanticIndex,
     make_params,
     build_sentence_index,
@@ -70,6 +75,9 @@ def _index_kwargs(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def run_build(args: argparse.Namespace) -> int:
+    if args.hybrid and args.words:
+        raise ValueError("--hybrid indexes whole lines (BM25 over their text); it cannot be combined with --words")
+    hybrid = _hybrid_params(args)  # checked before anything is read or embedded
     texts, lines = _read_corpus(Path(args.corpus))
     emb = load_embedder(args.model, device=args.device)
     progress = not args.no_progress
@@ -86,12 +94,27 @@ def run_build(args: argparse.Namespace) -> int:
         metadata = [{"text": t, "line": n} for t, n in zip(texts, lines)] if not args.no_text else None
         index = build_sentence_index(
             emb, texts, ["line:%d" % n for n in lines], metadata=metadata, pooling=args.pooling, layers=layers,
-            **common,
+            hybrid=hybrid, **common,
         )
     index.save(args.out)
     print("indexed %d %s from %s into %s (%s)" % (
         len(index), "occurrences of %r" % args.words if args.words else "lines", args.corpus, args.out, index))
     return 0
+
+
+def _hybrid_params(args: argparse.Namespace) -> HybridParams | None:
+    """The ``HybridParams`` of ``build --hybrid`` (None without it)."""
+    if not args.hybrid:
+        given = [flag for flag, dest in (("--fusion", "fusion"), ("--rrf-k", "rrf_k"), ("--alpha", "alpha"),
+                                         ("--no-stopwords", "no_stopwords")) if getattr(args, dest) not in (None, False)]
+        if given:
+            raise ValueError("%s set%s hybrid search settings: add --hybrid" % (
+                ", ".join(given), "s" if len(given) == 1 else ""))
+        return None
+    fields = {name: getattr(args, name) for name in ("fusion", "rrf_k", "alpha") if getattr(args, name) is not None}
+    if args.no_stopwords:
+        fields["stopwords"] = None
+    return HybridParams(**fields)
 
 
 def _describe(hit, recipe: dict) -> str:
@@ -113,14 +136,16 @@ def run_query(args: argparse.Namespace) -> int:
         # Fail before loading a model that cannot match (the full check runs again on the loaded embedder).
         index.check_config(dict(index.embedder_config, model=args.model))
     emb = load_embedder(args.model, device=args.device, config=index.embedder_config)
-    options = {name: getattr(args, name) for name in ("ef_search", "nprobe", "k_factor")
+    options = {name: getattr(args, name) for name in ("ef_search", "nprobe", "k_factor", "fusion", "rrf_k", "alpha")
                if getattr(args, name) is not None}
     recipe = index.recipe or {}
     if recipe.get("mode") == "words":
+        if args.mode is not None:
+            raise ValueError("--mode applies to sentence indexes built with --hybrid; %s is a word index" % args.index)
         positions = None if args.position is None else [args.position] * len(args.text)
         results = query_words(index, emb, [t.split() for t in args.text], positions, args.k, **options)
     else:
-        results = query_sentences(index, emb, list(args.text), args.k, **options)
+        results = query_sentences(index, emb, list(args.text), args.k, mode=args.mode, **options)
     for text, hits in zip(args.text, results):
         if args.json:
             print(json.dumps([dict(hit.metadata or {}, id=hit.id, score=round(hit.score, 6)) for hit in hits],
@@ -166,6 +191,12 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                        help="ivfpq: sub-quantizers, a divisor of the dimension (default: the one nearest dim / 8)")
     build.add_argument("--nbits", type=positive_int, default=None, help="ivfpq: bits per sub-quantizer code (default 8)")
     build.add_argument("--on-disk", action="store_true", help="ivfpq: keep inverted lists and vectors in --out")
+    build.add_argument("--hybrid", action="store_true",
+                       help="also keep BM25 over the lines (needs bm25s: pip install 'ctxemb[hybrid]'); queries then "
+                            "fuse both rankings")
+    build.add_argument("--no-stopwords", action="store_true",
+                       help="--hybrid: keep English stopwords in BM25 (default: removed, as bm25s does)")
+    _add_fusion_options(build, query=False)
     build.set_defaults(func=run_build)
 
     query = sub.add_parser("query", help="search an index with one or more texts")
@@ -178,9 +209,36 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                        help="0-based position of the query word in each text (word indexes; default: the first "
                             "occurrence of the indexed word)")
     query.add_argument("--json", action="store_true", help="print one JSON list of hits per query")
+    query.add_argument("--mode", choices=SEARCH_MODES, default=None,
+                       help="rank by the vectors, BM25 or both fused (default: hybrid for a --hybrid index, else "
+                            "vector)")
+    _add_fusion_options(query, query=True)
     _add_index_options(query)
     query.set_defaults(func=run_query)
     return index
+
+
+def _add_fusion_options(parser: argparse.ArgumentParser, query: bool) -> None:
+    """--fusion, --rrf-k, --alpha: the index's settings (build --hybrid) or this query's overrides."""
+    prefix = "hybrid mode, for this query: " if query else "--hybrid: "
+
+    def default(value: str) -> str:
+        return " (default: the index's)" if query else " (default %s)" % value
+
+    parser.add_argument("--fusion", choices=FUSION_METHODS, default=None,
+                        help=prefix + "rrf (reciprocal rank fusion) or weighted (alpha * vector + (1 - alpha) * BM25, "
+                                      "min-max normalised scores)" + default("rrf"))
+    parser.add_argument("--rrf-k", type=positive_float, default=None, help=prefix + "the RRF constant" + default("60"))
+    parser.add_argument("--alpha", type=_unit_float, default=None,
+                        help=prefix + "weight of the vector score in weighted fusion, 0..1" + default("0.5"))
+
+
+def _unit_float(text: str) -> float:
+    """argparse type: a number in [0, 1]."""
+    value = non_negative_float(text)
+    if value > 1:
+        raise argparse.ArgumentTypeError("must be between 0 and 1; got %s" % text)
+    return value
 
 
 def _add_index_options(parser: argparse.ArgumentParser) -> None:

@@ -9,6 +9,12 @@ Array level (no model needed)::
 
 With an embedder: ``build_sentence_index``, ``build_word_index``, ``query_sentences``, ``query_words``.
 
+Hybrid (BM25 beside the vectors, ids shared; needs ``bm25s``)::
+
+    index = SemanticIndex(384, hybrid=HybridParams(fusion="rrf", rrf_k=60))
+    index.add(ids, vectors, texts=texts)
+    hits = index.search(queries, k=10, texts=query_texts)            # mode="hybrid"; or "vector", "bm25"
+
 A corrupt, truncated or inconsistent saved file raises ``CorruptFileError`` (a ``ValueError``) naming the file.
 ``embedder_config_differences`` is the configuration comparison that indexes and the WSD sense store share.
 
@@ -18,10 +24,12 @@ searches, exclusive mutation). See docs/guide/reliability.md.
 
 Modules: ``params`` (index kinds and their parameter objects), ``index`` (``SemanticIndex``), ``inputs`` (argument
 checks, the embedder-configuration comparison), ``results`` (``Hit``), ``persistence`` (save, load, the on-disk
-write lock), ``storage`` (the saved directory), ``_backends`` (the FAISS structures), ``text`` (the embedder helpers).
+write lock), ``storage`` (the saved directory), ``_backends`` (the FAISS structures), ``text`` (the embedder helpers),
+``fusion`` (hybrid settings, rank fusion), ``lexical`` (the BM25 half, on ``bm25s``).
 """
 
 from ctxemb.locks import DirectoryLockedError
+from ctxemb.search.fusion import FUSION_METHODS, SEARCH_MODES, HybridParams
 from ctxemb.search.index import Hit, SemanticIndex, embedder_config_differences
 from ctxemb.search.params import (
     INDEX_KINDS,
@@ -40,11 +48,14 @@ from ctxemb.search.text import build_sentence_index, build_word_index, query_sen
 __all__ = [
     "CorruptFileError",
     "DirectoryLockedError",
+    "FUSION_METHODS",
     "INDEX_KINDS",
     "METRICS",
+    "SEARCH_MODES",
     "FlatParams",
     "HNSWParams",
     "Hit",
+    "HybridParams",
     "IVFPQParams",
     "IndexKind",
     "IndexParams",

@@ -32,6 +32,10 @@ and a reader loads the old save or the new one. An on-disk index never changes t
 copies its inverted lists before its first change after a save. Every corrupt, truncated or inconsistent file read
 by ``load`` raises ``CorruptFileError`` (a ``ValueError``) naming the file.
 
+Hybrid search: with ``hybrid=True`` (or a ``HybridParams``) the index also keeps BM25 over the items' texts
+(``add(..., texts=)``) under the same ids, and ``search(..., texts=, mode=)`` ranks by the vectors, BM25 or both
+fused (reciprocal rank fusion or a weighted sum); see ``ctxemb.search.fusion`` and ``ctxemb.search.lexical``.
+
 Threads: every method takes the index's readers-writer lock, so searches run concurrently with each other and
 ``add``/``upsert``/``remove``/``train``/``compact`` run alone (for every kind; FAISS's HNSW graph would otherwise
 crash the process when searched while it grows).
@@ -57,19 +61,21 @@ from tqdm.auto import tqdm
 from ctxemb._validation import check_int, unit_rows
 from ctxemb.locks import DirectoryLock, ReadWriteLock, reads, writes
 from ctxemb.search._backends import Backend, live_selector, make_backend
+from ctxemb.search.fusion import HybridParams, resolve_hybrid, search_labels
 from ctxemb.search.inputs import (  # noqa: F401  (apply_layer_overrides, check_id_list: for ctxemb.search.text)
     CHUNK,
     apply_layer_overrides,
+    check_batch,
     check_embedder_config,
     check_id_list,
     check_matrix,
-    check_metadata,
     check_spec,
     embedder_config_differences,
     json_dict,
     ivfpq_train_sample,
     preview,
 )
+from ctxemb.search.lexical import BM25Index
 from ctxemb.search.params import IndexKind, IndexParams, IVFPQParams, Metric
 from ctxemb.search.persistence import begin_on_disk_change, load_index, manifest_generation, save_index
 from ctxemb.search.results import Hit, hits, id_arrays
@@ -99,9 +105,12 @@ class SemanticIndex:
             vectors; stored with the index and compared by ``check_config``.
         recipe: JSON dict saying how items were embedded (set by ``build_sentence_index``/``build_word_index``
             so that query helpers embed queries the same way).
+        hybrid: keep BM25 over the items' texts beside the vectors: ``True`` (the defaults) or a ``HybridParams``;
+            ``add``/``upsert`` then take ``texts=``. Needs the ``bm25s`` package (``ctxemb[hybrid]``).
 
     Attributes:
         dim, kind, metric, params, directory, embedder_config, recipe: as given (``params`` filled in).
+        hybrid: the ``HybridParams``, or None for an index of vectors only.
 
     Thread-safe: searches run concurrently, mutations alone (a readers-writer lock). One writer at a time per
     directory, across processes: ``save`` holds the directory's lock, and an on-disk index holds it from its first
@@ -111,6 +120,7 @@ class SemanticIndex:
         TypeError / ValueError: for an argument of the wrong type or out of range, or ``params`` of another kind
             than ``kind``, naming it.
         FileExistsError: an on-disk index whose ``directory`` already holds on-disk index files.
+        ImportError: ``hybrid`` without the bm25s package.
     """
 
     def __init__(
@@ -123,8 +133,10 @@ class SemanticIndex:
         directory: str | Path | None = None,
         embedder_config: Mapping | Any | None = None,
         recipe: Mapping | None = None,
+        hybrid: HybridParams | bool | None = None,
     ):
         dim, kind, params = check_spec(dim, kind, metric, params)
+        hybrid = resolve_hybrid(hybrid)
         embedder_config = json_dict(embedder_config, "embedder_config")
         recipe = json_dict(recipe, "recipe")
         if isinstance(params, IVFPQParams) and params.on_disk:
@@ -132,14 +144,14 @@ class SemanticIndex:
                 raise ValueError("on_disk=True needs directory=, the folder that will hold the inverted lists")
             directory = prepare_on_disk_directory(directory)
         self._init_state(dim, kind, metric, params, embedder_config, recipe,
-                         None if directory is None else Path(directory))
+                         None if directory is None else Path(directory), hybrid)
         if self.on_disk:  # the generation its first change will check the directory is still at
             try:
                 self._generation = manifest_generation(self.directory)
             except (OSError, ValueError):
                 self._generation = 0
 
-    def _init_state(self, dim, kind, metric, params, embedder_config, recipe, directory) -> None:
+    def _init_state(self, dim, kind, metric, params, embedder_config, recipe, directory, hybrid=None) -> None:
         self.dim: int = dim
         self.kind: IndexKind = kind
         self.metric: Metric = metric
@@ -147,6 +159,8 @@ class SemanticIndex:
         self.embedder_config: dict | None = embedder_config
         self.recipe: dict | None = recipe
         self.directory: Path | None = directory
+        self.hybrid: HybridParams | None = hybrid
+        self._lexical: BM25Index | None = None if hybrid is None else BM25Index(hybrid)  # labels shared
         self._backend: Backend = make_backend(dim, params, directory)
         # label -> id (None once removed); label -> metadata as a JSON string (None when absent)
         self._ids: list[str | None] = []
@@ -175,8 +189,8 @@ class SemanticIndex:
         return item_id in self._label_of
 
     def __repr__(self) -> str:
-        return "SemanticIndex(kind=%r, dim=%d, metric=%r, items=%d%s%s)" % (
-            self.kind, self.dim, self.metric, len(self),
+        return "SemanticIndex(kind=%r, dim=%d, metric=%r, items=%d%s%s%s)" % (
+            self.kind, self.dim, self.metric, len(self), ", hybrid" if self.hybrid else "",
             ", tombstones=%d" % len(self._dead) if self._dead else "",
             ", on_disk=%r" % str(self.directory) if self.on_disk else "",
         )
@@ -239,20 +253,6 @@ class SemanticIndex:
             return unit_rows(arr, name, zero="keep", dtype=np.float32)  # (N, H)
         return np.array(arr, dtype=np.float32, order="C", copy=True)  # (N, H)
 
-    def _check_batch(self, ids, vectors, metadata) -> tuple[list[str], np.ndarray, list[str | None]]:
-        ids = check_id_list(ids)
-        arr, _ = check_matrix(vectors, "vectors", self.dim, allow_1d=False)
-        if len(arr) != len(ids):
-            raise ValueError("vectors has %d rows but there are %d ids" % (len(arr), len(ids)))
-        if len(set(ids)) != len(ids):
-            seen, dup = set(), []
-            for i in ids:
-                if i in seen:
-                    dup.append(i)
-                seen.add(i)
-            raise ValueError("ids must be unique within a call; repeated: %s" % preview(dup))
-        return ids, arr, check_metadata(metadata, len(ids))
-
     # ----------------------------------------------------------------------------------------------------------
     # training and adding
 
@@ -284,7 +284,7 @@ class SemanticIndex:
 
     @writes
     def add(self, ids: Sequence[str], vectors, metadata: Sequence[Mapping | None] | None = None, *,
-            show_progress_bar: bool = True) -> "SemanticIndex":
+            texts: Sequence[str] | None = None, show_progress_bar: bool = True) -> "SemanticIndex":
         """Add new items.
 
         An untrained IVF-PQ index is first trained on (a sample of) ``vectors``.
@@ -293,6 +293,7 @@ class SemanticIndex:
             ids: N unique string ids, none already in the index.
             vectors: (N, H) array-like; never modified.
             metadata: N JSON-serialisable dicts (or None entries), or None.
+            texts: N texts for BM25; required by a hybrid index, refused by others.
             show_progress_bar: show a tqdm bar when the batch spans several chunks of 65,536 vectors.
 
         Returns:
@@ -303,17 +304,17 @@ class SemanticIndex:
             ValueError: wrong shape or dimension, NaN/inf, values beyond float32's range, repeated ids, or ids
                 already present (use ``upsert``). Everything is checked before anything is added.
         """
-        ids, arr, meta = self._check_batch(ids, vectors, metadata)
+        ids, arr, meta, texts = check_batch(ids, vectors, metadata, texts, self.dim, self.hybrid is not None)
         present = [i for i in ids if i in self._label_of]
         if present:
             raise ValueError("ids already in the index: %s; use upsert() to replace them" % preview(present))
-        self._add_rows(ids, arr, meta, show_progress_bar)
+        self._add_rows(ids, arr, meta, texts, show_progress_bar)
         return self
 
     @writes
     def upsert(self, ids: Sequence[str], vectors, metadata: Sequence[Mapping | None] | None = None, *,
-               show_progress_bar: bool = True) -> "SemanticIndex":
-        """Add items, replacing the vector and metadata of ids already present (metadata None clears it).
+               texts: Sequence[str] | None = None, show_progress_bar: bool = True) -> "SemanticIndex":
+        """Add items, replacing the vector, metadata (None clears it) and text of ids already present.
 
         Every argument is checked before anything changes: a bad vector or metadata leaves the old items in place.
 
@@ -322,18 +323,22 @@ class SemanticIndex:
         Returns:
             self.
         """
-        ids, arr, meta = self._check_batch(ids, vectors, metadata)
+        ids, arr, meta, texts = check_batch(ids, vectors, metadata, texts, self.dim, self.hybrid is not None)
         self._remove_labels([self._label_of[i] for i in ids if i in self._label_of])
-        self._add_rows(ids, arr, meta, show_progress_bar)
+        self._add_rows(ids, arr, meta, texts, show_progress_bar)
         return self
 
-    def _add_rows(self, ids: list[str], arr: np.ndarray, meta: list[str | None], show_progress_bar: bool) -> None:
+    def _add_rows(self, ids: list[str], arr: np.ndarray, meta: list[str | None], texts: list[str] | None,
+                  show_progress_bar: bool) -> None:
+        """Add checked rows; ``texts`` None (``compact``) leaves the BM25 half alone."""
         n = len(ids)
         if n == 0:
             return
         self._begin_change()
         if not self._backend.is_trained:
             self._backend.train(self._train_sample(arr), n)
+        if self._lexical is not None and texts is not None:  # before the vectors: a tokenizer error adds neither
+            self._lexical.add(texts, len(self._ids))
         with tqdm(total=n, desc="indexing", unit="vec", disable=not show_progress_bar or n <= _ADD_CHUNK) as bar:
             for start in range(0, n, _ADD_CHUNK):
                 stop = min(start + _ADD_CHUNK, n)
@@ -380,6 +385,8 @@ class SemanticIndex:
         else:
             self._dead.update(labels)
             self._selector_cache = None
+        if self._lexical is not None:
+            self._lexical.remove(labels)
         for label in labels:
             del self._label_of[self._ids[label]]
             self._ids[label] = None
@@ -423,11 +430,13 @@ class SemanticIndex:
         x = self._backend.reconstruct(live)  # (N, H), already normalised
         ids = [self._ids[label] for label in live]
         meta = [self._meta[label] for label in live]
+        if self._lexical is not None:
+            self._lexical.renumber(live.tolist())
         self._backend.reset()
         self._ids, self._meta, self._label_of, self._dead = [], [], {}, set()
         self._selector_cache = None
         # The stored vectors are already unit length; re-normalising them is harmless (idempotent up to rounding).
-        self._add_rows(ids, x, meta, show_progress_bar)
+        self._add_rows(ids, x, meta, None, show_progress_bar)
         return self
 
     def _selector(self):
@@ -443,7 +452,7 @@ class SemanticIndex:
     # ----------------------------------------------------------------------------------------------------------
     # search
 
-    def _search_labels(self, queries, k: int, overrides: dict[str, Any]) -> tuple[np.ndarray, np.ndarray, bool]:
+    def _vector_labels(self, queries, k: int, overrides: dict[str, Any]) -> tuple[np.ndarray, np.ndarray, bool]:
         k = check_int(k, "k", low=1)
         given = {name: value for name, value in overrides.items() if value is not None}
         for name in given:
@@ -464,46 +473,55 @@ class SemanticIndex:
         return scores, labels, single
 
     @reads
-    def search(self, queries, k: int = 10, *, ef_search: int | None = None, nprobe: int | None = None,
-               k_factor: float | None = None) -> list[list[Hit]] | list[Hit]:
+    def search(self, queries, k: int = 10, *, texts: str | Sequence[str] | None = None, mode: str | None = None,
+               ef_search: int | None = None, nprobe: int | None = None, k_factor: float | None = None,
+               fusion: str | None = None, rrf_k: float | None = None, alpha: float | None = None,
+               candidates: int | None = None) -> list[list[Hit]] | list[Hit]:
         """The ``k`` nearest items of each query, best first.
 
         Args:
-            queries: (Q, H) array-like, or a single (H,) vector.
+            queries: (Q, H) array-like, or a single (H,) vector; None for ``mode="bm25"``.
             k: results per query; when the index holds fewer than ``k`` items, all of them. Approximate kinds may
                 return fewer than ``k`` when their search explores too little (raise ``ef_search``/``nprobe``).
+            texts: the Q query texts (one str for a single query) of a hybrid index's BM25 ranking.
+            mode: ``"vector"``, ``"bm25"`` or ``"hybrid"`` (see ``ctxemb.search.fusion``); None: ``"hybrid"`` for
+                a hybrid index, else ``"vector"``.
             ef_search: HNSW beam width for this call (kind "hnsw").
             nprobe: IVF lists to scan for this call (kind "ivfpq").
             k_factor: candidates re-ranked exactly = k * k_factor, for this call (kind "ivfpq").
+            fusion, rrf_k, alpha, candidates: override the index's ``HybridParams`` for this call (mode "hybrid").
 
         Returns:
-            Q lists of ``Hit(id, score, metadata)`` in decreasing score; a single list for a 1-D query.
+            Q lists of ``Hit(id, score, metadata)`` in decreasing score (fused in mode "hybrid", BM25 in mode
+            "bm25"); a single list for a 1-D query.
 
         Raises:
             TypeError / ValueError: bad ``k``, wrong query shape or dimension, NaN/inf, an option that does not
-                apply to this kind, or an empty index.
+                apply to this kind or mode, texts missing or not one per query, or an empty index.
         """
-        scores, labels, single = self._search_labels(
-            queries, k, {"ef_search": ef_search, "nprobe": nprobe, "k_factor": k_factor}
-        )
+        scores, labels, single = search_labels(
+            self, queries, k, texts, mode, dict(ef_search=ef_search, nprobe=nprobe, k_factor=k_factor),
+            dict(fusion=fusion, rrf_k=rrf_k, alpha=alpha, candidates=candidates), self._vector_labels)
         results = hits(scores, labels, self._ids, self._decode_meta)
         return results[0] if single else results
 
     @reads
-    def search_array(self, queries, k: int = 10, *, ef_search: int | None = None, nprobe: int | None = None,
-                     k_factor: float | None = None) -> tuple[np.ndarray, np.ndarray]:
+    def search_array(self, queries, k: int = 10, *, texts: str | Sequence[str] | None = None,
+                     mode: str | None = None, ef_search: int | None = None, nprobe: int | None = None,
+                     k_factor: float | None = None, fusion: str | None = None, rrf_k: float | None = None,
+                     alpha: float | None = None, candidates: int | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Array form of ``search``: scores and string ids.
 
         Args: as for ``search``.
 
         Returns:
             scores: (Q, K') float32, decreasing along each row, K' = min(k, len(index)).
-            ids: (Q, K') object array of str. Where an approximate search found fewer than K' items the row ends
-                with id None and score -inf (never FAISS's -1 labels). For a 1-D query both are 1-D (K',).
+            ids: (Q, K') object array of str. Where a search (approximate, or BM25) found fewer than K' items the
+                row ends with id None and score -inf (never FAISS's -1 labels). For a 1-D query both are 1-D (K',).
         """
-        scores, labels, single = self._search_labels(
-            queries, k, {"ef_search": ef_search, "nprobe": nprobe, "k_factor": k_factor}
-        )
+        scores, labels, single = search_labels(
+            self, queries, k, texts, mode, dict(ef_search=ef_search, nprobe=nprobe, k_factor=k_factor),
+            dict(fusion=fusion, rrf_k=rrf_k, alpha=alpha, candidates=candidates), self._vector_labels)
         scores, ids = id_arrays(scores, labels, self._ids)
         return (scores[0], ids[0]) if single else (scores, ids)
 

@@ -200,6 +200,36 @@ def check_matrix(value, name: str, dim: int, *, allow_1d: bool) -> tuple[np.ndar
                                  % (name, start + r, c))
     return arr, single
 
+def check_batch(ids, vectors, metadata, texts, dim: int, needs_texts: bool
+                ) -> tuple[list[str], np.ndarray, list[str | None], list[str] | None]:
+    """The arguments of ``SemanticIndex.add``/``upsert`` checked together: ids (unique within the call), the
+    (N, H) vectors, metadata as JSON strings, and the texts of a hybrid index (``needs_texts``; refused otherwise).
+
+    Raises:
+        TypeError / ValueError: naming the argument, what was expected and what arrived.
+    """
+    ids = check_id_list(ids)
+    arr, _ = check_matrix(vectors, "vectors", dim, allow_1d=False)
+    if len(arr) != len(ids):
+        raise ValueError("vectors has %d rows but there are %d ids" % (len(arr), len(ids)))
+    if len(set(ids)) != len(ids):
+        seen, dup = set(), []
+        for i in ids:
+            if i in seen:
+                dup.append(i)
+            seen.add(i)
+        raise ValueError("ids must be unique within a call; repeated: %s" % preview(dup))
+    if needs_texts:
+        if texts is None:
+            raise ValueError("this index is hybrid (it keeps BM25 over the items' texts): pass texts=, one per id")
+        texts = check_id_list(texts, "texts")
+        if len(texts) != len(ids):
+            raise ValueError("texts has %d entries but there are %d ids" % (len(texts), len(ids)))
+    elif texts is not None:
+        raise ValueError("texts= is for hybrid indexes (SemanticIndex(..., hybrid=True)); this index has vectors only")
+    return ids, arr, check_metadata(metadata, len(ids)), texts
+
+
 def check_metadata(metadata, n: int) -> list[str | None]:
     """``n`` metadata dicts (or None entries, or None for all) as compact JSON strings (None where absent)."""
     if metadata is None:

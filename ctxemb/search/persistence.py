@@ -14,6 +14,7 @@ from pathlib import Path
 
 from ctxemb.atomic import resolve_saved_directory
 from ctxemb.search.inputs import check_spec
+from ctxemb.search.lexical import BM25Index
 from ctxemb.search.storage import (
     CorruptFileError,
     SavedIndex,
@@ -68,7 +69,7 @@ def save_index(index, directory, lock_timeout) -> Path:
     state = SavedIndex(
         kind=index.kind, dim=index.dim, metric=index.metric, params=index.params,
         embedder_config=index.embedder_config, recipe=index.recipe, ids=index._ids, metadata=index._meta,
-        ntotal=index._backend.ntotal,
+        ntotal=index._backend.ntotal, hybrid=index.hybrid,
     )
     lock = index._dir_lock if own and index._dir_lock is not None else directory_lock(directory)
     with lock.hold(lock_timeout):
@@ -78,6 +79,7 @@ def save_index(index, directory, lock_timeout) -> Path:
             live_dir=index._backend.directory if index.on_disk else None,
             lists_name=index._backend.lists_name if index.on_disk else None,
             expected_generation=(index._generation or 0) if own else None,
+            write_lexical=None if index._lexical is None else index._lexical.write,
         )
     if own:  # the lists are a committed save's now; the next change copies them and takes the lock again
         index._backend.lists_committed = True
@@ -116,13 +118,15 @@ def _load_once(cls, directory: Path):
     except (TypeError, ValueError) as e:
         raise CorruptFileError("index manifest %s: %s" % (directory / "manifest.json", e)) from None
     self = cls.__new__(cls)
-    self._init_state(dim, kind, saved.metric, params, saved.embedder_config, saved.recipe, directory)
+    self._init_state(dim, kind, saved.metric, params, saved.embedder_config, saved.recipe, directory, saved.hybrid)
     self._generation = saved.generation
     if saved.faiss_file is not None:
         if self.on_disk:
             self._backend.n_rows = saved.n_labels
         self._backend.load(saved.faiss_file, directory, saved.lists_file)
     self._ids, self._meta = saved.ids, saved.metadata
+    if saved.hybrid is not None:  # checked against the items: a mismatch is a CorruptFileError naming the file
+        self._lexical = BM25Index.read(saved.hybrid, saved.lexical_file, saved.ids)
     self._label_of = {i: label for label, i in enumerate(saved.ids) if i is not None}
     expected_ntotal = len(self._label_of) if self._backend.physical_remove else saved.n_labels
     if self._backend.ntotal != expected_ntotal:

@@ -6,6 +6,7 @@ A saved index is a directory holding
   configuration and recipe, counts, and the names of the files below;
 - ``index.<gen>-<token>.faiss``: the FAISS structure (absent while an IVF-PQ index is untrained);
 - ``items.<gen>-<token>.json``: ids and metadata (JSON strings) by label, None where an item was removed;
+- for hybrid indexes, ``lexical.<gen>-<token>.npz``: the items' BM25 tokens by label (``ctxemb.search.lexical``);
 - for on-disk IVF-PQ indexes, ``lists.<token>.ivfdata`` (the inverted lists) and ``vectors.f32`` (the raw vectors,
   one row per label, append-only);
 - ``.ctxemb.lock``: the lock file of the directory (``ctxemb.locks``), empty, never deleted.
@@ -34,6 +35,8 @@ Every file read here that is corrupt, truncated, of the wrong encoding or incons
 The manifest's ``"params"`` is one flat dict with the parameters of every kind (format version 1:
 ``hnsw_m, ef_construction, ef_search, nlist, pq_m, nbits, nprobe, k_factor, train_size, seed, on_disk``), so
 directories saved before the per-kind parameter objects load unchanged and new saves are byte-identical to them.
+A hybrid index's manifest has format version 2 and a ``"hybrid"`` object (its ``HybridParams``), so that an
+earlier ctxemb refuses it instead of loading its vectors without their BM25 half.
 """
 
 from __future__ import annotations
@@ -54,6 +57,7 @@ import faiss
 from ctxemb._validation import CorruptFileError, read_json_file
 from ctxemb.atomic import atomic_path, atomic_write, recover_folder
 from ctxemb.locks import DirectoryLock, lock_file_inside
+from ctxemb.search.fusion import HybridParams
 from ctxemb.search.params import HNSWParams, IndexKind, IndexParams, IVFPQParams, Metric, make_params
 
 logger = logging.getLogger(__name__)
@@ -66,7 +70,8 @@ VECTORS_FILE = "vectors.f32"
 UNSAVED_CHANGES_FILE = "unsaved_changes.json"
 # The library's own generation files (and nothing else) are deleted once no manifest names them.
 _GENERATION_FILE = re.compile(
-    r"\A(?:index\.\d{6}(?:-[a-z0-9]{8})?\.faiss|items\.\d{6}(?:-[a-z0-9]{8})?\.json|lists(?:\.[a-z0-9]{8})?\.ivfdata)\Z"
+    r"\A(?:index\.\d{6}(?:-[a-z0-9]{8})?\.faiss|items\.\d{6}(?:-[a-z0-9]{8})?\.json|lists(?:\.[a-z0-9]{8})?\.ivfdata"
+    r"|lexical\.\d{6}-[a-z0-9]{8}\.npz)\Z"
 )
 _TOKEN_CHARS = "abcdefghijklmnopqrstuvwxyz0123456789"
 
@@ -115,6 +120,7 @@ def read_faiss_file(path: Path, what: str, flags: int = 0):
 
 _FORMAT = "ctxemb.search.SemanticIndex"
 _FORMAT_VERSION = 1
+_HYBRID_FORMAT_VERSION = 2  # a hybrid index (see the module docstring)
 
 
 @dataclass
@@ -130,6 +136,8 @@ class SavedIndex:
         faiss_file: on load, the FAISS file to read; None while an IVF-PQ index is untrained.
         generation: on load, the generation of the save.
         lists_file: on load, the inverted lists of an on-disk index (a file name in the directory), else None.
+        hybrid: the ``HybridParams`` of a hybrid index, else None.
+        lexical_file: on load, a hybrid index's BM25 tokens file.
     """
 
     kind: IndexKind
@@ -144,6 +152,8 @@ class SavedIndex:
     faiss_file: Path | None = None
     generation: int = 0
     lists_file: str | None = None
+    hybrid: HybridParams | None = None
+    lexical_file: Path | None = None
 
     @property
     def n_labels(self) -> int:
@@ -215,6 +225,7 @@ def write_index_directory(
     live_dir: Path | None,
     lists_name: str | None,
     expected_generation: int | None = None,
+    write_lexical: Callable[[Path], None] | None = None,
 ) -> tuple[int, dict]:
     """Save ``state`` as a new generation in ``directory`` (created if needed); the caller holds its lock.
 
@@ -227,6 +238,7 @@ def write_index_directory(
         lists_name: the file name of an on-disk index's inverted lists in ``live_dir``.
         expected_generation: if given, the generation ``directory`` must be at (an on-disk index saving its own
             directory must not overwrite a newer save by another writer).
+        write_lexical: writes a hybrid index's BM25 tokens to a path (``state.hybrid`` set), else None.
 
     Returns:
         The new generation and the manifest's ``"files"``.
@@ -257,6 +269,10 @@ def write_index_directory(
     if files["index"]:
         with atomic_path(directory / files["index"]) as tmp:
             write_faiss(tmp)
+    if write_lexical is not None:
+        files["lexical"] = "lexical.%06d-%s.npz" % (gen, token)
+        with atomic_path(directory / files["lexical"]) as tmp:
+            write_lexical(tmp)
     with atomic_write(directory / files["items"]) as f:
         json.dump({"ids": state.ids, "metadata": state.metadata}, f)
     manifest = {
@@ -275,6 +291,9 @@ def write_index_directory(
         "files": files,
         "faiss_version": faiss.__version__,
     }
+    if state.hybrid is not None:
+        manifest["format_version"] = _HYBRID_FORMAT_VERSION
+        manifest["hybrid"] = state.hybrid.to_dict()
     with atomic_write(directory / MANIFEST_FILE) as f:
         json.dump(manifest, f, indent=2)
     # Committed: the marker of an earlier version's in-place changes no longer applies, and generation files no
@@ -384,6 +403,15 @@ def read_index_directory(directory: Path) -> SavedIndex:
     if isinstance(params, IVFPQParams) and params.on_disk:
         check_no_unsaved_changes(directory, m)
         lists_file = _file_name(files, "lists", path, required=False) or LISTS_FILE
+    hybrid, lexical_file = None, None
+    if "hybrid" in m:
+        if not isinstance(m["hybrid"], dict):
+            raise CorruptFileError("index manifest %s: 'hybrid' must be an object; got %r" % (path, m["hybrid"]))
+        try:
+            hybrid = HybridParams.from_dict(m["hybrid"])
+        except (TypeError, ValueError) as e:
+            raise CorruptFileError("index manifest %s: hybrid: %s" % (path, e)) from None
+        lexical_file = directory / _file_name(files, "lexical", path, required=True)
     if not items_path.is_file():
         raise FileNotFoundError("index items file not found: %s (named by %s)" % (items_path, path))
     items = read_json_file(items_path, "index items file")
@@ -416,6 +444,8 @@ def read_index_directory(directory: Path) -> SavedIndex:
         faiss_file=directory / index_name if index_name else None,
         generation=_generation(m),
         lists_file=lists_file,
+        hybrid=hybrid,
+        lexical_file=lexical_file,
     )
 
 
@@ -460,8 +490,10 @@ def read_manifest(directory: Path, *, required: bool) -> dict | None:
     m = read_json_file(path, "index manifest")
     if m.get("format") != _FORMAT:
         raise CorruptFileError("%s is not a SemanticIndex manifest (format %r)" % (path, m.get("format")))
-    if m.get("format_version") != _FORMAT_VERSION:
-        raise ValueError(
-            "%s has format_version %r; this ctxemb reads version %d" % (path, m.get("format_version"), _FORMAT_VERSION)
-        )
+    if m.get("format_version") not in (_FORMAT_VERSION, _HYBRID_FORMAT_VERSION):
+        raise ValueError("%s has format_version %r; this ctxemb reads versions %d and %d (hybrid)"
+                         % (path, m.get("format_version"), _FORMAT_VERSION, _HYBRID_FORMAT_VERSION))
+    if (m.get("format_version") == _HYBRID_FORMAT_VERSION) != ("hybrid" in m):
+        raise CorruptFileError("%s: format_version %r %s a 'hybrid' object" % (
+            path, m["format_version"], "needs" if "hybrid" not in m else "cannot have"))
     return m

@@ -24,6 +24,7 @@ import numpy as np
 
 from ctxemb._validation import check_string_batch
 from ctxemb.protocols import EmbedderLike, embedder_config_dict
+from ctxemb.search.fusion import HybridParams, check_mode
 from ctxemb.search.index import Hit, SemanticIndex, apply_layer_overrides, check_id_list
 from ctxemb.search.params import IndexKind, IndexParams, Metric
 
@@ -59,10 +60,11 @@ def build_sentence_index(
     layers: Sequence[int] | None = None,
     layer_pooling: str | None = None,
     store_text: bool = True,
+    hybrid: HybridParams | bool | None = None,
     batch_size: int = 32,
     show_progress_bar: bool = True,
 ) -> SemanticIndex:
-    """Embed one vector per text and index them.
+    """Embed one vector per text and index them (and BM25 over the texts, with ``hybrid``).
 
     Args:
         embedder: an ``Embedder`` (or anything with the same interface).
@@ -76,6 +78,8 @@ def build_sentence_index(
             ``[-1]`` with mean pooling is what sentence-transformers computes.
         layer_pooling: layer pooling override.
         store_text: put the text in default metadata (ignored when ``metadata`` is given).
+        hybrid: also keep BM25 over the texts (``True`` or a ``HybridParams``; see ``SemanticIndex``);
+            ``query_sentences`` then fuses both rankings.
         batch_size / show_progress_bar: passed to the embedder.
 
     Returns:
@@ -102,9 +106,12 @@ def build_sentence_index(
         # indexes without it were built with the embedder's configured layers (see _layer_kwargs)
         "sentence_defaults": SENTENCE_DEFAULTS_VERSION,
     }
-    make_index = _index_factory(embedder, recipe, kind=kind, metric=metric, params=params, directory=directory)
+    make_index = _index_factory(embedder, recipe, kind=kind, metric=metric, params=params, directory=directory,
+                                hybrid=hybrid)
     vectors = _embed_texts(embedder, texts, recipe, batch_size=batch_size, show_progress_bar=show_progress_bar)
-    return make_index(vectors.shape[1]).add(ids, vectors, metadata, show_progress_bar=show_progress_bar)
+    index = make_index(vectors.shape[1])
+    return index.add(ids, vectors, metadata, texts=texts if index.hybrid is not None else None,
+                     show_progress_bar=show_progress_bar)
 
 
 def _check_layers(layers) -> list[int] | None:
@@ -379,31 +386,40 @@ def query_sentences(
     texts: str | Sequence[str],
     k: int = 10,
     *,
+    mode: str | None = None,
     batch_size: int = 32,
     show_progress_bar: bool = False,
     **search_kwargs,
 ) -> list[list[Hit]] | list[Hit]:
-    """Embed texts as ``build_sentence_index`` did and search.
+    """Embed texts as ``build_sentence_index`` did and search (fusing with BM25 on a hybrid index).
 
     Args:
         index: built by ``build_sentence_index`` (or loaded from one).
         embedder: must have the configuration stored in the index.
         texts: query texts, or one text (then one list of hits is returned).
         k: results per query.
-        **search_kwargs: ``ef_search``/``nprobe``/``k_factor`` for ``SemanticIndex.search``.
+        mode: ``"vector"``, ``"bm25"`` (nothing is embedded) or ``"hybrid"``; None: ``"hybrid"`` on a hybrid
+            index, else ``"vector"`` (see ``SemanticIndex.search``).
+        **search_kwargs: ``ef_search``/``nprobe``/``k_factor`` and ``fusion``/``rrf_k``/``alpha``/``candidates``
+            for ``SemanticIndex.search``.
 
     Returns:
         Q lists of hits (one list for a single text).
 
     Raises:
-        ValueError: the embedder's configuration differs from the index's, or the index is not a sentence index.
+        ValueError: the embedder's configuration differs from the index's, the index is not a sentence index, or
+            a BM25 mode on an index without BM25.
     """
     recipe = _recipe(index, "sentences")
     index.check_config(embedder_config_dict(embedder))
+    mode = check_mode(mode, index.hybrid)
     single = isinstance(texts, str)
     texts = check_string_batch([texts] if single else texts, "texts", allow_empty_batch=True)
+    if mode == "bm25":
+        hits = index.search(None, k, texts=texts, mode=mode, **search_kwargs)
+        return hits[0] if single else hits
     q = _embed_texts(embedder, texts, recipe, batch_size=batch_size, show_progress_bar=show_progress_bar)  # (Q, H)
-    hits = index.search(q, k, **search_kwargs)
+    hits = index.search(q, k, texts=texts if mode == "hybrid" else None, mode=mode, **search_kwargs)
     return hits[0] if single else hits
 
 
