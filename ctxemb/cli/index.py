@@ -2,6 +2,7 @@
 
     ctxemb index build corpus.txt --out my_index [--kind hnsw] [--words bank]
     ctxemb index query my_index "a sentence to look for" [-k 5] [--json]
+    ctxemb index train-quantizer | add-shard | merge      (one on-disk IVF-PQ index from shards: ctxemb.cli.index_shards)
 
 ``build`` reads one sentence per line (blank lines skipped; ids are ``line:N``, 1-based) and embeds each line with
 ``embed_sentences`` or, with ``--words WORD``, every occurrence of WORD (whitespace-split, case-insensitive;
@@ -17,6 +18,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from ctxemb.cli import index_shards
 from ctxemb.cli._common import command_help, load_embedder, non_negative_float, positive_int
 from ctxemb.registry import DEFAULT_MODEL
 from ctxemb.search import (
@@ -180,6 +182,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     query.add_argument("--json", action="store_true", help="print one JSON list of hits per query")
     _add_index_options(query)
     query.set_defaults(func=run_query)
+    index_shards.add_parsers(sub)  # train-quantizer, add-shard, merge: one index from shards embedded apart
     return index
 
 
