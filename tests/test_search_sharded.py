@@ -319,6 +319,7 @@ def test_a_merge_killed_midway_leaves_nothing_that_loads(tmp_path, data):
     assert any(n.startswith(".merged.") and n.endswith(".tmp") for n in os.listdir(tmp_path))
     with pytest.raises(FileNotFoundError):
         SemanticIndex.load(tmp_path / "merged")
+    assert not (tmp_path / "merged").exists()  # a failed load creates nothing
     merge_shards(q, tmp_path / "parts", tmp_path / "merged")  # the next merge cleans up and succeeds
     assert sorted(n for n in os.listdir(tmp_path) if "merged" in n) == [".merged.ctxemb.lock", "merged"]
     assert len(SemanticIndex.load(tmp_path / "merged")) == 2400
@@ -348,3 +349,55 @@ def test_unfinished_or_corrupt_partials_are_named(tmp_path, data):
         read_partial(parts[0].directory)
     with pytest.raises(FileNotFoundError, match="partial"):
         load_quantizer(parts[2].directory)
+
+
+def test_cli_separate_machines_with_their_own_files_and_usage_errors(tmp_path, data, capsys):
+    """Two machines, each with the .npy of its own part of the corpus: --shard-index alone, --first-line."""
+    from ctxemb.cli import main
+
+    x, _, _, queries = data
+    np.save(tmp_path / "a.npy", x[:1000])
+    np.save(tmp_path / "b.npy", x[1000:])
+    assert main(["index", "train-quantizer", "--vectors", str(tmp_path / "a.npy"), str(tmp_path / "b.npy"),
+                 "--out", str(tmp_path / "q"), "--nlist", "16", "--pq-m", "8", "--nbits", "6", "--nprobe", "4",
+                 "--k-factor", "5", "--train-size", "1500", "--seed", "3"]) == 0
+    assert main(["index", "add-shard", "--quantizer", str(tmp_path / "q"), "--vectors", str(tmp_path / "b.npy"),
+                 "--shard-index", "1", "--first-line", "1001", "--out", str(tmp_path / "parts"), "--no-progress"]) == 0
+    assert main(["index", "add-shard", "--quantizer", str(tmp_path / "q"), "--vectors", str(tmp_path / "a.npy"),
+                 "--shard-index", "0", "--out", str(tmp_path / "parts"), "--no-progress"]) == 0
+    assert main(["index", "merge", "--quantizer", str(tmp_path / "q"), "--out", str(tmp_path / "m"),
+                 str(tmp_path / "parts" / "shard-00001"), str(tmp_path / "parts" / "shard-00000")]) == 0
+    assert "merged 2 shards (2400 items)" in capsys.readouterr().out
+    merged = SemanticIndex.load(tmp_path / "m")
+    ref = SemanticIndex(DIM, params=PARAMS, directory=tmp_path / "ref")
+    ref.add(["line:%d" % (i + 1) for i in range(len(x))], x, show_progress_bar=False)
+    _same_results(merged, ref, queries)
+    # rows of one shared file
+    base = ["index", "add-shard", "--quantizer", str(tmp_path / "q"), "--vectors", str(tmp_path / "a.npy"),
+            "--out", str(tmp_path / "p2"), "--no-progress"]
+    assert main(base + ["--shard-index", "1", "--num-shards", "3"]) == 0
+    assert read_partial(tmp_path / "p2" / "shard-00001").read_items()[0][0] == "line:334"  # rows 333..665
+    assert main(base + ["--rows", "10:20", "--shard-index", "5"]) == 0
+    assert read_partial(tmp_path / "p2" / "shard-00005").n_items == 10
+    capsys.readouterr()
+    for extra, message in ((["--num-shards", "2"], "--num-shards needs --shard-index"),
+                           (["--shard-index", "2", "--num-shards", "2"], "must be below --num-shards 2"),
+                           (["--rows", "5:2000", "--shard-index", "0"], "outside the 1000 rows"),
+                           (["--rows", "10:20"], "--rows needs --shard-index")):
+        assert main(base + extra) == 2
+        assert message in capsys.readouterr().err
+    # merging into an existing index is refused (exit 1) and names --overwrite
+    assert main(["index", "merge", "--quantizer", str(tmp_path / "q"), "--out", str(tmp_path / "m"),
+                 str(tmp_path / "parts")]) == 1
+    assert "--overwrite" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_the_benchmark_runs_and_finds_identical_results(tmp_path):
+    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "sharded_index.py"), "--quick", "--out",
+                           str(tmp_path), "--tmp", str(tmp_path)], env=dict(os.environ, PYTHONPATH=str(REPO)),
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads((tmp_path / "sharded_index_quick.json").read_text())
+    assert all(s["identical_ids"] and s["identical_scores"] for s in result["searches"])
+    assert (tmp_path / "sharded_index_quick.md").read_text().startswith("# Sharded IVF-PQ index build")

@@ -8,8 +8,8 @@
     ctxemb index query index "a sentence to look for"
 
 ``add-shard`` adds rows [N*i/S, N*(i+1)/S) of ``--vectors`` as shard i of S: under torchrun i is the rank and S the
-world size; on separate machines give ``--shard-index`` and ``--num-shards`` (or ``--rows``), or give each machine
-its own ``.npy`` of its own texts with ``--first-line``. Ids are ``line:N`` (N the 1-based line of the text, as
+world size; on separate machines sharing one file give ``--shard-index`` and ``--num-shards`` (or ``--rows``); a
+machine with a ``.npy`` of its own texts gives ``--shard-index`` alone (all its rows) and ``--first-line``. Ids are ``line:N`` (N the 1-based line of the text, as
 ``ctxemb index build`` names them) unless ``--ids`` gives a file of ids. The embedder configuration is read from the
 ``.npy.json`` that ``ctxemb embed`` writes beside its output. See :mod:`ctxemb.search.sharded`.
 """
@@ -21,9 +21,20 @@ import logging
 import os
 from pathlib import Path
 
-from ctxemb.cli._common import positive_int
+from ctxemb.cli._common import UsageError, non_negative_float, positive_int
 
 logger = logging.getLogger(__name__)
+
+
+def non_negative_int(text: str) -> int:
+    """An argparse type: an integer >= 0."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError("expected an integer >= 0; got %r" % text) from None
+    if value < 0:
+        raise argparse.ArgumentTypeError("expected an integer >= 0; got %d" % value)
+    return value
 
 
 def _sidecar(vectors: Path) -> dict | None:
@@ -76,18 +87,20 @@ def _shard_range(args: argparse.Namespace, n: int) -> tuple[int, int, int]:
         try:
             lo, hi = int(lo or 0), int(hi) if hi else n
         except ValueError:
-            raise ValueError("--rows must be FIRST:END (0-based, END excluded); got %r" % args.rows) from None
+            raise UsageError("--rows must be FIRST:END (0-based, END excluded); got %r" % args.rows) from None
         if not 0 <= lo < hi <= n:
-            raise ValueError("--rows %s is outside the %d rows of %s" % (args.rows, n, args.vectors))
+            raise UsageError("--rows %s is outside the %d rows of %s" % (args.rows, n, args.vectors))
         if args.shard_index is None:
-            raise ValueError("--rows needs --shard-index (the shard's place in the merged index)")
+            raise UsageError("--rows needs --shard-index (the shard's place in the merged index)")
         return args.shard_index, lo, hi
-    if args.shard_index is not None or args.num_shards is not None:
-        if args.shard_index is None or args.num_shards is None:
-            raise ValueError("--shard-index and --num-shards go together")
+    if args.num_shards is not None and args.shard_index is None:
+        raise UsageError("--num-shards needs --shard-index (which of the shards this process adds)")
+    if args.shard_index is not None and args.num_shards is None:  # a machine's own file: all its rows
+        return args.shard_index, 0, n
+    if args.shard_index is not None:
         index, shards = args.shard_index, args.num_shards
         if index >= shards:
-            raise ValueError("--shard-index %d must be below --num-shards %d" % (index, shards))
+            raise UsageError("--shard-index %d must be below --num-shards %d" % (index, shards))
     elif world > 1:  # torchrun: the rank's slice
         index, shards = int(os.environ["RANK"]), world
     else:
@@ -159,10 +172,10 @@ def add_parsers(sub) -> None:
                        help="PQ sub-quantizers, a divisor of the dimension (default: the one nearest dim / 8)")
     train.add_argument("--nbits", type=positive_int, default=None, help="bits per sub-quantizer code (default 8)")
     train.add_argument("--nprobe", type=positive_int, default=None, help="lists scanned per query (default 16)")
-    train.add_argument("--k-factor", type=float, default=None, help="candidates re-ranked per result (default 10)")
+    train.add_argument("--k-factor", type=non_negative_float, default=None, help="candidates re-ranked per result (default 10)")
     train.add_argument("--train-size", type=positive_int, default=None,
                        help="training sample size (default max(64 x nlist, 10000))")
-    train.add_argument("--seed", type=int, default=None, help="seed of the training sample (default 0)")
+    train.add_argument("--seed", type=non_negative_int, default=None, help="seed of the training sample (default 0)")
     train.add_argument("--overwrite", action="store_true", help="replace a quantizer already in --out")
     train.set_defaults(func=run_train)
 
@@ -172,8 +185,9 @@ def add_parsers(sub) -> None:
     add.add_argument("--quantizer", required=True, help="directory of the trained quantizer (train-quantizer --out)")
     add.add_argument("--vectors", required=True, help=".npy file of (N, H) float32 vectors (memory-mapped)")
     add.add_argument("--out", required=True, help="folder of the partials; this shard writes OUT/shard-<index>")
-    add.add_argument("--shard-index", type=int, default=None,
-                     help="this shard's index (its place in the merge; default: the torchrun rank, or 0)")
+    add.add_argument("--shard-index", type=non_negative_int, default=None,
+                     help="this shard's index (its place in the merge; default: the torchrun rank, or 0); alone, the "
+                          "shard is every row of --vectors")
     add.add_argument("--num-shards", type=positive_int, default=None,
                      help="number of shards the rows are split into (default: the torchrun world size, or 1)")
     add.add_argument("--rows", default=None, help="FIRST:END, the 0-based rows to add (END excluded) instead of a "

@@ -381,8 +381,7 @@ def _check_partials(q: TrainedQuantizer, parts: list[PartialShard]) -> None:
                                     "none" if b is None else "one"))
             if a is None:
                 continue
-            diffs = embedder_config_differences(a, b, stored_name=first.directory.name) if what != "recipe" else \
-                (["  %s" % json.dumps(a), "  %s" % json.dumps(b)] if a != b else [])
+            diffs = embedder_config_differences(a, b, stored_name=first.directory.name)
             if diffs:
                 raise ValueError("the partials %s and %s were embedded with different %ss (%d difference(s)):\n%s\n"
                                  "Shards of one index must be embedded alike; re-embed the odd one out."
