@@ -2,6 +2,7 @@
 
     ctxemb index build corpus.txt --out my_index [--kind hnsw] [--words bank] [--hybrid]
     ctxemb index query my_index "a sentence to look for" [-k 5] [--json] [--mode bm25]
+    ctxemb index train-quantizer | add-shard | merge      (one on-disk IVF-PQ index from shards: ctxemb.cli.index_shards)
 
 ``build`` reads one sentence per line (blank lines skipped; ids are ``line:N``, 1-based) and embeds each line with
 ``embed_sentences`` or, with ``--words WORD``, every occurrence of WORD (whitespace-split, case-insensitive;
@@ -19,6 +20,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from ctxemb.cli import index_shards
 from ctxemb.cli._common import command_help, load_embedder, non_negative_float, positive_float, positive_int
 from ctxemb.registry import DEFAULT_MODEL
 from ctxemb.search import (
@@ -215,6 +217,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     _add_fusion_options(query, query=True)
     _add_index_options(query)
     query.set_defaults(func=run_query)
+    index_shards.add_parsers(sub)  # train-quantizer, add-shard, merge: one index from shards embedded apart
     return index
 
 

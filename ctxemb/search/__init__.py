@@ -25,7 +25,9 @@ searches, exclusive mutation). See docs/guide/reliability.md.
 Modules: ``params`` (index kinds and their parameter objects), ``index`` (``SemanticIndex``), ``inputs`` (argument
 checks, the embedder-configuration comparison), ``results`` (``Hit``), ``persistence`` (save, load, the on-disk
 write lock), ``storage`` (the saved directory), ``_backends`` (the FAISS structures), ``text`` (the embedder helpers),
-``fusion`` (hybrid settings, rank fusion), ``lexical`` (the BM25 half, on ``bm25s``).
+``fusion`` (hybrid settings, rank fusion), ``lexical`` (the BM25 half, on ``bm25s``),
+``sharded`` (one on-disk IVF-PQ index from shards added by several processes or machines) and ``shard_files`` (its
+trained-quantizer and partial directories).
 """
 
 from ctxemb.locks import DirectoryLockedError

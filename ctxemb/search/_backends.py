@@ -310,7 +310,10 @@ class OnDiskIVFPQBackend(IVFPQBackend):
         return self.index
 
     def train(self, sample, n_total):
-        ivf = self._train_ivf(sample, n_total)
+        self.adopt_trained(self._train_ivf(sample, n_total))
+
+    def adopt_trained(self, ivf: faiss.IndexIVFPQ) -> None:
+        """Use a trained, empty ``IndexIVFPQ`` (e.g. a shared quantizer's copy), its lists moved to a new file."""
         self.lists_name, self.lists_committed = new_lists_name(), False
         lists = faiss.OnDiskInvertedLists(ivf.nlist, ivf.code_size, str(self.directory / self.lists_name))
         ivf.replace_invlists(lists, True)

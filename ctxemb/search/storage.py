@@ -335,6 +335,8 @@ def remove_unreferenced_files(directory: Path, files: dict, keep=()) -> list[str
 
 def clean_directory(directory: Path) -> None:
     """On open: delete leftovers of interrupted saves, if no writer holds the directory (else leave them)."""
+    if not directory.is_dir():  # nothing to clean (and taking the lock would create the directory)
+        return
     lock = directory_lock(directory)
     try:
         lock.acquire(timeout=0)

@@ -1,0 +1,284 @@
+"""Sharded IVF-PQ build benchmark: S shards added by separate processes and merged on disk, against one process.
+
+Data: ``--shards`` x ``--per-shard`` vectors (default 4 x 200,000) in d=384 from the Gaussian mixture of
+``benchmarks/search.py`` (``MixtureData``, calibrated there against real all-MiniLM-L6-v2 sentence embeddings), each
+shard saved as its own ``.npy`` (as ``ctxemb embed`` on separate machines would leave them), plus 1,000 held-out
+queries. Steps, each in its own process so that its peak resident memory (``ru_maxrss``) is its own:
+
+1. ``train_ivfpq`` on a sample drawn from all shard files (``--train-size``, ``--nlist``, ``--pq-m``);
+2. ``add_shard`` for every shard, ``--parallel`` processes at a time (2 on this 2-core machine), one FAISS thread each;
+3. ``merge_shards`` of the partials into one on-disk index;
+4. the reference: one process opens the same trained quantizer (``open_trained_index``), adds every shard's vectors in
+   order and saves (two FAISS threads).
+
+Then the merged and the reference index answer the queries (k=10, default ``nprobe``/``k_factor`` and a wider
+setting): the ids and scores must be identical; recall@10 is measured against exact search (``IndexFlatIP``) over
+all vectors. Writes ``benchmarks/results/sharded_index.{md,json}`` with the CPU (``lscpu``) and the machine's load
+average at the start and the end (the machine is shared). ``--quick`` runs a small configuration (for tests).
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import platform  # noqa: E402
+import resource  # noqa: E402
+import shutil  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+RESULTS = HERE / "results"
+
+
+def _peak_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def _dir_mb(path: Path) -> float:
+    return sum(f.stat().st_size for f in Path(path).rglob("*") if f.is_file()) / 2**20
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# steps (each runs in a child process: ``python sharded_index.py --step NAME --work DIR ...``)
+
+
+def step_train(work: Path, cfg: dict) -> dict:
+    from ctxemb.search import IVFPQParams
+    from ctxemb.search.sharded import train_ivfpq
+
+    files = [work / ("shard%d.npy" % s) for s in range(cfg["shards"])]
+    t0 = time.perf_counter()
+    q = train_ivfpq(files, work / "quantizer", params=IVFPQParams(
+        nlist=cfg["nlist"], pq_m=cfg["pq_m"], train_size=cfg["train_size"], seed=0, on_disk=True))
+    return {"seconds": time.perf_counter() - t0, "fingerprint": q.fingerprint}
+
+
+def step_add(work: Path, cfg: dict, shard: int) -> dict:
+    from ctxemb.search.sharded import add_shard
+
+    x = np.load(work / ("shard%d.npy" % shard), mmap_mode="r")
+    base = shard * cfg["per_shard"]
+    ids = ["doc-%08d" % (base + i) for i in range(len(x))]
+    t0 = time.perf_counter()
+    part = add_shard(work / "quantizer", work / "parts" / ("shard-%05d" % shard), ids, x, shard_index=shard)
+    return {"seconds": time.perf_counter() - t0, "items": part.n_items, "partial_mb": _dir_mb(part.directory)}
+
+
+def step_merge(work: Path, cfg: dict) -> dict:
+    from ctxemb.search.sharded import merge_shards
+
+    t0 = time.perf_counter()
+    merge_shards(work / "quantizer", work / "parts", work / "merged")
+    return {"seconds": time.perf_counter() - t0, "index_mb": _dir_mb(work / "merged")}
+
+
+def step_reference(work: Path, cfg: dict) -> dict:
+    from ctxemb.search.sharded import open_trained_index
+
+    t0 = time.perf_counter()
+    index = open_trained_index(work / "quantizer", work / "reference")
+    for s in range(cfg["shards"]):
+        x = np.load(work / ("shard%d.npy" % s), mmap_mode="r")
+        base = s * cfg["per_shard"]
+        index.add(["doc-%08d" % (base + i) for i in range(len(x))], x, show_progress_bar=False)
+    index.save()
+    return {"seconds": time.perf_counter() - t0, "index_mb": _dir_mb(work / "reference")}
+
+
+STEPS = {"train": step_train, "add": step_add, "merge": step_merge, "reference": step_reference}
+
+
+def _run_child(work: Path, cfg: dict, step: str, threads: int, shard: int | None = None) -> subprocess.Popen:
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads), PYTHONPATH=str(REPO))
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--step", step, "--work", str(work),
+           "--config", json.dumps(cfg)] + ([] if shard is None else ["--shard", str(shard)])
+    return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _result(proc: subprocess.Popen, what: str) -> dict:
+    out, err = proc.communicate()
+    if proc.returncode != 0:
+        raise RuntimeError("%s failed (exit %d):\n%s" % (what, proc.returncode, err[-4000:]))
+    return json.loads(out.strip().splitlines()[-1])
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the driver
+
+
+def _lscpu() -> dict:
+    try:
+        text = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return {"model": platform.processor() or platform.machine()}
+    fields = dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
+    get = lambda k: fields.get(k, "").strip()  # noqa: E731
+    flags = get("Flags").split()
+    return {"model": get("Model name"), "cpus": get("CPU(s)"), "threads_per_core": get("Thread(s) per core"),
+            "l2": get("L2 cache"), "l3": get("L3 cache"),
+            "simd": [f for f in ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile") if f in flags]}
+
+
+def _search(index_dir: Path, queries: np.ndarray, **kw):
+    from ctxemb.search import SemanticIndex
+
+    index = SemanticIndex.load(index_dir)
+    t0 = time.perf_counter()
+    scores, ids = index.search_array(queries, k=10, **kw)
+    return scores, ids, time.perf_counter() - t0
+
+
+def run(args) -> dict:
+    import faiss
+
+    sys.path.insert(0, str(HERE))
+    from search import MixtureData  # the calibrated mixture of the search benchmark
+
+    cfg = {"shards": args.shards, "per_shard": args.per_shard, "nlist": args.nlist, "pq_m": args.pq_m,
+           "train_size": args.train_size, "dim": 384}
+    load_start = os.getloadavg()
+    work = Path(tempfile.mkdtemp(prefix="sharded_index_", dir=args.tmp))
+    try:
+        n = args.shards * args.per_shard
+        t0 = time.perf_counter()
+        mix = MixtureData.for_size(n)
+        for s in range(args.shards):
+            np.save(work / ("shard%d.npy" % s), mix.draw(args.per_shard, seed=100 + s))
+        queries = mix.draw(args.queries, seed=7)
+        data_seconds = time.perf_counter() - t0
+        train = _result(_run_child(work, cfg, "train", 2), "train")
+        adds, t0 = [], time.perf_counter()
+        pending = list(range(args.shards))
+        while pending:
+            batch, pending = pending[:args.parallel], pending[args.parallel:]
+            procs = [(s, _run_child(work, cfg, "add", 1, s)) for s in batch]
+            adds += [dict(_result(p, "add shard %d" % s), shard=s) for s, p in procs]
+        adds_wall = time.perf_counter() - t0
+        merge = _result(_run_child(work, cfg, "merge", 2), "merge")
+        ref = _result(_run_child(work, cfg, "reference", 2), "reference")
+
+        faiss.omp_set_num_threads(2)
+        exact = faiss.IndexFlatIP(384)
+        for s in range(args.shards):
+            exact.add(np.load(work / ("shard%d.npy" % s)))
+        q = queries / np.linalg.norm(queries, axis=1, keepdims=True)
+        _, truth = exact.search(q.astype(np.float32), 10)
+        del exact
+        truth_ids = np.vectorize(lambda i: "doc-%08d" % i)(truth)
+        searches = []
+        for kw in ({}, {"nprobe": 64, "k_factor": 20}):
+            sm, im, tm = _search(work / "merged", queries, **kw)
+            sr, ir, tr = _search(work / "reference", queries, **kw)
+            recall = float(np.mean([len(set(a) & set(b)) / 10 for a, b in zip(im, truth_ids)]))
+            searches.append({"nprobe": kw.get("nprobe", 16), "k_factor": kw.get("k_factor", 10.0),
+                             "identical_ids": bool(np.array_equal(im, ir)),
+                             "identical_scores": bool(np.array_equal(sm, sr)),
+                             "recall_at_10": round(recall, 4), "qps_merged": round(len(queries) / tm, 1),
+                             "qps_reference": round(len(queries) / tr, 1)})
+        return {
+            "config": cfg, "queries": args.queries, "parallel_adds": args.parallel, "data_seconds": round(data_seconds, 1),
+            "train": train, "adds": adds, "adds_wall_seconds": round(adds_wall, 1), "merge": merge,
+            "reference": ref, "searches": searches,
+            "environment": {"cpu": _lscpu(), "load_average_start": [round(v, 2) for v in load_start],
+                            "load_average_end": [round(v, 2) for v in os.getloadavg()],
+                            "faiss": faiss.__version__, "numpy": np.__version__,
+                            "python": platform.python_version()},
+        }
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def markdown(r: dict) -> str:
+    cfg, env = r["config"], r["environment"]
+    n = cfg["shards"] * cfg["per_shard"]
+    cpu = env["cpu"]
+    lines = [
+        "# Sharded IVF-PQ index build",
+        "",
+        "`python benchmarks/sharded_index.py`: %d shards x %s vectors (d=%d, the search benchmark's calibrated mixture), "
+        "nlist=%d, pq_m=%d, training sample %s; CPU %s (%s CPUs, %s), FAISS %s. Load average at the start %s, at the "
+        "end %s (a shared machine)." % (
+            cfg["shards"], format(cfg["per_shard"], ","), cfg["dim"], cfg["nlist"], cfg["pq_m"],
+            format(cfg["train_size"], ","), cpu.get("model"), cpu.get("cpus"), ", ".join(cpu.get("simd", [])),
+            env["faiss"], env["load_average_start"], env["load_average_end"]),
+        "",
+        "| step | wall s | peak RSS MB | on disk MB |",
+        "|---|---|---|---|",
+        "| train the quantizer (1 process, 2 threads) | %.1f | %.0f | |" % (r["train"]["seconds"], r["train"]["peak_mb"]),
+    ]
+    for a in r["adds"]:
+        lines.append("| add shard %d (%s vectors, 1 thread) | %.1f | %.0f | %.0f |" % (
+            a["shard"], format(a["items"], ","), a["seconds"], a["peak_mb"], a["partial_mb"]))
+    lines += [
+        "| all %d adds, %d processes at a time | %.1f | | |" % (cfg["shards"], r["parallel_adds"],
+                                                                r["adds_wall_seconds"]),
+        "| merge (1 process) | %.1f | %.0f | %.0f |" % (r["merge"]["seconds"], r["merge"]["peak_mb"],
+                                                       r["merge"]["index_mb"]),
+        "| **sharded: adds + merge** | **%.1f** | | |" % (r["adds_wall_seconds"] + r["merge"]["seconds"]),
+        "| one process adds all %s (2 threads) and saves | %.1f | %.0f | %.0f |" % (
+            format(n, ","), r["reference"]["seconds"], r["reference"]["peak_mb"], r["reference"]["index_mb"]),
+        "",
+        "| nprobe | k_factor | merged = one process (ids / scores) | recall@10 vs exact | QPS merged | QPS one process |",
+        "|---|---|---|---|---|---|",
+    ]
+    for s in r["searches"]:
+        lines.append("| %d | %g | %s / %s | %.3f | %.0f | %.0f |" % (
+            s["nprobe"], s["k_factor"], "yes" if s["identical_ids"] else "NO", "yes" if s["identical_scores"] else "NO",
+            s["recall_at_10"], s["qps_merged"], s["qps_reference"]))
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--shards", type=int, default=4, help="shards (default 4)")
+    p.add_argument("--per-shard", type=int, default=200_000, help="vectors per shard (default 200,000)")
+    p.add_argument("--nlist", type=int, default=1024, help="IVF lists (default 1024)")
+    p.add_argument("--pq-m", type=int, default=48, help="PQ sub-quantizers (default 48: 8 dims each)")
+    p.add_argument("--train-size", type=int, default=65_536, help="training sample (default 65,536)")
+    p.add_argument("--queries", type=int, default=1000, help="held-out queries (default 1,000)")
+    p.add_argument("--parallel", type=int, default=2, help="add-shard processes at a time (default 2)")
+    p.add_argument("--tmp", default=None, help="folder for the work directory (default: the system's)")
+    p.add_argument("--quick", action="store_true", help="a small run (2 x 5,000, nlist 64) for tests")
+    p.add_argument("--name", default="sharded_index", help="results file name (default %(default)s)")
+    p.add_argument("--out", type=Path, default=RESULTS, help="results folder (default benchmarks/results)")
+    p.add_argument("--step", choices=sorted(STEPS), default=None, help=argparse.SUPPRESS)
+    p.add_argument("--work", type=Path, default=None, help=argparse.SUPPRESS)
+    p.add_argument("--config", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--shard", type=int, default=None, help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.step:  # a child process
+        cfg = json.loads(args.config)
+        out = STEPS[args.step](args.work, cfg, *([] if args.shard is None else [args.shard]))
+        print(json.dumps(dict(out, peak_mb=_peak_mb())))
+        return 0
+    if args.quick:
+        args.shards, args.per_shard, args.nlist, args.pq_m, args.train_size, args.queries = 2, 5000, 64, 48, 5000, 100
+        if args.name == "sharded_index":
+            args.name = "sharded_index_quick"
+    result = run(args)
+    text = markdown(result)
+    print(text)
+    sys.path.insert(0, str(REPO))
+    from ctxemb.atomic import atomic_write
+
+    args.out.mkdir(parents=True, exist_ok=True)
+    with atomic_write(args.out / ("%s.json" % args.name)) as f:
+        json.dump(result, f, indent=2)
+    with atomic_write(args.out / ("%s.md" % args.name)) as f:
+        f.write(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
