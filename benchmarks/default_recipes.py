@@ -1,0 +1,123 @@
+"""The shipped default recipes, run exactly as ``ctxemb finetune TASK --out-dir DIR`` runs them (no other flag: the
+task's preset ``ctxemb/presets/finetune-TASK.toml``, the CLI's code path), on all-MiniLM-L6-v2.
+
+Per task it records the recipe (the preset's settings as resolved), the dev score of the saved model (the best dev
+epoch: every default recipe keeps it), our held-out split where we have one (XQuAD-en's 12 held-out articles, read
+once after training; SST-2's ``alps_test.tsv`` = GLUE dev, which papers report), the issue's goal and the published
+anchor, the resolved precision and the time on this CPU. Test splits that are held back (STS-B, CoNLL-2003
+``eng.testb``, MRPC/RTE test) are never read here.
+
+    python benchmarks/default_recipes.py --tasks stsb mrpc rte     # some tasks (each row lands as it ends)
+    python benchmarks/default_recipes.py --tasks                   # rewrite the report from the saved rows
+
+Writes ``benchmarks/results/default_recipes.{md,json}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks._common import markdown_table, write_results  # noqa: E402
+from benchmarks.pretrain import cpu_name  # noqa: E402
+from ctxemb.cli import build_parser  # noqa: E402
+from ctxemb.cli._common import load_preset  # noqa: E402
+from ctxemb.cli.finetune import finetune_config_from_args, train_task  # noqa: E402
+
+TASKS = ["stsb", "mrpc", "rte", "sst2", "conll2003-ner", "conll2003-pos", "xquad"]
+# issue #25's dev goals (all-MiniLM-L6-v2, CLI defaults) and the published small-model anchors
+GOALS = {"stsb": "Spearman >= 90", "mrpc": "F1 >= 88", "rte": "accuracy >= 62", "sst2": ">= 89.7 on GLUE dev",
+         "conll2003-ner": "F1 >= 92", "conll2003-pos": "accuracy >= 93", "xquad": "held-out F1 >= 50"}
+ANCHORS = {"stsb": "BERT-Small 77.0 (test)", "mrpc": "MiniLM-L6-H384 88.9 (dev F1)",
+           "rte": "MiniLM-L6-H384 68.8 (dev)", "sst2": "MiniLM-L6-H384 91.0 (GLUE dev)",
+           "conll2003-ner": "BERT-base 95.1 dev / 92.4 test", "conll2003-pos": "-", "xquad": "-"}
+WORK = Path("/tmp/ctxemb-default-recipes")
+RESULTS = Path(__file__).resolve().parent / "results" / "default_recipes.json"
+
+
+def run(task: str, extra: list[str]) -> dict:
+    out = WORK / task
+    shutil.rmtree(out, ignore_errors=True)
+    args = build_parser("finetune").parse_args(["finetune", task, "--out-dir", str(out), "--no-progress", *extra])
+    task_obj, config = finetune_config_from_args(args)
+    start = time.perf_counter()
+    result = train_task(task_obj, config)
+    seconds = time.perf_counter() - start
+    record = json.loads((Path(result.model_dir) / "run.json").read_text())
+    primary = record["metrics"]["primary_metric"]
+    row = {"task": task, "recipe": _recipe(task), "dev " + primary: f"{result.final_metrics[primary]:.2f}",
+           "best step": record["metrics"].get("best_step"), "steps": result.train.step if hasattr(result, "train")
+           else record.get("steps"), "precision": record.get("precision", {}).get("resolved"),
+           "padding": _percent(record.get("data", {}).get("padding_fraction")), "minutes": f"{seconds / 60:.1f}",
+           "held-out": _held_out(task, Path(result.model_dir)), "goal": GOALS[task], "anchor": ANCHORS[task]}
+    return row
+
+
+def _percent(x) -> str:
+    return "-" if x is None else f"{100 * x:.1f}%"
+
+
+def _recipe(task: str) -> str:
+    preset = load_preset(task, "finetune")
+    train = preset.pop("train", {})
+    return ", ".join(f"{k} {v}" for k, v in {**preset, **train}.items())
+
+
+def _held_out(task: str, model_dir: Path) -> str:
+    """Our held-out split, read once after training: XQuAD-en's held-out articles; SST-2's GLUE dev."""
+    if task == "xquad":
+        from ctxemb.finetuning.squad import xquad_split
+        from ctxemb.finetuning.token_predict import QAPredictor
+        from ctxemb.metrics.squad import squad_scores
+        questions = xquad_split("heldout")
+        answers = QAPredictor.from_pretrained(model_dir).answer([q.question for q in questions],
+                                                                [q.context for q in questions])
+        s = squad_scores({q.id: a.text for q, a in zip(questions, answers)},
+                         {q.id: [t for t, _ in q.answers] for q in questions})
+        return f"EM {s['exact_match']:.1f} / F1 {s['f1']:.1f} (12 articles, 351 questions)"
+    if task == "sst2":
+        from ctxemb.finetuning.predict import SequencePredictor
+        from ctxemb.finetuning.readers import load_task
+        test = load_task("sst2", splits=["test"]).splits["test"]
+        preds = SequencePredictor.from_pretrained(model_dir).predict([ex.text_a for ex in test])
+        names = load_task("sst2", splits=["test"]).label_names
+        acc = sum(p.label == names[ex.label] for p, ex in zip(preds, test)) / len(test)
+        return f"GLUE dev accuracy {100 * acc:.1f}"
+    return "-"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--tasks", nargs="*", default=TASKS, choices=TASKS, help="none: rewrite the report")
+    parser.add_argument("--seed", type=int, default=0, help="the runs' seed (default %(default)s)")
+    args = parser.parse_args()
+    saved = json.loads(RESULTS.read_text()) if RESULTS.is_file() else {"rows": []}
+    rows = saved["rows"]
+    for task in args.tasks:
+        row = run(task, ["--seed", str(args.seed)])
+        rows = [r for r in rows if r["task"] != task] + [row]
+        report(rows)  # after every task, so a cut-off run keeps what it measured
+    if not args.tasks:
+        report(rows)
+
+
+def report(rows: list[dict]) -> None:
+    order = {t: i for i, t in enumerate(TASKS)}
+    rows = sorted(rows, key=lambda r: order[r["task"]])
+    cols = ["task", "recipe"] + sorted({k for r in rows for k in r if k.startswith("dev ")}) + [
+        "best step", "held-out", "goal", "anchor", "precision", "padding", "minutes"]
+    md = ["# Default recipes (`ctxemb finetune TASK`, no flags)", "",
+          f"all-MiniLM-L6-v2 on {cpu_name()}; one seed each. Dev = the saved model (the best dev epoch). Held-out: "
+          "XQuAD-en's 12 held-out articles; SST-2's GLUE dev (alps_test.tsv). Other test splits are held back.", "",
+          markdown_table([{c: r.get(c, "") for c in cols} for r in rows], cols)]
+    write_results("default_recipes", {"rows": rows, "cpu": cpu_name()}, "\n".join(md))
+
+
+if __name__ == "__main__":
+    main()
