@@ -161,7 +161,7 @@ def check_fresh_out_dir(config: TrainConfig) -> None:
 
 # Fields that may change between a run and its resumption without changing what is computed.
 _RESUME_FREE = {"resume", "out_dir", "progress_bar", "log_every", "eval_every", "save_every",
-                "keep_last_checkpoints", "device"}
+                "keep_last_checkpoints", "device", "report_to"}
 
 
 def _warn_config_changes(saved: Mapping[str, Any] | None, config: TrainConfig, path: Path) -> None:
