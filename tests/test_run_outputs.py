@@ -350,3 +350,35 @@ def test_card_yaml_names_hub_models_and_datasets_and_keeps_odd_values():
     local = dict(record, settings=dict(record["settings"], model="/nonexistent/dir/model"))
     card = ModelCard(render_model_card(local))
     assert card.data.base_model is None and "/nonexistent/dir/model" in card.text
+
+
+def test_a_bi_encoder_card_is_a_sentence_similarity_card(tmp_path):
+    from huggingface_hub import ModelCard
+
+    from ctxemb.finetuning.tasks import FinetuneConfig, run_finetuning
+    from tests.helpers import write_tiny_model
+    from tests.test_finetuning_tasks import _write_scored_pairs
+
+    pairs = _write_scored_pairs(tmp_path / "pairs.tsv", 32, 0)
+    result = run_finetuning(FinetuneConfig(
+        task="custom", model=str(write_tiny_model(tmp_path / "tiny")), head="cosine", batch_size=16, max_length=16,
+        train_file=str(pairs), dev_file=str(pairs), text_a="sentence1", text_b="sentence2", label="score",
+        regression=True, train=TrainConfig(learning_rate=1e-3, max_steps=2, out_dir=str(tmp_path / "run"),
+                                           progress_bar=False, precision="fp32", seed=0)))
+    card = ModelCard.load(result.model_dir / "README.md")
+    assert card.data.pipeline_tag == "sentence-similarity" and "sentence-transformers" in card.data.tags
+    assert {r.metric_type: r.metric_value for r in card.data.eval_results} == result.final_metrics
+    assert "SentenceTransformer(" in card.text and "`modules.json`, so the pooling it was trained with" in card.text
+
+
+def test_tensorboard_events_hold_the_logged_metrics(tmp_path):
+    pytest.importorskip("tensorboard", reason="the tensorboard extra is not installed")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    result = train(make_model(), DatasetBatches(make_examples(8), batch_size=4),
+                   TrainConfig(learning_rate=0.05, max_steps=3, log_every=1, precision="fp32", device="cpu",
+                               progress_bar=False, out_dir=str(tmp_path), report_to="tensorboard"))
+    events = EventAccumulator(str(tmp_path / "tensorboard"))
+    events.Reload()
+    got = {e.step: e.value for e in events.Scalars("train/loss")}
+    assert got == pytest.approx({r["step"]: r["loss"] for r in result.history}, rel=1e-6)  # stored as float32
