@@ -382,3 +382,24 @@ def test_tensorboard_events_hold_the_logged_metrics(tmp_path):
     events.Reload()
     got = {e.step: e.value for e in events.Scalars("train/loss")}
     assert got == pytest.approx({r["step"]: r["loss"] for r in result.history}, rel=1e-6)  # stored as float32
+
+
+def test_keep_best_in_pretraining_records_the_best_evaluation(tmp_path):
+    from ctxemb.pretraining.recipe import PretrainConfig, run_pretraining_recipe
+    from tests.helpers import write_corpus, write_tiny_model
+
+    write_corpus(tmp_path / "corpus.txt", 12, seed=0)
+    config = PretrainConfig(
+        train_corpus=[str(tmp_path / "corpus.txt")], eval_corpus=[str(tmp_path / "corpus.txt")], eval_batches=2,
+        max_len=24, batch_size=8, init_from=str(write_tiny_model(tmp_path / "tiny")),
+        train=TrainConfig(learning_rate=0.5, max_steps=3, eval_every=1, save_every=1, keep_best=True,
+                          out_dir=str(tmp_path / "run"), progress_bar=False, precision="fp32", seed=0))
+    run = run_pretraining_recipe(config)
+    evals = {int(r["step"]): r["eval_loss"] for r in run.train.history if "eval_loss" in r}
+    best = min(evals, key=evals.get)
+    assert best != max(evals)  # the best evaluation is not the last one (lr 0.5 overshoots at step 3)
+    record = read_run_record(run.model_dir)
+    assert record["metrics"]["best_step"] == best == run.best_step
+    assert record["metrics"]["final"]["loss"] == evals[best]
+    assert record["metrics"]["best_checkpoint"] == f"checkpoint-{best}"
+    assert json.loads((tmp_path / "run" / BEST_FILE).read_text())["best_value"] == evals[best]
