@@ -14,7 +14,6 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from safetensors.torch import save_file
 from torch import nn
 
 from ctxemb.training import Callback, DatasetBatches, TrainConfig, train

@@ -67,7 +67,7 @@ class TensorBoardReporter:
 class WandbReporter:
     """A Weights & Biases run in ``out_dir/wandb/``, offline unless ``WANDB_MODE`` says otherwise."""
 
-    def __init__(self, out_dir: Path, config: TrainConfig, start_step: int):
+    def __init__(self, out_dir: Path, config: TrainConfig):
         try:
             import wandb
         except ImportError as e:
@@ -106,7 +106,7 @@ def make_reporters(config: TrainConfig, out_dir: Path, start_step: int) -> list:
     try:
         for name in parse_report_to(config.report_to):
             made.append(TensorBoardReporter(out_dir, start_step) if name == "tensorboard" else
-                        WandbReporter(out_dir, config, start_step))
+                        WandbReporter(out_dir, config))
     except BaseException:
         for reporter in made:  # the ones already open
             reporter.close()

@@ -169,7 +169,7 @@ def _flat(d: Mapping[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
     return out
 
 
-def _usage(record: Mapping[str, Any], model_dir: Path | None, tag: str) -> list[str]:
+def _usage(record: Mapping[str, Any], model_dir: Path | None) -> list[str]:
     name = "path/to/model"
     config = read_json_file(model_dir / "config.json", "config file") if model_dir and \
         (model_dir / "config.json").is_file() else {}
@@ -184,7 +184,7 @@ def _usage(record: Mapping[str, Any], model_dir: Path | None, tag: str) -> list[
     elif recipe == "pretrain":
         lines += ["Its masked-LM head:", "", "```bash", f'ctxemb fill-mask {name} "Paris is the [MASK] of France."',
                   "```", ""]
-    if record.get("recipe", "").startswith("wsd"):
+    if recipe.startswith("wsd"):
         lines += ["The layer pooling it was trained with is in `wsd_training.json`: "
                   "`Embedder.from_pretrained(dir, **ctxemb.wsd.training.trained_embedder_options(dir))`.", ""]
     auto = "AutoModel"
@@ -277,7 +277,7 @@ def render_model_card(record: Mapping[str, Any], model_dir: str | os.PathLike | 
           ("final training loss", training.get("final_loss"))]
     hw += [(f"{k} version", v) for k, v in (record.get("versions") or {}).items()]
     lines += _table(hw, ("", "")) + [""]
-    lines += _usage(record, model_dir, tag)
+    lines += _usage(record, model_dir)
     lines += ["## Limitations", ""]
     if final:
         lines.append(f"- The numbers above are on the {split} split"
