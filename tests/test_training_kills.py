@@ -27,6 +27,7 @@ import torch
 from ctxemb.locks import DirectoryLock, DirectoryLockedError, lock_file_inside
 from ctxemb.training import DatasetBatches, TrainConfig, train
 from ctxemb.training.faults import ENV, PHASES, kill_point
+from ctxemb.training.state import read_checkpoint_weights
 from tests.training_scripts.tiny import make_examples, make_model
 
 CHILD = Path(__file__).resolve().parent / "training_scripts" / "kill_child.py"
@@ -65,7 +66,7 @@ def _finish(proc: subprocess.Popen) -> tuple[int, str]:
 
 def _final_state(out: Path) -> dict[str, torch.Tensor]:
     (final,) = [p for p in out.iterdir() if p.name == "checkpoint-8"]
-    return torch.load(final / "model.pt", map_location="cpu", weights_only=True)
+    return read_checkpoint_weights(final)
 
 
 def _losses(out: Path) -> dict[int, float]:

@@ -160,7 +160,7 @@ def test_layerwise_param_groups_are_used():
     assert moved["dense.weight"] < 1e-6
 
 
-def test_tensorboard_is_used_when_importable(tmp_path, monkeypatch):
+def test_tensorboard_is_used_when_asked(tmp_path, monkeypatch):
     calls = []
 
     class FakeWriter:
@@ -177,7 +177,10 @@ def test_tensorboard_is_used_when_importable(tmp_path, monkeypatch):
     fake.SummaryWriter = FakeWriter
     monkeypatch.setitem(sys.modules, "torch.utils.tensorboard", fake)
     train(make_model(), DatasetBatches(make_examples(8), batch_size=4), _config(max_steps=2, log_every=1,
-          out_dir=str(tmp_path)))
+          out_dir=str(tmp_path / "quiet")))
+    assert calls == []  # report_to defaults to "none"
+    train(make_model(), DatasetBatches(make_examples(8), batch_size=4), _config(max_steps=2, log_every=1,
+          out_dir=str(tmp_path), report_to="tensorboard"))
     assert calls[0] == ("init", str(tmp_path / "tensorboard"))
     assert ("train/loss", 1) in calls and ("train/loss", 2) in calls and ("train/lr", 2) in calls
     assert calls[-1] == ("close",)

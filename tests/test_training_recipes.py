@@ -78,6 +78,10 @@ RECIPES = {
     "wsd-supcon": lambda data, out: _sense(data, out, "supcon"),
     "wsd-bem": lambda data, out: _sense(data, out, "bem"),
 }
+PIPELINE_TAGS = {"pretrain-scratch": "fill-mask", "pretrain-continued": "fill-mask",
+                 "finetune-sequence": "text-classification", "finetune-token": "token-classification",
+                 "finetune-span": "token-classification", "finetune-qa": "question-answering",
+                 "wsd-supcon": "feature-extraction", "wsd-bem": "feature-extraction"}
 RECORD_KEYS = {"training_run", "recipe", "settings", "train", "precision", "versions", "machine", "data", "training",
                "metrics"}
 
@@ -167,3 +171,28 @@ def test_keep_best_in_a_finetuning_run_saves_the_best_evaluation(data, tmp_path)
     history = record["metrics"]["history"]
     assert len(history) == 3 and record["metrics"]["best_step"] is not None
     assert record["metrics"]["final"]["accuracy"] == max(h["accuracy"] for h in history)
+
+
+@pytest.mark.parametrize("name", list(RECIPES))
+def test_every_run_has_a_model_card_rendered_from_its_record(runs, name):
+    from huggingface_hub import ModelCard
+
+    model_dir = runs[name][0]
+    record = read_run_record(model_dir)
+    card = ModelCard.load(model_dir / "README.md")
+    assert card.data.library_name == "ctxemb" and card.data.pipeline_tag == PIPELINE_TAGS[name]
+    assert "ctxemb" in card.data.tags and record["recipe"] in card.data.tags
+    final = record["metrics"]["final"]
+    if final:  # the model-index holds exactly the run record's metrics
+        results = card.data.eval_results
+        assert {r.metric_type: r.metric_value for r in results} == final
+        assert {r.task_type for r in results} == {PIPELINE_TAGS[name]}
+        assert card.data.model_name == record["training_run"]
+    else:
+        assert not card.data.eval_results
+    text = card.text
+    assert record["training_run"] in text and record["machine"]["cpu"] in text
+    assert f"fp32 (resolved to {record['precision']['resolved']})" in text
+    assert "## How to use" in text and "## Limitations" in text
+    assert "from scratch" in text if name == "pretrain-scratch" else str(record["settings"].get("model") or
+                                                                          record["settings"].get("init_from")) in text

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from ctxemb.training import Callback, ResumeStateError, DatasetBatches, EvalBatches, TrainConfig, train
-from ctxemb.training.state import latest_checkpoint, list_checkpoints
+from ctxemb.training.state import latest_checkpoint, list_checkpoints, read_checkpoint_weights
 from tests.training_scripts.tiny import make_examples, make_model
 
 
@@ -92,23 +92,24 @@ def test_only_the_last_checkpoints_are_kept(tmp_path):
 def test_checkpoint_layout(tmp_path):
     _run(tmp_path, steps=2)
     ckpt = tmp_path / "checkpoint-2"
-    assert sorted(p.name for p in ckpt.iterdir()) == ["model.pt", "optimizer.pt", "rank-0.pt", "scheduler.pt",
-                                                      "trainer_state.json"]
+    assert sorted(p.name for p in ckpt.iterdir()) == ["model.safetensors", "optimizer.pt", "rank-0.pt",
+                                                      "scheduler.pt", "trainer_state.json"]
     info = json.loads((ckpt / "trainer_state.json").read_text())
     assert info["step"] == 2 and info["world_size"] == 1 and info["config"]["max_steps"] == 2
     rank = torch.load(ckpt / "rank-0.pt", weights_only=True)
     assert set(rank) == {"rng", "data", "running"}
     assert set(rank["rng"]) >= {"python", "numpy", "torch"}
-    assert set(torch.load(ckpt / "model.pt", weights_only=True)) == set(make_model().state_dict())
+    assert set(read_checkpoint_weights(ckpt)) == set(make_model().state_dict())
+    assert info["format"] == 2
 
 
 @pytest.mark.parametrize("name, damage, error", [
-    ("model.pt", "corrupt", ResumeStateError),
+    ("model.safetensors", "corrupt", ResumeStateError),
     ("optimizer.pt", "corrupt", ResumeStateError),
     ("rank-0.pt", "corrupt", ResumeStateError),
     ("trainer_state.json", "corrupt", ResumeStateError),
     ("scheduler.pt", "missing", FileNotFoundError),
-    ("model.pt", "missing", FileNotFoundError),
+    ("model.safetensors", "missing", FileNotFoundError),
 ])
 def test_broken_checkpoint_names_the_file(tmp_path, name, damage, error):
     _run(tmp_path, steps=2)
@@ -123,10 +124,12 @@ def test_broken_checkpoint_names_the_file(tmp_path, name, damage, error):
 
 def test_checkpoint_of_another_model_is_refused(tmp_path):
     _run(tmp_path, steps=2)
-    sd = torch.load(tmp_path / "checkpoint-2" / "model.pt", weights_only=True)
+    from safetensors.torch import save_file
+
+    sd = read_checkpoint_weights(tmp_path / "checkpoint-2")
     sd.pop("dense.bias")
-    torch.save(sd, tmp_path / "checkpoint-2" / "model.pt")
-    with pytest.raises(ResumeStateError, match=r"(?s)model\.pt.*dense\.bias"):
+    save_file(sd, tmp_path / "checkpoint-2" / "model.safetensors")
+    with pytest.raises(ResumeStateError, match=r"(?s)model\.safetensors.*dense\.bias"):
         _run(tmp_path, resume=True, steps=4)
 
 

@@ -18,6 +18,7 @@ from ctxemb.modeling.checkpoint import read_training_run
 from ctxemb.modeling.sense_heads import (ContextGlossBiEncoder, SupConSenseEncoder, bem_loss, pool_in_length_chunks,
                                          supcon_loss)
 from ctxemb.training import Callback, PlannedBatches, TrainConfig, pack_batches
+from ctxemb.training.state import read_checkpoint_weights
 from ctxemb.wsd.build import BuildConfig, build_sense_store
 from ctxemb.wsd.corpus import Corpus, Document, Instance, Sentence, regex_tokenize
 from ctxemb.wsd.disambiguate import Disambiguator
@@ -334,7 +335,7 @@ def test_the_saved_encoder_is_the_trained_one_and_feeds_the_embedder(trained):
     result, run_dir = trained["bem"]
     d = result.model_dir
     assert {"config.json", "model.safetensors", "vocab.txt", TRAINING_FILE} <= {p.name for p in d.iterdir()}
-    last = torch.load(run_dir / f"checkpoint-{result.train.step}" / "model.pt", weights_only=True)
+    last = read_checkpoint_weights(run_dir / f"checkpoint-{result.train.step}")
     saved = load_encoder(d).state_dict()
     for name, tensor in saved.items():
         torch.testing.assert_close(tensor, last["bert." + name], rtol=0, atol=0)

@@ -41,6 +41,13 @@ class Callback:
 
     def on_save(self, step: int, path: Path) -> None: ...
 
+    def checkpoint_info(self) -> dict:
+        """JSON values to record in the ``trainer_state.json`` of the checkpoint being written (rank 0's)."""
+        return {}
+
+    def on_resume(self, trainer_state: dict, path: Path) -> None:
+        """Called when the loop resumes from the checkpoint at ``path``, with its ``trainer_state.json``."""
+
     def on_train_end(self, result: "TrainResult") -> None: ...
 
 
@@ -87,8 +94,10 @@ class BestWeights(Callback):
     """Keep a CPU copy of the model's weights at the evaluation with the best ``metric``; :meth:`restore` puts them
     back (the run skeleton does so before saving the model).
 
-    The copy lives in memory only: a run resumed from a checkpoint starts its search for the best evaluation
-    afresh (the checkpoint holds the last weights, as before).
+    Every checkpoint records the best evaluation so far (:meth:`checkpoint_info`: ``best_step``, ``best_metric``,
+    ``best_value``); the loop never prunes the checkpoint of the best step. A resumed run takes the best evaluation
+    back from the checkpoint it resumes from, with its weights from ``checkpoint-<best_step>`` (or from the resumed
+    checkpoint itself); where that checkpoint was never written, the search starts afresh, with a warning.
 
     Args:
         model: the (unwrapped) model being trained.
@@ -102,14 +111,50 @@ class BestWeights(Callback):
         self.greater_is_better = greater_is_better
         self.best_value: float | None = None
         self.best_step: int | None = None
+        self.best_metrics: dict[str, float] = {}
         self._state: dict[str, torch.Tensor] | None = None
 
     def on_evaluate(self, step: int, metrics: dict[str, float]) -> None:
         value = _metric(metrics, self.metric)
         if _improves(value, self.best_value, self.greater_is_better):
-            self.best_value, self.best_step = value, step
+            self.best_value, self.best_step, self.best_metrics = value, step, dict(metrics)
             self._state = {k: v.detach().to("cpu", copy=True) for k, v in self.model.state_dict().items()}
         return None
+
+    def checkpoint_info(self) -> dict:
+        if self.best_step is None:
+            return {}
+        return {"best_step": self.best_step, "best_metric": self.metric, "best_value": self.best_value,
+                "greater_is_better": self.greater_is_better, "best_metrics": self.best_metrics}
+
+    def on_resume(self, trainer_state: dict, path: Path) -> None:
+        step, value = trainer_state.get("best_step"), trainer_state.get("best_value")
+        if step is None or trainer_state.get("best_metric") != self.metric:
+            return
+        from ctxemb.training.state import CHECKPOINT_PREFIX, read_checkpoint_weights
+
+        source = path if trainer_state.get("step") == step else Path(path).parent / f"{CHECKPOINT_PREFIX}{step}"
+        if not source.is_dir():
+            logger.warning("the best evaluation so far (step %d, %s %.4g) has no checkpoint (%s): the resumed run "
+                           "looks for the best evaluation afresh; save a checkpoint at every evaluation (save_every "
+                           "a multiple of eval_every) to keep it", step, self.metric, value, source)
+            return
+        saved = read_checkpoint_weights(source)
+        current = self.model.state_dict()
+        state = {}
+        for name, tensor in current.items():  # a tied tensor is stored once: take it from the name it shares
+            if name not in saved:
+                name_saved = next((k for k in saved if k in current and current[k].data_ptr() == tensor.data_ptr()
+                                   and current[k].shape == tensor.shape), None)
+                if name_saved is None:
+                    raise KeyError(f"checkpoint {source} has no tensor {name!r} of the model")
+                state[name] = saved[name_saved].clone()
+            else:
+                state[name] = saved[name].clone()
+        self.best_step, self.best_value, self._state = step, float(value), state
+        self.best_metrics = dict(trainer_state.get("best_metrics") or {self.metric: float(value)})
+        logger.info("resumed model selection: the best evaluation so far is step %d (%s %.4g)", step, self.metric,
+                    value)
 
     def restore(self) -> bool:
         """Load the best weights into the model; False (and nothing changes) if no evaluation ran."""

@@ -33,6 +33,30 @@ def _help(text: str) -> dict[str, str]:
     return {"help": text}
 
 
+REPORTERS: tuple[str, ...] = ("none", "tensorboard", "wandb")
+
+
+def parse_report_to(value: Any) -> tuple[str, ...]:
+    """The loggers a ``report_to`` value names: ``"none"``, ``"tensorboard"``, ``"wandb"``, several joined by
+    commas (``"tensorboard,wandb"``) or given as a list; ``"none"`` gives ``()``.
+
+    Raises:
+        ValueError: an unknown name, an empty value, or ``"none"`` together with a logger.
+    """
+    items = value.split(",") if isinstance(value, str) else value
+    if not isinstance(items, (list, tuple)) or not all(isinstance(i, str) for i in items):
+        raise ValueError(f"report_to must be a string like 'tensorboard,wandb' or a list of names from {REPORTERS}, "
+                         f"got {value!r}")
+    names = [i.strip() for i in items if i.strip()]
+    bad = [n for n in names if n not in REPORTERS]
+    if not names or bad:
+        raise ValueError(f"report_to takes {', '.join(REPORTERS)} or several joined by commas; got {value!r}"
+                         + (f" (unknown: {', '.join(bad)})" if bad else ""))
+    if "none" in names and len(names) > 1:
+        raise ValueError(f"report_to 'none' cannot be combined with other loggers; got {value!r}")
+    return tuple(dict.fromkeys(n for n in names if n != "none"))
+
+
 @dataclass(kw_only=True)
 class TrainConfig:
     """Settings of one training run (mutable; override with ``dataclasses.replace``).
@@ -63,6 +87,9 @@ class TrainConfig:
         keep_best: at the end of a run, restore the weights of the evaluation with the best primary metric
             (the task's; a recipe's run skeleton applies it) before the model is saved. Off by default.
         early_stopping_patience: stop after this many evaluations without a better primary metric (0: off).
+        report_to: where rank 0 reports metrics besides ``metrics.jsonl``: ``"none"`` (the default),
+            ``"tensorboard"`` (``out_dir/tensorboard/``), ``"wandb"`` (offline unless ``WANDB_MODE`` says otherwise;
+            the run goes to ``out_dir/wandb/``), or several joined by commas. Needs ``out_dir`` unless "none".
     """
 
     learning_rate: float = field(metadata=_help("peak learning rate"))
@@ -93,6 +120,9 @@ class TrainConfig:
         "save the weights of the evaluation with the best primary metric instead of the last ones"))
     early_stopping_patience: int = field(default=0, metadata=_help(
         "stop after this many evaluations without a better primary metric (0: never)"))
+    report_to: str = field(default="none", metadata=_help(
+        "loggers besides metrics.jsonl: none, tensorboard, wandb (offline unless WANDB_MODE is set), or several "
+        "joined by commas (rank 0 only)"))
 
     def __post_init__(self):
         if not (_number(self.learning_rate) and self.learning_rate > 0):
@@ -137,6 +167,12 @@ class TrainConfig:
             raise ValueError(f"save_every={self.save_every} needs an out_dir to write checkpoints to")
         if not isinstance(self.device, str) or not self.device:
             raise ValueError(f"device must be 'auto' or a torch device string, got {self.device!r}")
+        if isinstance(self.report_to, (list, tuple)):
+            self.report_to = ",".join(self.report_to)
+        reporters = parse_report_to(self.report_to)
+        self.report_to = ",".join(reporters) or "none"
+        if reporters and self.out_dir is None:
+            raise ValueError(f"report_to={self.report_to!r} writes under out_dir, but out_dir is None")
         for name in ("progress_bar", "find_unused_parameters", "keep_best"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}")

@@ -1,10 +1,23 @@
-"""What a training run writes as it goes: ``metrics.jsonl``, TensorBoard (if installed), the progress bar, and the
-loss plot at the end (``loss.png``, if matplotlib is installed)."""
+"""What a training run writes as it goes: ``metrics.jsonl``, the loggers ``TrainConfig.report_to`` asks for
+(TensorBoard, Weights & Biases), the progress bar, and the loss plot at the end (``loss.png``, if matplotlib is
+installed). Everything here runs on rank 0 only.
+
+Loggers (``report_to``):
+
+- ``tensorboard``: ``out_dir/tensorboard/`` through ``torch.utils.tensorboard`` (extra ``ctxemb[tensorboard]``);
+- ``wandb``: a Weights & Biases run in ``out_dir/wandb/``, **offline** unless ``WANDB_MODE`` is set (sync it later
+  with ``wandb sync``); project ``WANDB_PROJECT`` (default ``ctxemb``), named after ``out_dir``, with the
+  TrainConfig as its config. A resumed run continues the same W&B run (its id is kept in ``out_dir/wandb/run_id``).
+  Extra ``ctxemb[wandb]``.
+
+Both get the same scalars as ``metrics.jsonl``, named ``train/<key>`` and ``eval/<key>``.
+"""
 
 from __future__ import annotations
 
 import json
 import logging
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -22,16 +35,93 @@ logger = logging.getLogger(__name__)
 METRICS_FILE = "metrics.jsonl"
 LOSS_PLOT_FILE = "loss.png"
 TENSORBOARD_DIR = "tensorboard"
+WANDB_DIR = "wandb"
+WANDB_RUN_ID_FILE = "run_id"
+
+
+def _scalars(record: dict[str, float]) -> dict[str, float]:
+    """A metrics record's numbers under the loggers' names: ``eval/<key>`` for ``eval_<key>``, else ``train/<key>``."""
+    return {(("eval/" + k[5:]) if k.startswith("eval_") else ("train/" + k)): v for k, v in record.items()
+            if k != "step" and isinstance(v, (int, float)) and not isinstance(v, bool)}
+
+
+class TensorBoardReporter:
+    """Scalars into ``out_dir/tensorboard/`` (events after ``start_step`` from a cut-off run are purged)."""
+
+    def __init__(self, out_dir: Path, start_step: int):
+        try:
+            from torch.utils.tensorboard import SummaryWriter
+        except ImportError as e:
+            raise ImportError("report_to includes 'tensorboard', but tensorboard is not installed; "
+                              "pip install 'ctxemb[tensorboard]' (or drop it from --report-to)") from e
+        self.writer = SummaryWriter(str(out_dir / TENSORBOARD_DIR), purge_step=start_step + 1)
+
+    def log(self, step: int, record: dict[str, float]) -> None:
+        for tag, v in _scalars(record).items():
+            self.writer.add_scalar(tag, v, step)
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+class WandbReporter:
+    """A Weights & Biases run in ``out_dir/wandb/``, offline unless ``WANDB_MODE`` says otherwise."""
+
+    def __init__(self, out_dir: Path, config: TrainConfig):
+        try:
+            import wandb
+        except ImportError as e:
+            raise ImportError("report_to includes 'wandb', but wandb is not installed; pip install 'ctxemb[wandb]' "
+                              "(or drop it from --report-to)") from e
+        directory = out_dir / WANDB_DIR
+        directory.mkdir(parents=True, exist_ok=True)
+        id_file = directory / WANDB_RUN_ID_FILE
+        run_id = id_file.read_text(encoding="utf-8").strip() if id_file.is_file() else None
+        mode = os.environ.get("WANDB_MODE") or "offline"
+        self.run = wandb.init(project=os.environ.get("WANDB_PROJECT") or "ctxemb", name=out_dir.resolve().name,
+                              dir=str(out_dir), mode=mode, config=config.to_dict(), id=run_id,
+                              resume="allow" if run_id else None,
+                              settings=wandb.Settings(console="off"))  # the library leaves stdout alone
+        if run_id is None and getattr(self.run, "id", None):
+            with atomic_write(id_file, encoding="utf-8") as f:
+                f.write(str(self.run.id) + "\n")
+        logger.info("reporting to Weights & Biases (%s mode) in %s", mode, directory)
+
+    def log(self, step: int, record: dict[str, float]) -> None:
+        self.run.log(_scalars(record), step=step)
+
+    def close(self) -> None:
+        self.run.finish()
+
+
+def make_reporters(config: TrainConfig, out_dir: Path, start_step: int) -> list:
+    """The loggers ``config.report_to`` names (rank 0 calls this; the other ranks report nothing).
+
+    Raises:
+        ImportError: a named logger's package is missing (the message names the extra to install).
+    """
+    from ctxemb.training.config import parse_report_to
+
+    made: list = []
+    try:
+        for name in parse_report_to(config.report_to):
+            made.append(TensorBoardReporter(out_dir, start_step) if name == "tensorboard" else
+                        WandbReporter(out_dir, config))
+    except BaseException:
+        for reporter in made:  # the ones already open
+            reporter.close()
+        raise
+    return made
 
 
 class MetricWriters:
-    """metrics.jsonl, TensorBoard (if importable) and the progress bar; all no-ops except on rank 0."""
+    """metrics.jsonl, the ``report_to`` loggers and the progress bar; all no-ops except on rank 0."""
 
     def __init__(self, config: TrainConfig, ctx: DistributedContext, start_step: int):
         self.active = ctx.is_main
         self.out_dir = Path(config.out_dir) if config.out_dir else None
         self.metrics_path = self.out_dir / METRICS_FILE if self.out_dir else None
-        self.tb = None
+        self.reporters: list = []
         self.bar = tqdm(total=config.max_steps, initial=start_step, desc="train", unit="step", dynamic_ncols=True,
                         disable=not (self.active and config.progress_bar))
         self.quiet_logs = self.active and config.progress_bar  # log lines would tear the bar
@@ -39,12 +129,7 @@ class MetricWriters:
             return
         self.out_dir.mkdir(parents=True, exist_ok=True)
         self._truncate_metrics(start_step)
-        try:
-            from torch.utils.tensorboard import SummaryWriter
-        except ImportError:
-            logger.debug("tensorboard is not installed; metrics go to %s only", self.metrics_path)
-        else:
-            self.tb = SummaryWriter(str(self.out_dir / TENSORBOARD_DIR), purge_step=start_step + 1)
+        self.reporters = make_reporters(config, self.out_dir, start_step)
 
     def _truncate_metrics(self, start_step: int) -> None:
         # Records after the step we (re)start from belong to a run that was cut off; they will be logged again.
@@ -68,10 +153,8 @@ class MetricWriters:
             with open(self.metrics_path, "a", encoding="utf-8") as f:
                 faults.kill_point("metrics_line", (f, json.dumps(record) + "\n"))
                 f.write(json.dumps(record) + "\n")
-        if self.tb is not None:
-            for k, v in record.items():
-                if k != "step" and isinstance(v, (int, float)):
-                    self.tb.add_scalar(("eval/" + k[5:]) if k.startswith("eval_") else ("train/" + k), v, step)
+        for reporter in self.reporters:
+            reporter.log(step, record)
         shown = {k: record[k] for k in ("loss", "lr", "tokens_per_s", "eval_loss") if k in record}
         if shown:
             self.bar.set_postfix({k: (f"{v:.2e}" if k == "lr" else f"{v:.4g}") for k, v in shown.items()},
@@ -81,8 +164,9 @@ class MetricWriters:
 
     def close(self) -> None:
         self.bar.close()
-        if self.tb is not None:
-            self.tb.close()
+        for reporter in self.reporters:
+            reporter.close()
+        self.reporters = []
 
 
 def write_loss_plot(metrics_path: str | Path, out_path: str | Path) -> Path | None:

@@ -161,7 +161,7 @@ def check_fresh_out_dir(config: TrainConfig) -> None:
 
 # Fields that may change between a run and its resumption without changing what is computed.
 _RESUME_FREE = {"resume", "out_dir", "progress_bar", "log_every", "eval_every", "save_every",
-                "keep_last_checkpoints", "device"}
+                "keep_last_checkpoints", "device", "report_to"}
 
 
 def _warn_config_changes(saved: Mapping[str, Any] | None, config: TrainConfig, path: Path) -> None:
@@ -253,6 +253,8 @@ def _train(model: nn.Module, train_data: Any, config: TrainConfig, ctx: Distribu
         _warn_config_changes(loaded.trainer_state.get("config"), config, resume_from)
         if ctx.is_main:
             logger.info("resuming from %s (step %d)", resume_from, start_step)
+        for cb in callbacks:
+            cb.on_resume(loaded.trainer_state, loaded.path)
     ddp = wrap_model(raw, ctx, find_unused_parameters=config.find_unused_parameters)
 
     # Accumulators since the last log record (per rank; checkpointed so a resumed run logs the same averages).
@@ -286,12 +288,13 @@ def _train(model: nn.Module, train_data: Any, config: TrainConfig, ctx: Distribu
                         "tokens": int(running["tokens"]),
                         "metric_sums": {k: float(v) for k, v in running["metric_sums"].items()}},
         }
+        info = {k: v for cb in callbacks for k, v in cb.checkpoint_info().items()}  # e.g. the best evaluation
         path = save_checkpoint(out_dir, step, model=raw, optimizer=optimizer, scheduler=scheduler,
                                rank_state=rank_state, ctx=ctx,
-                               trainer_state={"elapsed": elapsed(), "config": config.to_dict(),
+                               trainer_state={**info, "elapsed": elapsed(), "config": config.to_dict(),
                                               "torch_version": torch.__version__})
         if ctx.is_main and config.keep_last_checkpoints:
-            prune_checkpoints(out_dir, config.keep_last_checkpoints)
+            prune_checkpoints(out_dir, config.keep_last_checkpoints, protect=info.get("best_step"))
         last_saved = step
         result.checkpoint = path
         for cb in callbacks:

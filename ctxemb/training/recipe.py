@@ -19,6 +19,8 @@ Every run directory has one shape::
             model.safetensors    tokenizer files, the recipe's own files (e.g. finetune_config.json)
             run.json             the run record (run_record): settings, the resolved TrainConfig, versions,
                                  the precision asked for and what it resolved to, the machine, steps, metrics
+            README.md            the model card, rendered from run.json (ctxemb.training.model_card)
+        best.json            with model selection (keep_best): the best step, its metrics and checkpoint
 """
 
 from __future__ import annotations
@@ -48,13 +50,16 @@ from ctxemb.training.callbacks import BestWeights, Callback, EarlyStopping, Trai
 from ctxemb.training.config import TrainConfig, epochs_to_steps
 from ctxemb.training.distributed import DistributedContext, barrier, distributed_session
 from ctxemb.training.loop import check_fresh_out_dir, seed_everything, train
+from ctxemb.training.model_card import CARD_FILE, render_model_card
 from ctxemb.training.precision import resolve_precision
+from ctxemb.training.state import CHECKPOINT_PREFIX
 
 logger = logging.getLogger(__name__)
 
 MODEL_DIR = "model"
 SETTINGS_FILE = "run_settings.json"
 RUN_RECORD_FILE = "run.json"
+BEST_FILE = "best.json"
 # The CPU flags worth recording: they decide what "auto" precision and the int8 kernels do.
 _CPU_FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16", "amx_int8", "avx_vnni")
 
@@ -134,6 +139,8 @@ class RunSpec:
         evaluate_each_epoch: evaluate once per epoch unless ``train.eval_every`` says otherwise.
         resume_free: settings that may change on resume.
         primary_metric, greater_is_better: what model selection (``keep_best``, early stopping) optimises.
+        card: model-card hints recorded in the run record (e.g. ``{"pipeline_tag": "sentence-similarity"}``; by
+            default the card derives them from the recipe and its settings).
     """
 
     recipe: str
@@ -145,6 +152,7 @@ class RunSpec:
     resume_free: frozenset[str] = frozenset()
     primary_metric: str | None = None
     greater_is_better: bool = True
+    card: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -199,8 +207,14 @@ class RunResult:
 def run_record(spec: RunSpec, train_config: TrainConfig, result: TrainResult, *, device: torch.device,
                eval_history: list[dict[str, float]], final_metrics: Mapping[str, float], best_step: int | None,
                stats: Mapping[str, Any], total_seconds: float, world_size: int,
-               extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """The run record (``model/run.json``): one shape for every recipe (see the module docstring)."""
+               extra: Mapping[str, Any] | None = None, best_checkpoint: str | None = None,
+               history_steps: list[int] | None = None) -> dict[str, Any]:
+    """The run record (``model/run.json``): one shape for every recipe (see the module docstring).
+
+    ``metrics.best_checkpoint`` names the checkpoint directory of ``best_step`` (None where none was written at
+    that step); ``metrics.history_steps`` the step of each evaluation in ``metrics.history``.
+    """
+    card = dict(getattr(spec, "card", None) or {})
     return {
         "recipe": spec.recipe,
         "settings": spec.settings,
@@ -214,8 +228,9 @@ def run_record(spec: RunSpec, train_config: TrainConfig, result: TrainResult, *,
                      "train_seconds": result.elapsed, "total_seconds": total_seconds,
                      "final_loss": float(np.mean(result.losses[-50:])) if result.losses else None},
         "metrics": {"primary_metric": spec.primary_metric, "greater_is_better": spec.greater_is_better,
-                    "final": dict(final_metrics), "history": eval_history, "best_step": best_step,
-                    "loop_eval": result.eval_metrics},
+                    "final": dict(final_metrics), "history": eval_history, "history_steps": history_steps,
+                    "best_step": best_step, "best_checkpoint": best_checkpoint, "loop_eval": result.eval_metrics},
+        **({"card": card} if card else {}),
         **dict(extra or {}),
     }
 
@@ -285,10 +300,14 @@ def run_training(spec: RunSpec, *, build_model: Callable[[], nn.Module],
                        eval_fn=timed_evaluate if data.evaluate is not None else None,
                        param_groups=data.param_groups, callbacks=cbs)
         final = dict(history[-1]) if history else dict(result.eval_metrics or {})
-        best_step = None
+        best_step = best_checkpoint = None
+        steps = _eval_steps(result)
         if best is not None and best.restore():
             best_step = best.best_step
-            final = next((h for h, s in zip(history, _eval_steps(result)) if s == best_step), final)
+            # an evaluation before a resume is not in this call's history: the checkpoint recorded its metrics
+            final = next((h for h, s in zip(history, steps) if s == best_step), dict(best.best_metrics))
+            ckpt = out_dir / f"{CHECKPOINT_PREFIX}{best_step}"
+            best_checkpoint = ckpt.name if ckpt.is_dir() else None
         outcome = RunResult(train=result, train_config=train_config, model=model, model_dir=out_dir / MODEL_DIR,
                             training_run=None, eval_history=history, final_metrics=final, best_step=best_step,
                             eval_seconds=eval_seconds[0])
@@ -298,7 +317,10 @@ def run_training(spec: RunSpec, *, build_model: Callable[[], nn.Module],
             record = run_record(spec, train_config, result, device=ctx.device, eval_history=history,
                                 final_metrics=outcome.final_metrics, best_step=best_step, stats=data.stats,
                                 total_seconds=time.perf_counter() - t_start, world_size=ctx.world_size,
-                                extra=extra_record(outcome) if extra_record else None)
+                                extra=extra_record(outcome) if extra_record else None,
+                                best_checkpoint=best_checkpoint, history_steps=steps)
+            if best is not None:
+                write_best(out_dir, best, final_metrics=outcome.final_metrics, best_checkpoint=best_checkpoint)
             outcome.training_run = save_run(outcome.model_dir, lambda d: save_files(model, d), label=spec.label,
                                             record=record)
             outcome.record = record
@@ -312,10 +334,29 @@ def _eval_steps(result: TrainResult) -> list[int]:
     return [int(r["step"]) for r in result.history if any(k.startswith("eval_") for k in r)]
 
 
+def write_best(out_dir: str | os.PathLike, best: BestWeights, *, final_metrics: Mapping[str, Any],
+               best_checkpoint: str | None) -> Path:
+    """Write ``<out_dir>/best.json`` (atomically): which evaluation model selection chose, like the
+    ``best_model_checkpoint`` of transformers' ``trainer_state.json``.
+
+    Keys: ``metric``, ``greater_is_better``, ``best_step`` (None if nothing was evaluated), ``best_value``,
+    ``metrics`` (that evaluation's), ``best_checkpoint`` (the checkpoint directory of that step, None where none
+    was written at it) and ``model_dir`` (``model``: the saved model holds those weights).
+    """
+    path = Path(out_dir) / BEST_FILE
+    info = {"metric": best.metric, "greater_is_better": best.greater_is_better, "best_step": best.best_step,
+            "best_value": best.best_value, "metrics": dict(final_metrics), "best_checkpoint": best_checkpoint,
+            "model_dir": MODEL_DIR}
+    with atomic_write(path, encoding="utf-8") as f:
+        f.write(json.dumps(info, indent=2, default=str) + "\n")
+    return path
+
+
 def save_run(model_dir: str | os.PathLike, write_files: Callable[[Path], None], *, label: str,
              record: Mapping[str, Any]) -> str:
     """Write a model directory atomically: ``write_files(tmp)`` fills it, then the training-run stamp goes into its
-    ``config.json`` and the run record (with the stamp) into ``run.json``; the directory replaces ``model_dir``
+    ``config.json``, the run record (with the stamp) into ``run.json`` and the model card rendered from it into
+    ``README.md`` (:func:`ctxemb.training.model_card.render_model_card`); the directory replaces ``model_dir``
     only once complete.
 
     Returns:
@@ -324,8 +365,11 @@ def save_run(model_dir: str | os.PathLike, write_files: Callable[[Path], None], 
     with atomic_directory(model_dir) as tmp:
         write_files(tmp)
         run_id = stamp_training_run(tmp, label)
+        full = json.loads(json.dumps({"training_run": run_id, **record}, default=str))  # as run.json reads back
         with open(tmp / RUN_RECORD_FILE, "w", encoding="utf-8") as f:
-            f.write(json.dumps({"training_run": run_id, **record}, indent=2, default=str) + "\n")
+            f.write(json.dumps(full, indent=2) + "\n")
+        with open(tmp / CARD_FILE, "w", encoding="utf-8") as f:
+            f.write(render_model_card(full, tmp))
     return run_id
 
 

@@ -5,15 +5,20 @@ A checkpoint is one directory, written under a temporary name and renamed into p
 a half-written ``checkpoint-{step}``):
 
     out_dir/checkpoint-{step}/
-        trainer_state.json   step, world size, elapsed seconds, the TrainConfig, format version
-        model.pt             state_dict of the unwrapped model (no "module." prefix)
+        trainer_state.json   step, world size, elapsed seconds, the TrainConfig, format version, and (with
+                             model selection) the best evaluation so far: best_step, best_metric, best_value
+        model.safetensors    state_dict of the unwrapped model (no "module." prefix; a tied tensor is stored
+                             once, as safetensors.torch.save_model does)
         optimizer.pt         optimizer state_dict (identical on every rank under DDP, saved by rank 0)
         scheduler.pt         LR scheduler state_dict
         rank-{r}.pt          per rank r: RNG states (python, numpy, torch CPU, CUDA), the batch source's
                              state_dict, the running loss/metric/token accumulators since the last log
 
 Rank 0 gathers the per-rank states and writes the directory alone; on resume every rank reads the model,
-optimizer and scheduler files and its own ``rank-{r}.pt``. Everything is loaded with ``weights_only=True``.
+optimizer and scheduler files and its own ``rank-{r}.pt``. The torch files are loaded with ``weights_only=True``.
+
+Format 1 (ctxemb before the safetensors checkpoints) kept the weights in ``model.pt``; such checkpoints still
+resume (:func:`read_checkpoint_weights` reads either).
 """
 
 from __future__ import annotations
@@ -29,6 +34,10 @@ from typing import Any
 
 import numpy as np
 import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file as load_safetensors
+from safetensors.torch import load_model as load_safetensors_model
+from safetensors.torch import save_model as save_safetensors_model
 from torch import nn
 
 from ctxemb._validation import read_json_file
@@ -38,11 +47,12 @@ from ctxemb.training.distributed import DistributedContext, barrier, gather_to_m
 
 logger = logging.getLogger(__name__)
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: weights in model.safetensors; 1: weights in model.pt (still read)
 CHECKPOINT_PREFIX = "checkpoint-"
 _CHECKPOINT_RE = re.compile(r"^checkpoint-(\d+)$")
 TRAINER_STATE = "trainer_state.json"
-MODEL_FILE = "model.pt"
+MODEL_FILE = "model.safetensors"
+LEGACY_MODEL_FILE = "model.pt"  # format 1
 OPTIMIZER_FILE = "optimizer.pt"
 SCHEDULER_FILE = "scheduler.pt"
 
@@ -129,12 +139,17 @@ def latest_checkpoint(out_dir: str | Path) -> Path | None:
     return found[-1][1] if found else None
 
 
-def prune_checkpoints(out_dir: str | Path, keep: int) -> list[Path]:
-    """Delete all but the ``keep`` newest checkpoints (``keep`` = 0 keeps all); returns the deleted paths."""
+def prune_checkpoints(out_dir: str | Path, keep: int, *, protect: int | None = None) -> list[Path]:
+    """Delete all but the ``keep`` newest checkpoints (``keep`` = 0 keeps all); returns the deleted paths.
+
+    Args:
+        protect: the step of a checkpoint never deleted (the best evaluation's, under model selection), kept
+            besides the ``keep`` newest.
+    """
     if keep <= 0:
         return []
     found = list_checkpoints(out_dir)
-    doomed = [p for _, p in found[:-keep]] if len(found) > keep else []
+    doomed = [p for s, p in found[:-keep] if s != protect] if len(found) > keep else []
     for p in doomed:
         shutil.rmtree(p, ignore_errors=True)
         logger.info("deleted old checkpoint %s", p)
@@ -169,7 +184,7 @@ def save_checkpoint(out_dir: str | Path, step: int, *, model: nn.Module, optimiz
         info = dict(trainer_state, step=step, world_size=ctx.world_size, format=FORMAT_VERSION)
         with atomic_directory(path) as tmp:
             (tmp / TRAINER_STATE).write_text(json.dumps(info, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-            torch.save(unwrap_model(model).state_dict(), tmp / MODEL_FILE)
+            save_safetensors_model(unwrap_model(model), str(tmp / MODEL_FILE), metadata={"format": "pt"})
             faults.kill_point(faults.checkpoint_phase(step, trainer_state))
             torch.save(optimizer.state_dict(), tmp / OPTIMIZER_FILE)
             torch.save(scheduler.state_dict(), tmp / SCHEDULER_FILE)
@@ -216,6 +231,59 @@ def read_trainer_state(path: str | Path) -> dict:
     return info
 
 
+def _model_file(path: Path, info: dict) -> Path:
+    # format 2 keeps the weights in model.safetensors, format 1 (or a checkpoint without a format) in model.pt
+    legacy = info.get("format", 1) < 2
+    name = LEGACY_MODEL_FILE if legacy else MODEL_FILE
+    f = path / name
+    if not f.is_file():
+        other = path / (MODEL_FILE if legacy else LEGACY_MODEL_FILE)
+        hint = (f" (it has {other.name}, which format {info.get('format', 1)} does not use: the checkpoint is a mix "
+                f"of two formats)" if other.is_file() else "")
+        raise FileNotFoundError(f"checkpoint file {f} is missing: a format-{info.get('format', 1)} checkpoint keeps "
+                                f"its weights in {name}{hint}")
+    return f
+
+
+def _load_weights(path: Path, model: nn.Module, device: torch.device | str, info: dict) -> None:
+    f = _model_file(path, info)
+    if f.name == LEGACY_MODEL_FILE:
+        logger.info("checkpoint %s is in format 1 (weights in %s); the checkpoints this run writes keep them in %s",
+                    path, LEGACY_MODEL_FILE, MODEL_FILE)
+        state_dict = _load(f, device)
+        try:
+            model.load_state_dict(state_dict)
+        except RuntimeError as e:
+            raise ResumeStateError(f"checkpoint file {f} does not fit the model: {e}") from e
+        return
+    try:
+        load_safetensors_model(model, str(f), device=str(device))
+    except SafetensorError as e:
+        raise ResumeStateError(f"checkpoint file {f} is corrupt or unreadable: {type(e).__name__}: {e}") from e
+    except RuntimeError as e:
+        raise ResumeStateError(f"checkpoint file {f} does not fit the model: {e}") from e
+
+
+def read_checkpoint_weights(path: str | Path) -> dict[str, torch.Tensor]:
+    """The model weights a checkpoint directory holds, as a state dict on the CPU, from either format
+    (``model.safetensors``, or a format-1 checkpoint's ``model.pt``). A tied tensor appears under the one name it
+    was stored under.
+
+    Raises:
+        FileNotFoundError: the directory, its ``trainer_state.json`` or its weights file is missing.
+        ResumeStateError: a file is corrupt.
+    """
+    path = Path(path)
+    info = read_trainer_state(path)
+    f = _model_file(path, info)
+    if f.name == LEGACY_MODEL_FILE:
+        return _load(f)
+    try:
+        return load_safetensors(str(f))
+    except SafetensorError as e:
+        raise ResumeStateError(f"checkpoint file {f} is corrupt or unreadable: {type(e).__name__}: {e}") from e
+
+
 @dataclass
 class LoadedCheckpoint:
     """What :func:`load_checkpoint` read besides what it loaded in place."""
@@ -247,12 +315,7 @@ def load_checkpoint(path: str | Path, *, model: nn.Module, optimizer: torch.opti
     if saved_world != ctx.world_size:
         raise ValueError(f"checkpoint {path} was written by a run with {saved_world} process(es); this run has "
                          f"{ctx.world_size} (the data positions and RNG states are per process)")
-    model_file = path / MODEL_FILE
-    state_dict = _load(model_file, device)
-    try:
-        unwrap_model(model).load_state_dict(state_dict)
-    except RuntimeError as e:
-        raise ResumeStateError(f"checkpoint file {model_file} does not fit the model: {e}") from e
+    _load_weights(path, unwrap_model(model), device, info)
     if optimizer is not None:
         f = path / OPTIMIZER_FILE
         try:
