@@ -63,9 +63,15 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--eval-split", default=None, help="the split evaluated each epoch (default dev; tune on dev)")
     add_train_flags(p, shown_defaults={"learning_rate": "2e-5 for sentence tasks, 5e-5 for token and span tasks",
                                        "warmup_ratio": 0.1})
-    c = p.add_argument_group("a custom task (TSV or JSONL with named columns)")
-    c.add_argument("--train-file", help="custom task: training file (TSV or JSONL with named columns)")
-    c.add_argument("--dev-file", help="custom task: dev file evaluated each epoch (same format)")
+    c = p.add_argument_group("a custom task (a table with named columns)")
+    c.add_argument("--train-file", help="custom/conll-file/squad-file: the training data: a CSV, TSV, JSONL, JSON "
+                   "or Parquet file, or a directory saved by datasets' save_to_disk (conll-file: a CoNLL file, or a "
+                   "JSONL/JSON/Parquet/datasets table with tokens and tags list columns)")
+    c.add_argument("--dev-file", help="the dev data evaluated each epoch (any format --train-file takes; a saved "
+                   "DatasetDict gives its --eval-split, 'dev' falling back to 'validation')")
+    c.add_argument("--columns", type=_columns, default=None, metavar="ROLE=COLUMN,...",
+                   help="the table's column for each role: custom tasks text (or text_a), text_b, label, id (e.g. "
+                        "text=sentence,label=score); conll-file tables tokens, tags (e.g. tags=ner_tags)")
     c.add_argument("--text-a", default=None, help="default 'sentence'")
     c.add_argument("--text-b", default=None, help="custom task: the second text's column, for pair tasks (default: none)")
     c.add_argument("--label", default=None, help="default 'label'")
@@ -102,9 +108,20 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     return p
 
 
+def _columns(text: str) -> dict[str, str]:
+    """argparse type of --columns: ROLE=COLUMN items separated by commas."""
+    from ctxemb.finetuning.tables import parse_columns
+
+    try:
+        return parse_columns(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
 # recipe flags that set a field of the task's config under the same name
 _RECIPE_FLAGS = ("model", "head", "regime", "last_k", "layerwise_lr_decay", "epochs", "batch_size", "max_length",
-                 "max_train_examples", "train_split", "eval_split", "train_file", "dev_file", "text_a", "text_b",
+                 "max_train_examples", "train_split", "eval_split", "train_file", "dev_file", "columns", "text_a",
+                 "text_b",
                  "label", "label_names",
                  "regression", "label_subwords", "decoding", "max_span_length", "span_boundary", "span_summary",
                  "target_precision", "doc_stride", "max_query_length", "max_answer_length")
