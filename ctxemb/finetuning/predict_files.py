@@ -101,7 +101,8 @@ def default_roles(predictor, saved: Mapping[str, Any]) -> dict[str, Any]:
             return {"text": "sentence1", "text_b": "sentence2"}
         return {"text": "sentence", "text_b": None}
     if isinstance(predictor, TokenPredictor):
-        return {"text": "text", "tokens": None}
+        trained = (saved.get("columns") or {}).get("tokens", "tokens")  # a tagger trained from a table
+        return {"text": "text", "tokens": trained}
     if isinstance(predictor, QAPredictor):
         return {"question": "question", "context": "context"}
     return {}
@@ -135,17 +136,17 @@ def _tokens(row: Mapping, column) -> list[str]:
 class _Runner:
     """One model kind: the inputs of a row, and the appended columns of a batch of inputs."""
 
-    def __init__(self, predictor, roles: dict[str, Any], batch_size: int):
+    def __init__(self, predictor, roles: dict[str, Any], batch_size: int, mode: str | None = None):
         self.predictor, self.roles, self.batch_size = predictor, roles, batch_size
-        self.mode = None  # token models: "text" or "tokens", fixed by the first row
+        self.mode = mode  # token models: "text" or "tokens"; None: fixed by the first row
 
     def inputs(self, row: Mapping) -> Any:
         p, r = self.predictor, self.roles
         if isinstance(p, SequencePredictor):
             return _text(row, r["text"]), None if r.get("text_b") is None else _text(row, r["text_b"])
         if isinstance(p, TokenPredictor):
-            if self.mode is None:
-                self.mode = "tokens" if r.get("tokens") is not None else "text"
+            if self.mode is None:  # schema-less input (JSONL): pre-tokenized if the first row has only tokens
+                self.mode = "tokens" if r["tokens"] in row and r["text"] not in row else "text"
             return _tokens(row, r["tokens"]) if self.mode == "tokens" else _text(row, r["text"])
         if isinstance(p, QAPredictor):
             return _text(row, r["question"]), _text(row, r["context"])
@@ -251,17 +252,22 @@ def predict_file(model: Any, input: str | os.PathLike, output: str | os.PathLike
         raise ValueError("columns does not apply to a registered task's model: each row is its input as a whole")
     roles = resolve_columns(columns, defaults, aliases={"text_a": "text"} if "text" in defaults else None)
     table = open_rows(input, what="inputs to predict for", format=input_format)
-    if isinstance(predictor, TokenPredictor) and roles["tokens"] is None and table.columns is not None \
-            and "tokens" in table.columns and roles["text"] not in table.columns:
-        roles["tokens"] = "tokens"  # pre-tokenized input: a tokens column and no text column
+    mode = None
+    if isinstance(predictor, TokenPredictor):
+        if columns and ("tokens" in columns) != ("text" in columns):
+            mode = "tokens" if "tokens" in columns else "text"  # the role the user mapped
+        elif table.columns is not None:  # pre-tokenized input: a tokens column and no text column
+            mode = "tokens" if roles["tokens"] in table.columns and roles["text"] not in table.columns else "text"
+        if mode is not None:
+            roles.pop("text" if mode == "tokens" else "tokens")
     if table.columns is not None:
-        needed = [c for k, c in roles.items() if c is not None and not (k == "text" and roles.get("tokens"))]
+        needed = [c for c in roles.values() if c is not None]
         missing = [c for c in needed if c not in table.columns]
         if missing:
             raise ValueError("%s: no column %s; its columns are %s (map others with columns, e.g. text=review)"
                              % (table.name, ", ".join(repr(c) for c in missing),
                                 ", ".join(repr(c) for c in table.columns)))
-    runner = _Runner(predictor, roles, batch_size)
+    runner = _Runner(predictor, roles, batch_size, mode)
     report = on_skip or (lambda where, reason: logger.warning("%s: skipped: %s", where, reason))
     result = PredictFileResult(rows=0, written=0, output=Path(output))
     with atomic_write(output, "w", encoding="utf-8", newline="") as f:
