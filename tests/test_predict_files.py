@@ -66,7 +66,7 @@ def models(tmp_path_factory):
     for head in ("softmax", "crf", "span"):
         out[head] = _finetune(d, head, "conll-file", "--train-file", str(d / "tagged.jsonl"), "--dev-file",
                               str(d / "tagged.jsonl"), "--columns", "tokens=words,tags=ner", "--head", head,
-                              "--max-span-length", "3", *(("--epochs", "4") if head == "crf" else ()))
+                              "--max-span-length", "3", *(("--epochs", "6", "--learning-rate", "5e-3") if head == "crf" else ()))
     paragraphs = []
     for k, t in enumerate(_texts(16, 4)):
         context = t + " a mouse sat"

@@ -16,8 +16,9 @@ sequence (classifier)  ``text`` (the training run's ``text_a``, else            
 sequence (regression,  the same                                                   ``score``
 bi-encoder)
 tagger / span NER      ``text`` (raw text), or ``tokens`` (pre-tokenized words:   ``entities`` (type, text, start,
-                       a list, or a space-separated string in CSV/TSV) when       end, first_word, end_word, score);
-                       mapped or when the input has ``tokens`` and no ``text``    with tokens: ``predicted_tags``
+                       a list, or a space-separated string in CSV/TSV; the        end, first_word, end_word, score);
+                       training's tokens column, else ``tokens``) when mapped     with tokens: ``predicted_tags`` and
+                       or when the input has it and no ``text``                   entities by words
 QA                     ``question``, ``context``                                  ``answer``, ``answer_start``,
                                                                                   ``answer_end``, ``answer_score``
 a registered task      the whole row is the task's input                          ``prediction``
