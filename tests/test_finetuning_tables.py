@@ -257,3 +257,87 @@ def test_python_api_trains_from_a_list_and_a_dataset_and_records_them(tables_dir
                        train=TrainConfig(learning_rate=1e-3, out_dir=str(d / "x")))
     with pytest.raises(ValueError, match="columns maps the columns of a custom task's table"):
         FinetuneConfig(task="sst2", columns={"text": "x"}, train=TrainConfig(learning_rate=1e-3, out_dir=str(d / "x")))
+
+
+def _squad(n, seed):
+    rng = random.Random(seed)
+    paragraphs = []
+    for k in range(n):
+        words = rng.choices(WORDS[:-1], k=rng.randint(4, 12))
+        at = rng.randrange(len(words))
+        words[at] = "mouse"
+        context = " ".join(words)
+        start = len(" ".join(words[:at])) + (at > 0)
+        paragraphs.append({"context": context, "qas": [{"id": f"q{seed}-{k}", "question": "what animal ?",
+                                                       "answers": [{"text": "mouse", "answer_start": start}]}]})
+    return {"data": [{"title": "t", "paragraphs": paragraphs}]}
+
+
+def _squad_rows(squad):
+    return [{"id": q["id"], "title": a["title"], "context": p["context"], "question": q["question"],
+             "answers": {"text": [x["text"] for x in q["answers"]],
+                         "answer_start": [x["answer_start"] for x in q["answers"]]}}
+            for a in squad["data"] for p in a["paragraphs"] for q in p["qas"]]
+
+
+def test_qa_tables_read_like_squad_json(tmp_path):
+    from ctxemb.finetuning.qa_tables import read_qa_table
+    from ctxemb.finetuning.squad import read_squad
+
+    squad = _squad(6, 0)
+    (tmp_path / "s.json").write_text(json.dumps(squad))
+    reference = read_squad(tmp_path / "s.json")
+    rows = _squad_rows(squad)
+    ds = datasets.Dataset.from_list(rows)
+    (tmp_path / "s.jsonl").write_text("".join(json.dumps({**r, "answers": [
+        {"text": t, "answer_start": s} for t, s in zip(r["answers"]["text"], r["answers"]["answer_start"])]}) + "\n"
+        for r in rows))
+    pd.DataFrame([{**r, "answers": json.dumps(r["answers"])} for r in rows]).to_csv(tmp_path / "s.csv", index=False)
+    renamed = [{"qid": r["id"], "passage": r["context"], "q": r["question"], "gold": r["answers"],
+                "title": r["title"]} for r in rows]
+    for source, cols in ((ds, None), (tmp_path / "s.jsonl", None), (tmp_path / "s.csv", None), (rows, None),
+                         (renamed, {"id": "qid", "context": "passage", "question": "q", "answers": "gold"})):
+        assert read_qa_table(source, columns=cols) == reference, source
+    bad = [{**rows[0], "answers": {"text": ["mouse"], "answer_start": [0]}}]
+    if rows[0]["context"].startswith("mouse"):
+        bad[0]["answers"]["answer_start"] = [1]
+    with pytest.raises(ValueError, match=r"list row 0: column 'answers', answer 0: 'mouse' is not in the context"):
+        read_qa_table(bad)
+    with pytest.raises(ValueError, match=r"list row 1: question id 'q0-0' repeats the id of list row 0"):
+        read_qa_table([rows[0], rows[0]])
+
+
+def test_token_and_qa_tasks_train_the_same_model_from_tables(tables_dir, tmp_path):
+    from safetensors.torch import load_file
+
+    from ctxemb.cli import main
+    from ctxemb.finetuning.conll import write_conll
+
+    d = tables_dir[0]
+    rng = random.Random(5)
+    words = [rng.choices(WORDS, k=rng.randint(2, 6)) for _ in range(24)]
+    tags = [["B-LOC" if w == "river" else "O" for w in ws] for ws in words]
+    write_conll(tmp_path / "t.conll", words, [tags])
+    names = ["O", "B-LOC", "I-LOC"]
+    feats = datasets.Features({"tokens": datasets.Sequence(datasets.Value("string")),
+                               "ner_tags": datasets.Sequence(datasets.ClassLabel(names=names))})
+    datasets.Dataset.from_dict({"tokens": words, "ner_tags": [[names.index(t) for t in s] for s in tags]},
+                               features=feats).to_parquet(str(tmp_path / "t.parquet"))
+    squad = _squad(12, 1)
+    (tmp_path / "s.json").write_text(json.dumps(squad))
+    datasets.Dataset.from_list(_squad_rows(squad)).save_to_disk(str(tmp_path / "s_saved"))
+
+    def train(task, source, name, *extra):
+        assert main(["finetune", task, "--model", str(d / "tiny"), "--train-file", str(source), "--dev-file",
+                     str(source), "--epochs", "1", "--batch-size", "8", "--max-length", "32", "--precision", "fp32",
+                     "--seed", "0", "--out-dir", str(tmp_path / name), *extra]) == 0
+        return load_file(str(tmp_path / name / "model" / "model.safetensors"))
+
+    for task, a, b, extra in (("conll-file", tmp_path / "t.conll", tmp_path / "t.parquet",
+                               ("--columns", "tags=ner_tags")),
+                              ("squad-file", tmp_path / "s.json", tmp_path / "s_saved",
+                               ("--doc-stride", "8", "--max-query-length", "8"))):
+        reference = train(task, a, task + "-ref", *(x for x in extra if x != "--columns" and "=" not in x))
+        weights = train(task, b, task + "-table", *extra)
+        for k in reference:
+            torch.testing.assert_close(weights[k], reference[k], rtol=0, atol=0, msg=f"{task}: {k}")

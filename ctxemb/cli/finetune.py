@@ -66,12 +66,14 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     c = p.add_argument_group("a custom task (a table with named columns)")
     c.add_argument("--train-file", help="custom/conll-file/squad-file: the training data: a CSV, TSV, JSONL, JSON "
                    "or Parquet file, or a directory saved by datasets' save_to_disk (conll-file: a CoNLL file, or a "
-                   "JSONL/JSON/Parquet/datasets table with tokens and tags list columns)")
+                   "JSONL/JSON/Parquet/datasets table with tokens and tags list columns; squad-file: SQuAD JSON, or a "
+                   "table of questions in HF squad's columns)")
     c.add_argument("--dev-file", help="the dev data evaluated each epoch (any format --train-file takes; a saved "
                    "DatasetDict gives its --eval-split, 'dev' falling back to 'validation')")
     c.add_argument("--columns", type=_columns, default=None, metavar="ROLE=COLUMN,...",
                    help="the table's column for each role: custom tasks text (or text_a), text_b, label, id (e.g. "
-                        "text=sentence,label=score); conll-file tables tokens, tags (e.g. tags=ner_tags)")
+                        "text=sentence,label=score); conll-file tables tokens, tags (e.g. tags=ner_tags); "
+                        "squad-file tables id, title, context, question, answers")
     c.add_argument("--text-a", default=None, help="default 'sentence'")
     c.add_argument("--text-b", default=None, help="custom task: the second text's column, for pair tasks (default: none)")
     c.add_argument("--label", default=None, help="default 'label'")

@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+from ctxemb._validation import check_choice
 from ctxemb.atomic import atomic_write
 from ctxemb.finetuning.config import load_finetune_config
 from ctxemb.finetuning.predict import SequencePredictor
@@ -79,9 +80,7 @@ def output_format(path: str | os.PathLike, format: str | None = None) -> str:
         ValueError: an unknown format, or an extension that names none.
     """
     if format is not None:
-        if format not in OUTPUT_FORMATS:
-            raise ValueError(f"output format must be one of {', '.join(OUTPUT_FORMATS)}; got {format!r}")
-        return format
+        return check_choice(format, "output format", OUTPUT_FORMATS)
     suffix = Path(path).suffix.lower().lstrip(".")
     if suffix not in OUTPUT_FORMATS:
         raise ValueError(f"cannot tell the output format of {path} from its extension {Path(path).suffix!r}: name "
