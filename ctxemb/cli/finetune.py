@@ -9,6 +9,9 @@
     ctxemb predict runs/ner/model "Jane Villanueva of United Airlines Holding discussed it."
     ctxemb predict runs/ner/model --conll eng.testa --out predicted.conll
     ctxemb predict runs/qa/model "The Panthers defense gave up just 308 points." --question "How many points?"
+    ctxemb finetune custom --train-file train.csv --dev-file dev.parquet --columns text=review,label=stars \
+        --label-names bad good --out-dir runs/reviews
+    ctxemb predict runs/reviews/model --input reviews.jsonl --output predicted.csv --skip-bad-rows
 """
 
 from __future__ import annotations
