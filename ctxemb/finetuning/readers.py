@@ -2,7 +2,9 @@
 
 Two layers, as in the similarity readers:
 
-- :func:`read_table` reads one TSV or JSONL file with named columns and knows nothing about where files live;
+- :func:`read_table` reads one table with named columns (a TSV, CSV, JSONL, JSON or Parquet file, a ``datasets``
+  table, a DataFrame or a list: :mod:`ctxemb.finetuning.tables` reads the rows) and knows nothing about where files
+  live;
 - :func:`load_task` maps a task name and split names to the files of the shared data folder
   (``shared_data_dir() / "finetune" / <task>``; STS-B is read from ``shared_data_dir() / "similarity" / "stsb"``)
   and returns a :class:`TaskData`.
@@ -36,7 +38,7 @@ What each task's splits are:
   Pairs, scores and ids are exactly those of :func:`ctxemb.evaluation.similarity.data.read_stsb` (this module sits
   below evaluation in the layering, so it has its own few-line parser).
 
-File rules, for the shared files and :func:`read_table` alike:
+File rules, for the shared files and :func:`read_table` alike (other formats: :mod:`ctxemb.finetuning.tables`):
 
 - UTF-8 (a byte-order mark is allowed), LF or CRLF line ends, no empty file.
 - TSV: a header line naming the columns, then one example per line with exactly as many tab-separated fields.
