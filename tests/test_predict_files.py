@@ -91,8 +91,9 @@ def _predict(model_dir, inp, out, *extra):
     return _read_output(out)
 
 
-@pytest.mark.parametrize("kind", ["sequence", "pair", "regression", "bi-encoder"])
-@pytest.mark.parametrize("fmt", ["jsonl", "csv", "tsv"])
+@pytest.mark.parametrize("kind, fmt", [(k, f) for k in ("sequence", "pair", "regression", "bi-encoder")
+                                       for f in ("jsonl", "csv", "tsv", "parquet", "txt")
+                                       if f != "txt" or k == "sequence"])  # a text file has no pairs
 def test_sequence_models_write_what_the_predictor_gives(models, tmp_path, kind, fmt):
     d, dirs = models
     a, b = _texts(13, 10), _texts(13, 11)
@@ -101,13 +102,21 @@ def test_sequence_models_write_what_the_predictor_gives(models, tmp_path, kind, 
     inp = tmp_path / f"in.{fmt}"
     if fmt == "jsonl":
         _write_jsonl(inp, rows)
+    elif fmt == "parquet":
+        pytest.importorskip("pandas").DataFrame(rows).to_parquet(inp)
+    elif fmt == "txt":
+        inp.write_text("\n".join(a) + "\n")
+        rows = [{"id": None} for _ in a]
     else:
         sep = "," if fmt == "csv" else "\t"
         inp.write_text("\n".join([sep.join(rows[0])] + [sep.join(r.values()) for r in rows]) + "\n")
     expected = SequencePredictor.from_pretrained(dirs[kind]).predict(a, None if kind == "sequence" else b)
     for out_fmt in ("jsonl", "csv"):
         got = _predict(dirs[kind], inp, tmp_path / f"out.{out_fmt}")  # columns named as in training
-        assert [r["id"] for r in got] == [r["id"] for r in rows]  # input order, input columns kept
+        if fmt == "txt":
+            assert [r["text"] for r in got] == a
+        else:
+            assert [r["id"] for r in got] == [r["id"] for r in rows]  # input order, input columns kept
         for row, p in zip(got, expected):
             assert float(row["score"]) == pytest.approx(p.score, abs=1e-5)
             if p.label is None:

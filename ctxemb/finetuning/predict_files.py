@@ -24,7 +24,8 @@ QA                     ``question``, ``context``                                
 a registered task      the whole row is the task's input                          ``prediction``
 =====================  =========================================================  ===================================
 
-The values equal the Python predictors' (:class:`~ctxemb.finetuning.predict.SequencePredictor` and the others). In
+A ``.txt`` input's lines are the ``text`` role whatever the training's column was called. The values equal the
+Python predictors' (:class:`~ctxemb.finetuning.predict.SequencePredictor` and the others). In
 CSV, a list or dict value (probabilities, entities, tags) is written as JSON text.
 
 Bad rows: a row whose input cannot be used (a missing or blank text, a value of the wrong type, a JSONL line that
@@ -252,6 +253,9 @@ def predict_file(model: Any, input: str | os.PathLike, output: str | os.PathLike
         raise ValueError("columns does not apply to a registered task's model: each row is its input as a whole")
     roles = resolve_columns(columns, defaults, aliases={"text_a": "text"} if "text" in defaults else None)
     table = open_rows(input, what="inputs to predict for", format=input_format)
+    if (input_format or Path(input).suffix.lower().lstrip(".")) == "txt" and "text" in roles \
+            and "text" not in (columns or {}):
+        roles["text"] = "text"  # plain text: its one column is the text, whatever the training called it
     mode = None
     if isinstance(predictor, TokenPredictor):
         if columns and ("tokens" in columns) != ("text" in columns):
