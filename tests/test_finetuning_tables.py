@@ -341,3 +341,21 @@ def test_token_and_qa_tasks_train_the_same_model_from_tables(tables_dir, tmp_pat
         weights = train(task, b, task + "-table", *extra)
         for k in reference:
             torch.testing.assert_close(weights[k], reference[k], rtol=0, atol=0, msg=f"{task}: {k}")
+
+
+def test_lines_are_read_lazily_with_any_line_end_and_named_errors(tmp_path):
+    from ctxemb.finetuning.tables import iter_lines
+
+    path = tmp_path / "l.txt"
+    path.write_bytes("\ufeffa\rb\r\n\r\nc\n\n \n".encode("utf-8"))
+    assert list(iter_lines(path, "lines")) == [(1, "a"), (2, "b"), (3, ""), (4, "c")]  # trailing blanks dropped
+    path.write_bytes(b"ok\n\xff\n")
+    lines = iter_lines(path, "lines")
+    assert next(lines) == (1, "ok")  # read as it goes: the bad line is met only when reached
+    with pytest.raises(ValueError, match=r"l.txt line 2: not UTF-8 text \(byte 0xff"):
+        next(lines)
+    path.write_text("\n \n")
+    with pytest.raises(ValueError, match=r"l.txt line 1: the file is empty \(it should hold lines\)"):
+        list(iter_lines(path, "lines"))
+    (tmp_path / "b.csv").write_bytes("\ufeffs,l\r\na,0\r\n".encode("utf-8"))
+    assert [(e.text_a, e.label) for e in read_table(tmp_path / "b.csv", text_a="s", label="l")] == [("a", 0)]
