@@ -164,6 +164,11 @@ def test_a_task_defined_outside_the_library_trains_through_the_cli_saves_reloads
     capsys.readouterr()
     assert main(["predict", str(model_dir), json.dumps({"context": dev[0]["context"], "choices": dev[0]["choices"]})]) == 0
     assert json.loads(capsys.readouterr().out)["prediction"] == predicted[0]
+    # and so does predicting a file: each row is the task's input, its prediction appended
+    assert main(["predict", str(model_dir), "--input", str(tmp_path / "dev.jsonl"), "--output",
+                 str(tmp_path / "pred.jsonl"), "--no-progress-bar"]) == 0
+    rows = [json.loads(line) for line in (tmp_path / "pred.jsonl").read_text().splitlines()]
+    assert [r["prediction"] for r in rows] == predicted
 
 
 def test_the_multiple_choice_head_matches_transformers(tmp_path):

@@ -207,9 +207,9 @@ def test_read_table_argument_errors(tmp_path):
     with pytest.raises(ValueError, match="at least 2 class names"):
         read_table(path, text_a="s", label="l", label_names=("a",))
     with pytest.raises(TypeError, match="text_b must be a column name"):
-        read_table(path, text_a="s", text_b=1, label="l")
-    with pytest.raises(ValueError, match=re.escape(str(tmp_path / "t.csv")) + ".*expected .tsv or .jsonl"):
-        read_table(_write(tmp_path / "t.csv", "s,l\na,0\n"), text_a="s", label="l")
+        read_table(path, text_a="s", text_b=1.5, label="l")
+    with pytest.raises(ValueError, match=re.escape(str(tmp_path / "t.xml")) + ".*expected one of tsv, csv, jsonl"):
+        read_table(_write(tmp_path / "t.xml", "s,l\na,0\n"), text_a="s", label="l")
     with pytest.raises(FileNotFoundError, match=re.escape(str(tmp_path / "none.tsv"))):
         read_table(tmp_path / "none.tsv", text_a="s", label="l")
 

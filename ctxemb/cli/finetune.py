@@ -9,6 +9,9 @@
     ctxemb predict runs/ner/model "Jane Villanueva of United Airlines Holding discussed it."
     ctxemb predict runs/ner/model --conll eng.testa --out predicted.conll
     ctxemb predict runs/qa/model "The Panthers defense gave up just 308 points." --question "How many points?"
+    ctxemb finetune custom --train-file train.csv --dev-file dev.parquet --columns text=review,label=stars \
+        --label-names bad good --out-dir runs/reviews
+    ctxemb predict runs/reviews/model --input reviews.jsonl --output predicted.csv --skip-bad-rows
 """
 
 from __future__ import annotations
@@ -81,9 +84,17 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                         "with their mean and standard deviation (seeds.json)")
     add_train_flags(p, shown_defaults={"learning_rate": "2e-5 for sentence tasks, 5e-5 for token and span tasks",
                                        "warmup_ratio": 0.1})
-    c = p.add_argument_group("a custom task (TSV or JSONL with named columns)")
-    c.add_argument("--train-file", help="custom task: training file (TSV or JSONL with named columns)")
-    c.add_argument("--dev-file", help="custom task: dev file evaluated each epoch (same format)")
+    c = p.add_argument_group("a custom task (a table with named columns)")
+    c.add_argument("--train-file", help="custom/conll-file/squad-file: the training data: a CSV, TSV, JSONL, JSON "
+                   "or Parquet file, or a directory saved by datasets' save_to_disk (conll-file: a CoNLL file, or a "
+                   "JSONL/JSON/Parquet/datasets table with tokens and tags list columns; squad-file: SQuAD JSON, or a "
+                   "table of questions in HF squad's columns)")
+    c.add_argument("--dev-file", help="the dev data evaluated each epoch (any format --train-file takes; a saved "
+                   "DatasetDict gives its --eval-split, 'dev' falling back to 'validation')")
+    c.add_argument("--columns", type=_columns, default=None, metavar="ROLE=COLUMN,...",
+                   help="the table's column for each role: custom tasks text (or text_a), text_b, label, id (e.g. "
+                        "text=sentence,label=score); conll-file tables tokens, tags (e.g. tags=ner_tags); "
+                        "squad-file tables id, title, context, question, answers")
     c.add_argument("--text-a", default=None, help="default 'sentence'")
     c.add_argument("--text-b", default=None, help="custom task: the second text's column, for pair tasks (default: none)")
     c.add_argument("--label", default=None, help="default 'label'")
@@ -116,13 +127,42 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help="where the tagged CoNLL file goes (word, gold, predicted); default: stdout")
     q.add_argument("--json", action="store_true", help="one JSON object per text")
     q.add_argument("--device", default="cpu", help="torch device for predictions (default %(default)s)")
+    f = q.add_argument_group("a file of inputs")
+    f.add_argument("--input", default=None, metavar="FILE",
+                   help="predict for every row of FILE (JSONL, CSV, TSV, or TXT with one text per line; also JSON "
+                        "and Parquet) instead of texts on the command line; needs --output")
+    f.add_argument("--output", default=None, metavar="FILE",
+                   help="where the input rows go with their predictions appended (JSONL or CSV by extension or "
+                        "--format), written atomically: a run that stops leaves no partial file")
+    f.add_argument("--format", choices=("jsonl", "csv"), default=None,
+                   help="the output format (default: from the --output extension)")
+    f.add_argument("--columns", type=_columns, default=None, metavar="ROLE=COLUMN,...",
+                   help="input columns for the model's roles when they are not named as in training: text, text_b "
+                        "(pairs), tokens (pre-tokenized words for taggers), question, context (QA); e.g. "
+                        "text=review")
+    f.add_argument("--skip-bad-rows", action="store_true",
+                   help="skip rows whose input cannot be used (each reported on stderr with its line or row, and "
+                        "counted) instead of stopping at the first with an error")
+    f.add_argument("--batch-size", type=positive_int, default=32, help="rows per model batch (default %(default)s)")
+    f.add_argument("--no-progress-bar", action="store_true", help="do not show the progress bar on stderr")
     q.set_defaults(func=run_predict)
     return p
 
 
+def _columns(text: str) -> dict[str, str]:
+    """argparse type of --columns: ROLE=COLUMN items separated by commas."""
+    from ctxemb.finetuning.tables import parse_columns
+
+    try:
+        return parse_columns(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
 # recipe flags that set a field of the task's config under the same name
 _RECIPE_FLAGS = ("model", "head", "regression_loss", "regime", "last_k", "layerwise_lr_decay", "epochs", "batch_size", "max_length",
-                 "max_train_examples", "train_split", "eval_split", "train_file", "dev_file", "text_a", "text_b",
+                 "max_train_examples", "train_split", "eval_split", "train_file", "dev_file", "columns", "text_a",
+                 "text_b",
                  "label", "label_names",
                  "regression", "label_subwords", "decoding", "max_span_length", "span_boundary", "span_summary",
                  "target_precision", "doc_stride", "max_query_length", "max_answer_length")
@@ -229,7 +269,39 @@ def _model_kind(model_dir: str) -> str:
     return model_kind(model_dir)
 
 
+def _predict_file(args: argparse.Namespace) -> int:
+    import sys
+
+    from ctxemb.finetuning.predict_files import predict_file
+
+    if args.output is None:
+        raise UsageError("--input needs --output FILE (.jsonl or .csv) for the predictions")
+    given = [name for name, value in (("texts", args.text), ("--pair", args.pair), ("--question", args.question),
+                                      ("--conll", args.conll), ("--out", args.out), ("--json", args.json))
+             if value]
+    if given:
+        raise UsageError(f"--input reads the inputs from a file: drop {', '.join(given)}")
+
+    def report(where: str, reason: str) -> None:
+        print(f"{where}: skipped: {reason}", file=sys.stderr)
+
+    result = predict_file(args.model_dir, args.input, args.output, columns=args.columns, format=args.format,
+                          batch_size=args.batch_size, skip_bad_rows=args.skip_bad_rows,
+                          progress_bar=not args.no_progress_bar, device=args.device, on_skip=report)
+    if result.skipped:
+        print(f"skipped {len(result.skipped)} bad row(s) of {result.rows}", file=sys.stderr)
+    print(f"predicted {result.written} row(s): {args.output}")
+    return 0
+
+
 def run_predict(args: argparse.Namespace) -> int:
+    if args.input is not None:
+        return _predict_file(args)
+    file_only = [name for name, value in (("--output", args.output), ("--format", args.format),
+                                          ("--columns", args.columns), ("--skip-bad-rows", args.skip_bad_rows))
+                 if value]
+    if file_only:
+        raise UsageError(f"{', '.join(file_only)} go with --input FILE")
     kind = _model_kind(args.model_dir)
     if kind == "token" and args.conll is None and len(args.text) == 1 and Path(args.text[0]).is_file():
         args.conll = args.text[0]  # `ctxemb predict DIR FILE`: a CoNLL file to tag

@@ -48,7 +48,12 @@ class FinetuneRunConfig:
         max_length: longest model input in tokens.
         train_split, eval_split: the splits to train on and to evaluate on each epoch (tune on dev).
         max_train_examples: use only the first N training examples (None: all).
-        train_file, dev_file: a task of the user's own files.
+        train_file, dev_file: a task of the user's own data: a file path, or (from Python) any table
+            :func:`ctxemb.finetuning.tables.open_rows` reads (a ``datasets.Dataset``/``DatasetDict``, a
+            ``pandas.DataFrame``, a list of dicts or tuples). Saved settings describe an in-memory table by its
+            type, size and a content hash.
+        columns: the table's column for each role the task reads (e.g. ``{"text": "sentence", "label": "score"}``;
+            token tasks: ``tokens``, ``tags``); None: the task's defaults.
         group_by_length: batch training examples of similar length together (sorted within mega-batches of 50
             batches, the batches shuffled; see :class:`~ctxemb.training.data.DatasetBatches`): less padding, so
             faster steps on variable-length data. The run record gives the padding fraction either way.
@@ -66,8 +71,9 @@ class FinetuneRunConfig:
     train_split: str = "train"
     eval_split: str = "dev"
     max_train_examples: int | None = None
-    train_file: str | None = None
-    dev_file: str | None = None
+    train_file: Any = None
+    dev_file: Any = None
+    columns: dict[str, Any] | None = None
     group_by_length: bool = True
     train: TrainConfig = field(default_factory=lambda: TrainConfig(learning_rate=2e-5))
 
@@ -90,7 +96,10 @@ class FinetuneRunConfig:
             raise ValueError("train.out_dir is required: checkpoints, metrics and the model go there")
 
     def to_dict(self) -> dict[str, Any]:
+        from ctxemb.finetuning.tables import describe_source
+
         d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "train"}
+        d["train_file"], d["dev_file"] = describe_source(self.train_file), describe_source(self.dev_file)
         d["train"] = self.train.to_dict()
         return d
 

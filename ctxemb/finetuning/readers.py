@@ -2,7 +2,9 @@
 
 Two layers, as in the similarity readers:
 
-- :func:`read_table` reads one TSV or JSONL file with named columns and knows nothing about where files live;
+- :func:`read_table` reads one table with named columns (a TSV, CSV, JSONL, JSON or Parquet file, a ``datasets``
+  table, a DataFrame or a list: :mod:`ctxemb.finetuning.tables` reads the rows) and knows nothing about where files
+  live;
 - :func:`load_task` maps a task name and split names to the files of the shared data folder
   (``shared_data_dir() / "finetune" / <task>``; STS-B is read from ``shared_data_dir() / "similarity" / "stsb"``)
   and returns a :class:`TaskData`.
@@ -36,7 +38,7 @@ What each task's splits are:
   Pairs, scores and ids are exactly those of :func:`ctxemb.evaluation.similarity.data.read_stsb` (this module sits
   below evaluation in the layering, so it has its own few-line parser).
 
-File rules, for the shared files and :func:`read_table` alike:
+File rules, for the shared files and :func:`read_table` alike (other formats: :mod:`ctxemb.finetuning.tables`):
 
 - UTF-8 (a byte-order mark is allowed), LF or CRLF line ends, no empty file.
 - TSV: a header line naming the columns, then one example per line with exactly as many tab-separated fields.
@@ -53,16 +55,16 @@ that are not UTF-8, an empty file).
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Mapping
+from typing import Any, Callable, Iterable
 
 from ctxemb._validation import check_choice, check_string_batch, is_int
+from ctxemb.finetuning.tables import BadRow, check_keys, is_path, open_rows, read_lines, row_error
 from ctxemb.paths import shared_data_dir
 
 logger = logging.getLogger(__name__)
@@ -163,38 +165,14 @@ def _check_label_names(names, what: str) -> tuple[str, ...]:
     return names
 
 
-def _read_lines(path: Path, what: str) -> list[str]:
-    """The lines of a UTF-8 text file (BOM dropped; LF, CRLF or CR ends), trailing blank lines dropped.
-
-    Raises:
-        FileNotFoundError: the file does not exist.
-        ValueError: a byte sequence is not UTF-8 (naming its line), or the file holds nothing but blank lines.
-    """
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        raise FileNotFoundError("%s not found (it should hold %s)" % (path, what)) from None
-    except IsADirectoryError:
-        raise FileNotFoundError("%s is a directory, not a file (it should hold %s)" % (path, what)) from None
-    try:
-        text = data.decode("utf-8-sig")
-    except UnicodeDecodeError as e:
-        line = data.count(b"\n", 0, e.start) + 1
-        raise ValueError("%s line %d: not UTF-8 text (byte 0x%02x: %s); save the file as UTF-8"
-                         % (path, line, data[e.start], e.reason)) from None
-    lines = re.split(r"\r\n|\n|\r", text)
-    while lines and not lines[-1].strip():
-        lines.pop()
-    if not lines:
-        raise ValueError("%s line 1: the file is empty (it should hold %s)" % (path, what))
-    return lines
+_read_lines = read_lines  # conll.py's name for it
 
 
-def _text(value: Any, path: Path, line_no: int, column: str) -> str:
+def _text(value: Any, where: str, column) -> str:
     if not isinstance(value, str):
-        raise ValueError("%s line %d: column %r must be a string; got %r" % (path, line_no, column, value))
+        raise ValueError("%s: column %r must be a string; got %r" % (where, column, value))
     if not value.strip():
-        raise ValueError("%s line %d: column %r is blank" % (path, line_no, column))
+        raise ValueError("%s: column %r is blank" % (where, column))
     return value
 
 
@@ -207,7 +185,7 @@ def _integer(value: Any) -> int | None:
     return None
 
 
-def _label(value: Any, path: Path, line_no: int, column: str, label_names: tuple[str, ...] | None,
+def _label(value: Any, where: str, column, label_names: tuple[str, ...] | None,
            regression: bool) -> int | float:
     """Map a label field to a class id (a name in ``label_names``, else an index) or, for regression, a float."""
     if regression:
@@ -220,8 +198,8 @@ def _label(value: Any, path: Path, line_no: int, column: str, label_names: tuple
             except ValueError:
                 pass
         if out is None or not math.isfinite(out):
-            raise ValueError("%s line %d: label column %r must be a finite number (regression); got %r"
-                             % (path, line_no, column, value))
+            raise ValueError("%s: label column %r must be a finite number (regression); got %r"
+                             % (where, column, value))
         return out
     if label_names is not None:
         if isinstance(value, str) and value in label_names:
@@ -229,151 +207,123 @@ def _label(value: Any, path: Path, line_no: int, column: str, label_names: tuple
         index = _integer(value)
         if index is not None and 0 <= index < len(label_names):
             return index
-        raise ValueError("%s line %d: label %r in column %r is neither one of %s nor a class index 0-%d"
-                         % (path, line_no, value, column, ", ".join(label_names), len(label_names) - 1))
+        raise ValueError("%s: label %r in column %r is neither one of %s nor a class index 0-%d"
+                         % (where, value, column, ", ".join(label_names), len(label_names) - 1))
     index = _integer(value)
     if index is None or index < 0:
-        raise ValueError("%s line %d: label %r in column %r is not a class index (an int >= 0); pass label_names "
+        raise ValueError("%s: label %r in column %r is not a class index (an int >= 0); pass label_names "
                          "to map label names to ids, or regression=True for real-valued scores"
-                         % (path, line_no, value, column))
+                         % (where, value, column))
     return index
 
 
-def _example_id(value: Any, path: Path, line_no: int, column: str) -> str:
+def _example_id(value: Any, where: str, column) -> str:
     if is_int(value):
         return str(value)
     if not isinstance(value, str) or not value.strip():
-        raise ValueError("%s line %d: id column %r must be a non-blank string or an int; got %r"
-                         % (path, line_no, column, value))
+        raise ValueError("%s: id column %r must be a non-blank string or an int; got %r" % (where, column, value))
     return value
 
 
 class _UniqueIds:
-    """Remembers the line of each id of one file, to name both lines of a duplicate."""
+    """Remembers where each id of one source was, to name both rows of a duplicate."""
 
-    def __init__(self, path: Path):
-        self.path = path
-        self.seen: dict[str, int] = {}
+    def __init__(self):
+        self.seen: dict[str, str] = {}
 
-    def check(self, example_id: str, line_no: int) -> str:
-        first = self.seen.setdefault(example_id, line_no)
-        if first != line_no:
-            raise ValueError("%s line %d: id %r repeats the id of line %d" % (self.path, line_no, example_id, first))
+    def check(self, example_id: str, where: str) -> str:
+        first = self.seen.setdefault(example_id, where)
+        if first != where:
+            # where ends in "line N" or "row I": name the first one's
+            raise ValueError("%s: id %r repeats the id of %s" % (where, example_id, " ".join(first.split(" ")[-2:])))
         return example_id
 
 
 # --------------------------------------------------------------------------------------------------- tables
 
 
-def _tsv_rows(path: Path, required: Iterable[str], what: str) -> Iterator[tuple[int, dict[str, str]]]:
-    """(line number, column -> field) for each example line of a headed, unquoted TSV file."""
-    lines = _read_lines(path, what)
-    header = [name.strip() for name in lines[0].split("\t")]
-    if len(set(header)) != len(header):
-        raise ValueError("%s line 1: the header repeats a column name: %r" % (path, header))
-    missing = [c for c in required if c not in header]
-    if missing:
-        raise ValueError("%s line 1: the header has no column %s; its columns are %s"
-                         % (path, ", ".join(repr(c) for c in missing), ", ".join(repr(c) for c in header)))
-    if len(lines) == 1:
-        raise ValueError("%s line 2: no examples after the header" % path)
-    for line_no, line in enumerate(lines[1:], 2):
-        fields = line.split("\t")
-        if len(fields) != len(header):
-            raise ValueError("%s line %d: expected %d tab-separated fields (as in the header), got %d: %r"
-                             % (path, line_no, len(header), len(fields), line[:200]))
-        yield line_no, dict(zip(header, fields))
-
-
-def _jsonl_rows(path: Path, required: Iterable[str], what: str) -> Iterator[tuple[int, dict[str, Any]]]:
-    """(line number, object) for each line of a JSONL file, each checked for the required keys."""
-    required = list(required)
-    for line_no, line in enumerate(_read_lines(path, what), 1):
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise ValueError("%s line %d: not valid JSON (%s): %r" % (path, line_no, e.msg, line[:200])) from None
-        if not isinstance(row, dict):
-            raise ValueError("%s line %d: expected a JSON object; got a %s" % (path, line_no, type(row).__name__))
-        missing = [c for c in required if c not in row]
-        if missing:
-            raise ValueError("%s line %d: no key %s; its keys are %s" % (
-                path, line_no, ", ".join(repr(c) for c in missing), ", ".join(repr(k) for k in row) or "none"))
-        yield line_no, row
-
-
-def _read_examples(path: Path, *, text_a: str, text_b: str | None, label: str, id_columns: tuple[str, ...],
-                   label_names: tuple[str, ...] | None, regression: bool, what: str) -> list[TextExample]:
+def _read_examples(source: Any, *, text_a, text_b, label, id_columns: tuple = (),
+                   label_names: tuple[str, ...] | None, regression: bool, what: str,
+                   split: str | None = None) -> list[TextExample]:
     columns = [text_a, label, *id_columns] + ([text_b] if text_b is not None else [])
-    suffix = path.suffix.lower()
-    if suffix == ".tsv":
-        rows: Iterator[tuple[int, Mapping[str, Any]]] = _tsv_rows(path, columns, what)
-    elif suffix == ".jsonl":
-        rows = _jsonl_rows(path, columns, what)
-    else:
-        raise ValueError("%s: cannot tell the format from the extension %r; expected .tsv or .jsonl"
-                         % (path, path.suffix))
-    ids = _UniqueIds(path)
+    table = open_rows(source, required=columns, what=what, split=split)
+    if label_names is None and not regression and label in table.class_names:
+        label_names = table.class_names[label]  # a datasets ClassLabel column: its ints index these names
+    ids = _UniqueIds()
     out = []
-    for line_no, row in rows:
+    for n, (where, row) in enumerate(table.rows, 1):
+        if isinstance(row, BadRow):
+            raise row_error(where, row)
+        if table.columns is None:
+            check_keys(where, row, columns)
         if id_columns:
-            example_id = "-".join(_example_id(row[c], path, line_no, c) for c in id_columns)
+            example_id = "-".join(_example_id(row[c], where, c) for c in id_columns)
+        elif is_path(source):
+            example_id = "%s:%s" % (Path(source).name, where.rpartition(" ")[2])
         else:
-            example_id = "%s:%d" % (path.name, line_no)
+            example_id = "%s:%d" % (table.name, n - 1)
         out.append(TextExample(
-            text_a=_text(row[text_a], path, line_no, text_a),
-            text_b=None if text_b is None else _text(row[text_b], path, line_no, text_b),
-            label=_label(row[label], path, line_no, label, label_names, regression),
-            id=ids.check(example_id, line_no),
+            text_a=_text(row[text_a], where, text_a),
+            text_b=None if text_b is None else _text(row[text_b], where, text_b),
+            label=_label(row[label], where, label, label_names, regression),
+            id=ids.check(example_id, where),
         ))
     return out
 
 
-def read_table(path: PathLike, *, text_a: str, text_b: str | None = None, label: str, id: str | None = None,
-               label_names: Iterable[str] | None = None, regression: bool = False) -> list[TextExample]:
-    """Read a user's own TSV or JSONL file of sentences or sentence pairs with named columns.
+def read_table(source: Any, *, text_a: str | int = "sentence", text_b: str | int | None = None,
+               label: str | int = "label", id: str | int | None = None, label_names: Iterable[str] | None = None,
+               regression: bool = False, split: str | None = None) -> list[TextExample]:
+    """Read a user's own table of sentences or sentence pairs with named columns.
 
-    The format comes from the extension: ``.tsv`` (a header line, then tab-separated fields, quoting off) or
-    ``.jsonl`` (one JSON object per line, the columns being its keys). See the module docstring for the file rules.
+    ``source`` is any table :func:`ctxemb.finetuning.tables.open_rows` reads: a ``.tsv`` (header, tab-separated,
+    quoting off), ``.csv``, ``.jsonl``, ``.json`` or ``.parquet`` file, a directory written by ``datasets``'
+    ``save_to_disk``, a ``datasets.Dataset``/``DatasetDict`` (``split`` picks the split), a ``pandas.DataFrame``, or
+    a list of dicts or tuples (a tuple's columns are its positions: ``text_a=0, label=1``). See the module
+    docstring for the file rules.
 
     Labels become class ids like this:
 
-    - ``regression=True``: a number (or a TSV field that parses as one) becomes a float.
-    - ``label_names`` given: a label equal to ``label_names[i]`` becomes ``i``; an integer label ``i`` (a JSON int
-      or a TSV field such as ``"1"``) in ``[0, len(label_names))`` stays ``i``. A name is matched first.
-    - neither: the label must be an integer >= 0 and is used as it is. String labels need ``label_names``, so that
-      every file of a task maps them the same way.
+    - ``regression=True``: a number (or a text field that parses as one) becomes a float.
+    - ``label_names`` given: a label equal to ``label_names[i]`` becomes ``i``; an integer label ``i`` (an int or a
+      text field such as ``"1"``) in ``[0, len(label_names))`` stays ``i``. A name is matched first.
+    - neither: a ``datasets`` ``ClassLabel`` column gives its names; otherwise the label must be an integer >= 0
+      and is used as it is. String labels need ``label_names``, so that every file of a task maps them the same way.
 
     Args:
-        path: the ``.tsv`` or ``.jsonl`` file.
+        source: the table (see above).
         text_a: the column of the (first) sentence.
         text_b: the column of the second sentence of a pair; None for single sentences.
         label: the column of the label.
-        id: the column of a unique example id; None gives ids ``"<file name>:<line number>"``.
+        id: the column of a unique example id; None gives ids ``"<file name>:<line or row>"`` (``"<type>:<row>"``
+            for an in-memory table).
         label_names: the class names in class-id order (classification only).
         regression: labels are real-valued scores.
+        split: the split of a ``DatasetDict`` (or of a saved one).
 
     Returns:
-        The examples in file order.
+        The examples in table order.
 
     Raises:
         FileNotFoundError: if the file does not exist.
-        ValueError: for an unknown extension, ``label_names`` together with ``regression``, or a bad file (naming
-            the file and line): no header column or key for a requested column, a wrong field count, a bad label, a
-            blank text or id, a repeated id, invalid JSON, bytes that are not UTF-8, or an empty file.
+        TypeError: a column that is neither a name nor a position, or a source of another type.
+        ImportError: Parquet or ``datasets`` without its package (naming the extra to install).
+        ValueError: for an unknown extension, ``label_names`` together with ``regression``, or a bad table (naming
+            the file and line, or the row): no column for a requested column (naming the columns there are), a
+            wrong field count, a bad label, a blank text or id, a repeated id, invalid JSON, bytes that are not
+            UTF-8, or an empty table.
     """
-    for name, value in (("text_a", text_a), ("label", label)):
-        if not isinstance(value, str):
-            raise TypeError("%s must be a column name (str); got %r" % (name, value))
-    for name, value in (("text_b", text_b), ("id", id)):
-        if value is not None and not isinstance(value, str):
-            raise TypeError("%s must be a column name (str) or None; got %r" % (name, value))
+    for name, value in (("text_a", text_a), ("label", label), ("text_b", text_b), ("id", id)):
+        if value is None and name in ("text_b", "id"):
+            continue
+        if not isinstance(value, (str, int)) or isinstance(value, bool):
+            raise TypeError("%s must be a column name (str) or a tuple position (int)%s; got %r"
+                            % (name, " or None" if name in ("text_b", "id") else "", value))
     if regression and label_names is not None:
         raise ValueError("label_names is for classification; pass either label_names or regression=True, not both")
     names = None if label_names is None else _check_label_names(label_names, "label_names")
-    return _read_examples(Path(path), text_a=text_a, text_b=text_b, label=label,
-                          id_columns=() if id is None else (id,), label_names=names, regression=regression,
-                          what="a table of examples")
+    return _read_examples(source, text_a=text_a, text_b=text_b, label=label, id_columns=() if id is None else (id,),
+                          label_names=names, regression=regression, what="a table of examples", split=split)
 
 
 # --------------------------------------------------------------------------------------------------- task readers
@@ -414,9 +364,9 @@ def read_snli(s1_path: PathLike, s2_path: PathLike, labels_path: PathLike) -> li
             or ``-``, a sentence is blank, or a file is empty or not UTF-8 (naming the file and line).
     """
     s1_path, s2_path, labels_path = Path(s1_path), Path(s2_path), Path(labels_path)
-    s1 = _read_lines(s1_path, "SNLI premises")
-    s2 = _read_lines(s2_path, "SNLI hypotheses")
-    gold = _read_lines(labels_path, "SNLI gold labels")
+    s1 = read_lines(s1_path, "SNLI premises")
+    s2 = read_lines(s2_path, "SNLI hypotheses")
+    gold = read_lines(labels_path, "SNLI gold labels")
     if not len(s1) == len(s2) == len(gold):
         counts = {s1_path: len(s1), s2_path: len(s2), labels_path: len(gold)}
         short, longest = min(counts, key=counts.get), max(counts, key=counts.get)
@@ -432,7 +382,8 @@ def read_snli(s1_path: PathLike, s2_path: PathLike, labels_path: PathLike) -> li
         if g not in SNLI_LABELS:
             raise ValueError("%s line %d: the label is not one of %s or '-'; got %r"
                              % (labels_path, line_no, ", ".join(SNLI_LABELS), g))
-        out.append(TextExample(_text(a, s1_path, line_no, "premise"), _text(b, s2_path, line_no, "hypothesis"),
+        out.append(TextExample(_text(a, "%s line %d" % (s1_path, line_no), "premise"),
+                               _text(b, "%s line %d" % (s2_path, line_no), "hypothesis"),
                                SNLI_LABELS.index(g), "%s:%d" % (s1_path.name, line_no)))
     if skipped:
         logger.info("%s: skipped %d of %d pairs whose gold label is '-' (no annotator majority)",
@@ -453,18 +404,19 @@ def read_stsb(path: PathLike) -> list[TextExample]:
             or an empty or non-UTF-8 file (naming the file and line).
     """
     path = Path(path)
-    ids = _UniqueIds(path)
+    ids = _UniqueIds()
     out = []
-    for line_no, line in enumerate(_read_lines(path, "STS-B pairs"), 1):
+    for line_no, line in enumerate(read_lines(path, "STS-B pairs"), 1):
         parts = line.split("\t")
         if len(parts) < 7:
             raise ValueError("%s line %d: expected at least 7 tab-separated fields, got %d: %r"
                              % (path, line_no, len(parts), line[:200]))
-        score = _label(parts[4], path, line_no, "score", None, regression=True)
+        where = "%s line %d" % (path, line_no)
+        score = _label(parts[4], where, "score", None, regression=True)
         if not 0.0 <= score <= 5.0:
             raise ValueError("%s line %d: STS score must be in [0, 5]; got %s" % (path, line_no, score))
-        out.append(TextExample(_text(parts[5], path, line_no, "sentence1"), _text(parts[6], path, line_no, "sentence2"),
-                               score, ids.check("/".join(parts[:4]), line_no)))
+        out.append(TextExample(_text(parts[5], where, "sentence1"), _text(parts[6], where, "sentence2"),
+                               score, ids.check("/".join(parts[:4]), where)))
     return out
 
 

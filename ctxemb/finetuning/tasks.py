@@ -23,6 +23,7 @@ from ctxemb.finetuning.config import (CONFIG_FILE, MODEL_DIR, REGIMES, FinetuneR
 from ctxemb.finetuning.features import model_inputs
 from ctxemb.finetuning.outputs import predict_outputs
 from ctxemb.finetuning.readers import TASKS, TaskData as TableData, TextExample, load_task, read_table
+from ctxemb.finetuning.tables import class_names, is_path, resolve_columns
 from ctxemb.finetuning.task import Task, TaskData, save_model_files
 from ctxemb.metrics.classification import accuracy, binary_f1
 from ctxemb.metrics.correlation import pearson, spearman
@@ -73,8 +74,12 @@ class FinetuneConfig(FinetuneRunConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         check_choice(self.task, "task", TASKS + ("custom",))
-        if self.task == "custom" and not (self.train_file and self.dev_file):
-            raise ValueError("task 'custom' needs train_file and dev_file (TSV or JSONL with named columns)")
+        if self.task == "custom" and (self.train_file is None or self.dev_file is None):
+            raise ValueError("task 'custom' needs train_file and dev_file (a CSV, TSV, JSONL, JSON or Parquet file, "
+                             "a datasets directory, or from Python a Dataset, DataFrame or list)")
+        if self.columns is not None and self.task != "custom":
+            raise ValueError(f"columns maps the columns of a custom task's table; task {self.task!r} reads its own")
+        sequence_columns(self)  # unknown roles fail here, before a run starts
         check_choice(self.head, "head", HEADS)
         check_choice(self.regression_loss, "regression_loss", REGRESSION_LOSSES)
         if self.regression_loss != "mse" and not (self.regression or self.task == "stsb"):
@@ -99,17 +104,28 @@ class FinetuneResult:
     training_run: str | None = None  # the stamp in the saved model's config.json
 
 
+def sequence_columns(config: FinetuneConfig) -> dict:
+    """The custom task's column of each role: ``text_a``/``text_b``/``label`` (the fields) and no id column,
+    updated by ``config.columns`` (roles ``text``/``text_a``, ``text_b``, ``label``, ``id``)."""
+    return resolve_columns(config.columns, {"text_a": config.text_a, "text_b": config.text_b, "label": config.label,
+                                            "id": None}, aliases={"text": "text_a"})
+
+
 def load_task_data(config: FinetuneConfig) -> TableData:
     if config.task != "custom":
         return load_task(config.task, splits=[config.train_split, config.eval_split])
     names = tuple(config.label_names) if config.label_names else None
-    read = dict(text_a=config.text_a, text_b=config.text_b, label=config.label, label_names=names,
-                regression=config.regression)
-    splits = {"train": read_table(config.train_file, **read), "dev": read_table(config.dev_file, **read)}
+    columns = sequence_columns(config)
+    read = dict(**columns, label_names=names, regression=config.regression)
+    splits = {"train": read_table(config.train_file, **read, split=config.train_split),
+              "dev": read_table(config.dev_file, **read, split=config.eval_split)}
+    if not config.regression and names is None:
+        names = class_names(config.train_file, columns["label"], split=config.train_split)
     if not config.regression and names is None:
         labels = sorted({ex.label for ex in splits["train"]})
         names = tuple(str(x) for x in range(max(labels) + 1))
-    return TableData(name=Path(config.train_file).stem, splits=splits, label_names=None if config.regression else names,
+    name = Path(config.train_file).stem if is_path(config.train_file) else "custom"
+    return TableData(name=name, splits=splits, label_names=None if config.regression else names,
                     metrics=("pearson", "spearman") if config.regression else ("accuracy",))
 
 

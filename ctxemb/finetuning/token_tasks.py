@@ -45,6 +45,9 @@ from ctxemb.finetuning.config import CONFIG_FILE, MODEL_DIR, FinetuneRunConfig, 
 from ctxemb.finetuning.outputs import decode_tags, model_logits, scored_spans
 from ctxemb.finetuning.qa import QACollator, best_answers, encode_qa
 from ctxemb.finetuning.squad import XQUAD_ARTICLE_SPLIT, QAExample, load_xquad, read_squad, xquad_split
+from ctxemb.finetuning.qa_tables import QA_ROLES, is_qa_table, read_qa_table
+from ctxemb.finetuning.tables import resolve_columns
+from ctxemb.finetuning.tagged_tables import is_tagged_table, read_tagged_table
 from ctxemb.finetuning.tagging import (LABEL_SUBWORDS, TaggingCollator, bio_to_entities, calibrate_threshold,
                                        decode_spans, encode_tagged, entities_to_bio)
 from ctxemb.finetuning.task import Task, TaskData, save_model_files
@@ -153,9 +156,15 @@ class TokenFinetuneConfig(FinetuneRunConfig):
         self.head = self.head or _DEFAULT_HEAD[self.task]
         if self.head not in TASK_HEADS[self.task]:
             raise ValueError(f"task {self.task!r} takes head {TASK_HEADS[self.task]}; got {self.head!r}")
-        if self.task.endswith("-file") and not (self.train_file and self.dev_file):
+        if self.task.endswith("-file") and (self.train_file is None or self.dev_file is None):
             raise ValueError(f"task {self.task!r} needs train_file and dev_file "
                              f"({'CoNLL format, tags in the last column' if self.task == 'conll-file' else 'SQuAD JSON'})")
+        if self.columns is not None:  # unknown roles fail here, before a run starts
+            if self.task not in ("conll-file", "squad-file"):
+                raise ValueError(f"columns maps the columns of a table for task 'conll-file' (tokens, tags) or "
+                                 f"'squad-file' (id, title, context, question, answers); {self.task!r} reads its "
+                                 "own files")
+            resolve_columns(self.columns, QA_ROLES) if self.task == "squad-file" else tagging_columns(self)
         for name, choices in (("label_subwords", LABEL_SUBWORDS), ("decoding", WORD_DECODINGS),
                               ("span_boundary", BOUNDARY_KINDS), ("span_summary", SUMMARY_KINDS)):
             check_choice(getattr(self, name), name, choices)
@@ -190,18 +199,41 @@ class TokenFinetuneResult:
 # ------------------------------------------------------------------------------------------------------ data
 
 
+def tagging_columns(config: TokenFinetuneConfig) -> dict:
+    """conll-file's table columns: ``tokens`` and ``tags`` unless ``config.columns`` maps them elsewhere."""
+    return resolve_columns(config.columns, {"tokens": "tokens", "tags": "tags"})
+
+
+def _read_tagged(source, config: TokenFinetuneConfig, split: str) -> list[TaggedSentence]:
+    if is_tagged_table(source):  # JSONL/JSON/Parquet, a datasets table or directory, a DataFrame, a list
+        return read_tagged_table(source, **tagging_columns(config), split=split)
+    if config.columns is not None:
+        raise ValueError(f"columns maps the columns of a table; {source} is read as a CoNLL file (word ... tag)")
+    return read_conll(source)
+
+
 def load_tagging_data(config: TokenFinetuneConfig) -> tuple[list[TaggedSentence], list[TaggedSentence]]:
-    """(train, eval) sentences of a CoNLL task."""
+    """(train, eval) sentences of a CoNLL task (conll-file: CoNLL files, or tables with tokens/tags columns)."""
     if config.task == "conll-file":
-        return read_conll(config.train_file), read_conll(config.dev_file)
+        return (_read_tagged(config.train_file, config, config.train_split),
+                _read_tagged(config.dev_file, config, config.eval_split))
     splits = load_conll2003(splits=[config.train_split, config.eval_split])
     return splits[config.train_split], splits[config.eval_split]
+
+
+def _read_questions(source, config: TokenFinetuneConfig, split: str) -> list[QAExample]:
+    if is_qa_table(source):  # JSONL/CSV/Parquet, a datasets table or directory, a DataFrame, a list
+        return read_qa_table(source, columns=config.columns, split=split)
+    if config.columns is not None:
+        raise ValueError(f"columns maps the columns of a table; {source} is read as SQuAD JSON (data/paragraphs/qas)")
+    return read_squad(source)
 
 
 def load_qa_data(config: TokenFinetuneConfig) -> tuple[list[QAExample], list[QAExample]]:
     """(train, eval) questions: XQuAD-en split by article, or a user's SQuAD files."""
     if config.task == "squad-file":
-        return read_squad(config.train_file), read_squad(config.dev_file)
+        return (_read_questions(config.train_file, config, config.train_split),
+                _read_questions(config.dev_file, config, config.eval_split))
     examples = load_xquad()
     return xquad_split(config.train_split, examples), xquad_split(config.eval_split, examples)
 
