@@ -32,9 +32,8 @@ and a reader loads the old save or the new one. An on-disk index never changes t
 copies its inverted lists before its first change after a save. Every corrupt, truncated or inconsistent file read
 by ``load`` raises ``CorruptFileError`` (a ``ValueError``) naming the file.
 
-Hybrid search: with ``hybrid=True`` (or a ``HybridParams``) the index also keeps BM25 over the items' texts
-(``add(..., texts=)``) under the same ids, and ``search(..., texts=, mode=)`` ranks by the vectors, BM25 or both
-fused (reciprocal rank fusion or a weighted sum); see ``ctxemb.search.fusion`` and ``ctxemb.search.lexical``.
+Hybrid search (``hybrid=True``, ``add(..., texts=)``, ``search(..., texts=, mode=)``): BM25 over the items' texts
+beside the vectors, ids shared, the rankings fused; see ``ctxemb.search.fusion`` and ``ctxemb.search.lexical``.
 
 Threads: every method takes the index's readers-writer lock, so searches run concurrently with each other and
 ``add``/``upsert``/``remove``/``train``/``compact`` run alone (for every kind; FAISS's HNSW graph would otherwise
@@ -330,14 +329,13 @@ class SemanticIndex:
 
     def _add_rows(self, ids: list[str], arr: np.ndarray, meta: list[str | None], texts: list[str] | None,
                   show_progress_bar: bool) -> None:
-        """Add checked rows; ``texts`` None (``compact``) leaves the BM25 half alone."""
         n = len(ids)
         if n == 0:
             return
         self._begin_change()
         if not self._backend.is_trained:
             self._backend.train(self._train_sample(arr), n)
-        if self._lexical is not None and texts is not None:  # before the vectors: a tokenizer error adds neither
+        if self._lexical is not None and texts is not None:  # None from compact(), which renumbers the BM25 half
             self._lexical.add(texts, len(self._ids))
         with tqdm(total=n, desc="indexing", unit="vec", disable=not show_progress_bar or n <= _ADD_CHUNK) as bar:
             for start in range(0, n, _ADD_CHUNK):
