@@ -212,7 +212,8 @@ def run(args) -> dict:
                              "recall_at_10": round(recall, 4), "qps_merged": round(len(queries) / tm, 1),
                              "qps_reference": round(len(queries) / tr, 1)})
         return {
-            "config": cfg, "data": "real" if real else "mixture", "real_embedding": real, "queries": args.queries, "parallel_adds": args.parallel, "data_seconds": round(data_seconds, 1),
+            "config": cfg, "data": "real" if real else "mixture", "real_embedding": real, "queries": args.queries,
+            "parallel_adds": args.parallel, "data_seconds": round(data_seconds, 1),
             "train": train, "adds": adds, "adds_wall_seconds": round(adds_wall, 1), "merge": merge,
             "reference": ref, "searches": searches,
             "environment": {"cpu": _lscpu(), "load_average_start": [round(v, 2) for v in load_start],
@@ -229,7 +230,7 @@ def markdown(r: dict) -> str:
     n = cfg["shards"] * cfg["per_shard"]
     cpu = env["cpu"]
     lines = [
-        "# Sharded IVF-PQ index build",
+        "# Sharded IVF-PQ index build" + (" on real sentences" if r.get("data") == "real" else ""),
         "",
         "`python benchmarks/sharded_index.py%s`: %d shards x %s vectors (d=%d, %s), "
         "nlist=%d, pq_m=%d, training sample %s; CPU %s (%s CPUs, %s), FAISS %s. Load average at the start %s, at the "
@@ -239,6 +240,14 @@ def markdown(r: dict) -> str:
             "all-MiniLM-L6-v2" if r.get("data") == "real" else "the search benchmark's calibrated mixture", cfg["nlist"], cfg["pq_m"],
             format(cfg["train_size"], ","), cpu.get("model"), cpu.get("cpus"), ", ".join(cpu.get("simd", [])),
             env["faiss"], env["load_average_start"], env["load_average_end"]),
+    ]
+    if r.get("real_embedding"):
+        e = r["real_embedding"]
+        lines += ["", "The %s sentences (collection and queries) were embedded once before the build, on "
+                  "`precision=\"auto\"` (here %s): %.0f s, %.0f tokens/s%s." % (
+                      format(e["texts"], ","), e["precision"], e["embed_s"], e["tokens_per_s"],
+                      " (read from the cache)" if e.get("vectors_from_cache") else "")]
+    lines += [
         "",
         "| step | wall s | peak RSS MB | on disk MB |",
         "|---|---|---|---|",
