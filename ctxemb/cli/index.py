@@ -2,7 +2,7 @@
 
     ctxemb index build corpus.txt --out my_index [--kind hnsw] [--words bank]
     ctxemb index query my_index "a sentence to look for" [-k 5] [--json]
-    ctxemb index train-quantizer | add-shard | merge      (one on-disk IVF-PQ index from shards: ctxemb.cli.index_shards)
+    ctxemb index train-quantizer | add-shard | merge    (one on-disk IVF-PQ index from shards: cli.index_shards)
 
 ``build`` reads one sentence per line (blank lines skipped; ids are ``line:N``, 1-based) and embeds each line with
 ``embed_sentences`` or, with ``--words WORD``, every occurrence of WORD (whitespace-split, case-insensitive;
