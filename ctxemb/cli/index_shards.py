@@ -9,8 +9,8 @@
 
 ``add-shard`` adds rows [N*i/S, N*(i+1)/S) of ``--vectors`` as shard i of S: under torchrun i is the rank and S the
 world size; on separate machines sharing one file give ``--shard-index`` and ``--num-shards`` (or ``--rows``); a
-machine with a ``.npy`` of its own texts gives ``--shard-index`` alone (all its rows) and ``--first-line``. Ids are ``line:N`` (N the 1-based line of the text, as
-``ctxemb index build`` names them) unless ``--ids`` gives a file of ids. The embedder configuration is read from the
+machine with a ``.npy`` of its own texts gives ``--shard-index`` alone (all its rows) and ``--first-line``. Ids are
+``line:N`` (N the 1-based line of the text, as ``ctxemb index build`` names them) unless ``--ids`` gives a file of ids. The embedder configuration is read from the
 ``.npy.json`` that ``ctxemb embed`` writes beside its output. See :mod:`ctxemb.search.sharded`.
 """
 
@@ -172,7 +172,8 @@ def add_parsers(sub) -> None:
                        help="PQ sub-quantizers, a divisor of the dimension (default: the one nearest dim / 8)")
     train.add_argument("--nbits", type=positive_int, default=None, help="bits per sub-quantizer code (default 8)")
     train.add_argument("--nprobe", type=positive_int, default=None, help="lists scanned per query (default 16)")
-    train.add_argument("--k-factor", type=non_negative_float, default=None, help="candidates re-ranked per result (default 10)")
+    train.add_argument("--k-factor", type=non_negative_float, default=None,
+                       help="candidates re-ranked per result (default 10)")
     train.add_argument("--train-size", type=positive_int, default=None,
                        help="training sample size (default max(64 x nlist, 10000))")
     train.add_argument("--seed", type=non_negative_int, default=None, help="seed of the training sample (default 0)")

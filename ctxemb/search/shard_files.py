@@ -282,7 +282,8 @@ def read_partial(directory: str | os.PathLike) -> PartialShard:
         raise CorruptFileError("%s has %d bytes; %s says %d rows of %d float32 (%d bytes): it is truncated or corrupt"
                                % (files["vectors"], size, path, n, dim, n * dim * 4))
     return PartialShard(
-        directory=directory, shard_index=shard_index, n_items=n, dim=dim, fingerprint=_field(m, "fingerprint", str, path),
+        directory=directory, shard_index=shard_index, n_items=n, dim=dim,
+        fingerprint=_field(m, "fingerprint", str, path),
         embedder_config=_field(m, "embedder_config", dict, path, optional=True),
         recipe=_field(m, "recipe", dict, path, optional=True),
         codes_file=files["codes"], items_file=files["items"], vectors_file=files["vectors"])

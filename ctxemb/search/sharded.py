@@ -29,7 +29,8 @@ deleted by the next merge or load), a second merge into the same target gets ``D
 
 (FAISS's own ``OnDiskInvertedLists.merge_from_multiple``, which ``faiss.contrib.ondisk.merge_ondisk`` uses, is not
 used: in FAISS 1.15 its ``shift_ids`` does not shift a shard's ids by the sizes of the shards before it, and the
-merged file's free-space table claims the space of the merged lists, so the next ``add`` to the merged index overwrites them.)
+merged file's free-space table claims the space of the merged lists, so the next ``add`` to the merged index
+overwrites them.)
 
 Shape legend: N vectors (a shard's, or the sample's), H dimensions, S shards.
 """
@@ -499,7 +500,7 @@ def merge_shards(quantizer: TrainedQuantizer | str | os.PathLike, partials, dire
                                metadata=meta, ntotal=int(ivf.ntotal))
             write_index_directory(tmp, state, write_faiss=lambda path: faiss.write_index(ivf, str(path)),
                                   live_dir=tmp, lists_name=lists_name)
-            del ivf  # unmaps the lists before the directory is fsynced and renamed
+            ivf = None  # frees the index, unmapping its lists, before the directory is fsynced and renamed
     seconds = time.perf_counter() - started
     logger.info("merged %d shards (%d items) into %s in %.1f s", len(parts), len(ids), directory, seconds)
     return MergedIndex(directory=directory, n_items=len(ids), shards=tuple(p.directory for p in parts),
