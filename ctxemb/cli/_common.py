@@ -98,7 +98,7 @@ def add_embedder_args(parser: argparse.ArgumentParser, *, model_default: str | N
     """``--model``, ``--device``, ``--precision`` and (with ``pooling``) ``--layers``/``--layer-pooling``/
     ``--subword-pooling``; None defaults mean "the embedder's own default" (or a store's/index's recorded one)."""
     from ctxemb.embedding import SUBWORD_POOLINGS
-    from ctxemb.inference import PRECISION_CHOICES
+    from ctxemb.precision import INFERENCE_PRECISION_CHOICES as PRECISION_CHOICES
 
     g = parser.add_argument_group("embedder")
     g.add_argument("--model", default=model_default,

@@ -41,14 +41,13 @@ from torch import nn
 
 from ctxemb._validation import read_json_file
 from ctxemb._version import __version__
-from ctxemb.inference import cpu_info
+from ctxemb.precision import cpu_info, explain_training_precision
 from ctxemb.modeling.checkpoint import stamp_training_run
 from ctxemb.paths import atomic_directory, atomic_write
 from ctxemb.training.callbacks import BestWeights, Callback, EarlyStopping, TrainResult
 from ctxemb.training.config import TrainConfig, epochs_to_steps
 from ctxemb.training.distributed import DistributedContext, barrier, distributed_session
 from ctxemb.training.loop import check_fresh_out_dir, seed_everything, train
-from ctxemb.training.precision import resolve_precision
 
 logger = logging.getLogger(__name__)
 
@@ -205,8 +204,7 @@ def run_record(spec: RunSpec, train_config: TrainConfig, result: TrainResult, *,
         "recipe": spec.recipe,
         "settings": spec.settings,
         "train": train_config.to_dict(),
-        "precision": {"requested": train_config.precision,
-                      "resolved": resolve_precision(train_config.precision, device)},
+        "precision": explain_training_precision(train_config.precision, device).to_dict(),
         "versions": versions(),
         "machine": {**machine_info(), "world_size": world_size},
         "data": dict(stats),
