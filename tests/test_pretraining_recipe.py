@@ -97,7 +97,7 @@ out_dir = "{tmp_path / "out"}"
     args = parser.parse_args(["pretrain", "--config", str(toml), "--max-steps", "3", "--batch-size", "4",
                               "--no-progress"])
     config = cli.config_from_args(args)
-    assert config.masking == "span" and config.use_sbo and config.train.max_steps == 3 and config.batch_size == 4
+    assert config.masking.strategy == "span" and config.use_sbo and config.train.max_steps == 3 and config.batch_size == 4
     assert config.model["num_hidden_layers"] == 1 and not config.train.progress_bar
     assert args.func(args) == 0
     assert (tmp_path / "out" / "model" / "model.safetensors").is_file()

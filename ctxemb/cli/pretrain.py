@@ -19,6 +19,7 @@ from ctxemb.pretraining.recipe import (
     REPLACEMENTS,
     SEQUENCE_MODES,
     PretrainConfig,
+    nest_flat_masking_keys,
     run_pretraining,
 )
 from ctxemb.training.config import TrainConfig
@@ -27,9 +28,10 @@ from ctxemb.training.config import TrainConfig
 _OVERRIDES = {
     "train_corpus": "train_corpus", "eval_corpus": "eval_corpus", "corpus_mode": "corpus_mode",
     "tokenizer": "tokenizer", "init_from": "init_from", "sequences": "sequences", "max_len": "max_len",
-    "batch_size": "batch_size", "masking": "masking", "mlm_probability": "mlm_probability",
-    "replacement": "replacement", "eval_batches": "eval_batches", "shards_dir": "shards_dir",
+    "batch_size": "batch_size", "eval_batches": "eval_batches", "shards_dir": "shards_dir",
 }
+# flag -> field of the [masking] table (PretrainMaskingConfig)
+_MASKING_OVERRIDES = {"masking": "strategy", "mlm_probability": "mlm_probability", "replacement": "replacement"}
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -66,7 +68,7 @@ def config_from_args(args: argparse.Namespace) -> PretrainConfig:
     """The TOML file's settings (if any) with the flags the user gave on top."""
     d: dict[str, Any] = {}
     if args.config:
-        d = dict(load_preset(args.config, "pretrain"))  # validated below, with the flags on top
+        d = nest_flat_masking_keys(load_preset(args.config, "pretrain"))  # validated below, with the flags on top
     train = dict(d.pop("train", {}) or {})
     train.setdefault("learning_rate", 5e-4)
     train.setdefault("max_steps", 1000)
@@ -75,6 +77,10 @@ def config_from_args(args: argparse.Namespace) -> PretrainConfig:
         if value is None:
             continue
         d[target] = value
+    masking = {target: getattr(args, flag) for flag, target in _MASKING_OVERRIDES.items()
+               if getattr(args, flag) is not None}
+    if masking:
+        d["masking"] = {**d.get("masking", {}), **masking}
     if args.model is not None:
         try:
             d["model"] = json.loads(args.model)

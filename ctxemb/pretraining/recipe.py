@@ -24,7 +24,7 @@ from ctxemb._validation import check_choice
 from ctxemb.config import EncoderConfig
 from ctxemb.modeling.pretraining_heads import NSP_INPUTS, EncoderForPretraining, NspInput
 from ctxemb.pretraining.batches import PretrainingBatches
-from ctxemb.pretraining.masking import MaskingConfig, MaskingStrategy, Masker, SelectionMode
+from ctxemb.pretraining.masking import STRATEGIES, MaskingConfig, Masker
 from ctxemb.pretraining.shards import TokenShards, build_token_shards
 from ctxemb.registry import resolve_model_dir
 from ctxemb.tokenization import Tokenizer, copy_tokenizer_files
@@ -37,13 +37,90 @@ logger = logging.getLogger(__name__)
 
 SequenceMode = Literal["nsp", "full_sentences", "doc_sentences"]
 SEQUENCE_MODES: tuple[str, ...] = ("nsp", "full_sentences", "doc_sentences")
-MASKING_STRATEGIES: tuple[str, ...] = ("token", "whole_word", "span")
+MASKING_STRATEGIES: tuple[str, ...] = STRATEGIES
 Replacement = Literal["unigram", "uniform"]
 REPLACEMENTS: tuple[str, ...] = ("unigram", "uniform")
+#: Masking settings that older TOML files wrote at the top level; they now live in the ``[masking]`` table.
+FLAT_MASKING_KEYS: tuple[str, ...] = ("mlm_probability", "selection", "replacement")
 CorpusMode = Literal["blank_line", "line"]
 CORPUS_MODES: tuple[str, ...] = ("blank_line", "line")
 
 EVAL_SEED = 12345  # held-out batches and their masks are the same in every run and every evaluation
+
+
+@dataclass(frozen=True)
+class PretrainMaskingConfig(MaskingConfig):
+    """A pretraining run's masking: the :class:`~ctxemb.pretraining.masking.MaskingConfig` the masker takes
+    (``strategy``, ``mlm_probability``, ``mask_fraction``, ``random_fraction``, ``selection``, ``span_geometric_p``,
+    ``max_span_length``) plus where the random replacements come from.
+
+    Attributes:
+        replacement: the random tokens come from the corpus's ``"unigram"`` distribution (SpanBERT's) or
+            ``"uniform"``ly from the non-special vocabulary.
+    """
+
+    replacement: Replacement = field(default="unigram", metadata={
+        "help": "random replacements drawn from the corpus's unigram distribution or uniformly"})
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_choice(self.replacement, "replacement", REPLACEMENTS)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def coerce(cls, value: Any) -> "PretrainMaskingConfig":
+        """A masking config from itself, a plain :class:`MaskingConfig`, a mapping (a TOML ``[masking]`` table) or a
+        strategy name (``masking = "span"``: the defaults with that strategy).
+
+        Raises:
+            ValueError: an unknown strategy or key (the message lists the known ones), or a bad value.
+            TypeError: any other type.
+        """
+        if isinstance(value, cls):
+            return value
+        if isinstance(value, MaskingConfig):
+            return cls(**{f.name: getattr(value, f.name) for f in dataclasses.fields(MaskingConfig)})
+        if isinstance(value, str):
+            check_choice(value, "masking", STRATEGIES)
+            return cls(strategy=value)
+        if isinstance(value, Mapping):
+            known = {f.name for f in dataclasses.fields(cls)}
+            unknown = sorted(set(value) - known)
+            if unknown:
+                raise ValueError(f"unknown masking settings {unknown}; known: {sorted(known)}")
+            return cls(**dict(value))
+        raise TypeError(f"masking must be a PretrainMaskingConfig, a table of its fields or a strategy name "
+                        f"{STRATEGIES}; got {type(value).__name__}")
+
+
+def nest_flat_masking_keys(d: Mapping[str, Any]) -> dict[str, Any]:
+    """Pretraining settings with ``masking`` as a table: a strategy name becomes ``{"strategy": name}``, and the
+    top-level ``mlm_probability``, ``selection`` and ``replacement`` of older files move into it (with a deprecation
+    warning).
+
+    Raises:
+        ValueError: a masking setting given both at the top level and in the table.
+    """
+    d = dict(d)
+    if isinstance(d.get("masking"), str):
+        d["masking"] = {"strategy": check_choice(d["masking"], "masking", STRATEGIES)}
+    flat = [k for k in FLAT_MASKING_KEYS if k in d]
+    if not flat:
+        return d
+    masking = d.get("masking", {})
+    table = dict(masking) if isinstance(masking, Mapping) else PretrainMaskingConfig.coerce(masking).to_dict()
+    both = sorted(k for k in flat if k in table)
+    if both:
+        raise ValueError(f"pretraining settings give {both} both at the top level and in the [masking] table; "
+                         f"keep the [masking] ones (masking.{both[0]})")
+    logger.warning("pretraining settings: top-level %s are deprecated and will be removed in the next release; "
+                   "write them in the [masking] table (%s)", ", ".join(flat),
+                   ", ".join(f"masking.{k}" for k in flat))
+    table.update({k: d.pop(k) for k in flat})
+    d["masking"] = table
+    return d
 
 
 @dataclass
@@ -65,10 +142,10 @@ class PretrainConfig:
             (RoBERTa's packing, no NSP).
         max_len: tokens per sequence, special tokens included.
         batch_size: sequences per micro-batch (per process).
-        masking: ``"token"``, ``"whole_word"`` or ``"span"`` (SpanBERT: Geometric(0.2) spans of words).
-        mlm_probability: the masking budget (15%).
-        selection: for token masking: per-token ``"bernoulli"`` or an ``"exact"`` count per sequence.
-        replacement: the 10% random tokens come from the corpus's ``"unigram"`` distribution or ``"uniform"``.
+        masking: a :class:`PretrainMaskingConfig` (TOML: a ``[masking]`` table): the strategy (``"token"``,
+            ``"whole_word"`` or ``"span"``, SpanBERT's Geometric(0.2) spans of words), the budget ``mlm_probability``
+            (15%), the 80/10/10 split, token ``selection``, the span-length distribution and the ``replacement``
+            distribution. A strategy name alone (``masking = "span"``) takes the defaults for the rest.
         sbo: add the span-boundary objective (None: with span masking).
         nsp_input: the NSP head's input: BERT's ``"pooled"`` [CLS] or the book's raw ``"cls"`` vector.
         sparse_prediction: run the MLM head on masked rows only.
@@ -86,10 +163,7 @@ class PretrainConfig:
     sequences: SequenceMode = "full_sentences"
     max_len: int = 128
     batch_size: int = 32
-    masking: MaskingStrategy = "token"
-    mlm_probability: float = 0.15
-    selection: SelectionMode = "bernoulli"
-    replacement: Replacement = "unigram"
+    masking: PretrainMaskingConfig = field(default_factory=PretrainMaskingConfig)
     sbo: bool | None = None
     nsp_input: NspInput = "pooled"
     sparse_prediction: bool = True
@@ -100,8 +174,8 @@ class PretrainConfig:
     def __post_init__(self) -> None:
         if isinstance(self.train, Mapping):
             self.train = TrainConfig.from_dict(dict(self.train))
+        self.masking = PretrainMaskingConfig.coerce(self.masking)
         for name, choices in (("corpus_mode", CORPUS_MODES), ("sequences", SEQUENCE_MODES),
-                              ("masking", MASKING_STRATEGIES), ("replacement", REPLACEMENTS),
                               ("nsp_input", NSP_INPUTS)):
             check_choice(getattr(self, name), name, choices)
         for name in ("train_corpus", "eval_corpus"):
@@ -126,16 +200,24 @@ class PretrainConfig:
 
     @property
     def use_sbo(self) -> bool:
-        return self.masking == "span" if self.sbo is None else self.sbo
+        return self.masking.strategy == "span" if self.sbo is None else self.sbo
 
     def to_dict(self) -> dict[str, Any]:
         d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "train"}
         d = {k: v for k, v in d.items() if v is not None}  # TOML has no null
+        d["masking"] = self.masking.to_dict()
         d["train"] = self.train.to_dict()
         return d
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "PretrainConfig":
+        """The inverse of :meth:`to_dict`. Top-level ``mlm_probability``, ``selection`` and ``replacement`` (older
+        files) are moved into ``masking`` with a deprecation warning.
+
+        Raises:
+            ValueError: unknown settings, a masking setting given twice, or a bad value.
+        """
+        d = nest_flat_masking_keys(dict(d))
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = set(d) - known
         if unknown:
@@ -201,10 +283,8 @@ def build_model(config: PretrainConfig, tokenizer: Tokenizer) -> EncoderForPretr
 
 
 def make_masker(config: PretrainConfig, tokenizer: Tokenizer, shards: TokenShards) -> Masker:
-    weights = shards.unigram_counts if config.replacement == "unigram" else None
-    return Masker(MaskingConfig(strategy=config.masking, mlm_probability=config.mlm_probability,
-                                selection=config.selection),
-                  vocab_size=tokenizer.vocab_size, mask_token_id=tokenizer.mask_token_id,
+    weights = shards.unigram_counts if config.masking.replacement == "unigram" else None
+    return Masker(config.masking, vocab_size=tokenizer.vocab_size, mask_token_id=tokenizer.mask_token_id,
                   special_token_ids=shards.special_token_ids, replacement_weights=weights)
 
 
@@ -238,7 +318,7 @@ def run_pretraining_recipe(config: PretrainConfig) -> RunResult:
     out_dir = Path(config.train.out_dir)
     shards_root = Path(config.shards_dir) if config.shards_dir else out_dir / "shards"
     settings = {k: v for k, v in config.to_dict().items() if k != "train"}
-    spec = RunSpec(recipe="pretrain", label="pretrain-" + config.masking.replace("_", "-"), settings=settings,
+    spec = RunSpec(recipe="pretrain", label="pretrain-" + config.masking.strategy.replace("_", "-"), settings=settings,
                    train=config.train, epochs=None, evaluate_each_epoch=False,
                    primary_metric="loss" if config.eval_corpus and config.eval_batches else None,
                    greater_is_better=False)
