@@ -37,7 +37,7 @@ from ctxemb.training.config import TrainConfig
 def add_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser("finetune", help=command_help("finetune"),
                               description=__doc__.split("\n\n")[0])
-    p.add_argument("task", choices=task_names(),
+    p.add_argument("task", choices=task_names(command="finetune"),
                    help="a registered task: a shared one, 'custom' (TSV/JSONL), 'conll-file' or 'squad-file' with "
                         "--train-file/--dev-file, or one registered with ctxemb.finetuning.registry.register_task")
     p.add_argument("--preset", default=None,

@@ -282,6 +282,9 @@ def run_training(spec: RunSpec, *, build_model: Callable[[], nn.Module],
         result = train(model, data.source, train_config, eval_data=data.eval_data,
                        eval_fn=timed_evaluate if data.evaluate is not None else None,
                        param_groups=data.param_groups, callbacks=cbs)
+        if not history:  # a recipe evaluated by the loop's held-out batches alone (pretraining, sense training)
+            history.extend({k[len("eval_"):]: v for k, v in r.items() if k.startswith("eval_")}
+                           for r in result.history if any(k.startswith("eval_") for k in r))
         final = dict(history[-1]) if history else dict(result.eval_metrics or {})
         best_step = None
         if best is not None and best.restore():
