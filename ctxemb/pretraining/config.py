@@ -21,6 +21,7 @@ from typing import Any, Literal, Mapping
 
 from ctxemb._validation import check_choice
 from ctxemb.config import EncoderConfig
+from ctxemb.config import field_help as _meta
 from ctxemb.modeling.pretraining_heads import NSP_INPUTS, NspInput
 from ctxemb.pretraining.masking import STRATEGIES, MaskingConfig
 from ctxemb.training.config import TrainConfig
@@ -143,22 +144,38 @@ class PretrainConfig:
         train: the loop's settings (``out_dir`` is required).
     """
 
-    train_corpus: list[str] = field(default_factory=list)
-    eval_corpus: list[str] = field(default_factory=list)
-    corpus_mode: CorpusMode = "blank_line"
-    tokenizer: str | None = None
-    init_from: str | None = None
-    model: dict[str, Any] = field(default_factory=dict)
-    sequences: SequenceMode = "full_sentences"
-    max_len: int = 128
-    batch_size: int = 32
-    masking: PretrainMaskingConfig = field(default_factory=PretrainMaskingConfig)
-    sbo: bool | None = None
-    nsp_input: NspInput = "pooled"
-    sparse_prediction: bool = True
-    eval_batches: int = 20
-    shards_dir: str | None = None
-    train: TrainConfig = field(default_factory=lambda: TrainConfig(learning_rate=5e-4, max_steps=1000))
+    train_corpus: list[str] = field(default_factory=list, metadata={'help': 'plain-text training files'})
+    eval_corpus: list[str] = field(default_factory=list, metadata=_meta(
+        'held-out plain-text files (fixed batches, the same masks in every evaluation)'))
+    corpus_mode: CorpusMode = field(default="blank_line", metadata=_meta(
+        'documents separated by blank lines, or one document per line'))
+    tokenizer: str | None = field(default=None, metadata=_meta(
+        "vocabulary directory (ctxemb vocab) or model name (default: --init-from's)"))
+    init_from: str | None = field(default=None, metadata=_meta(
+        'continue pretraining this encoder (fresh heads if it has none)'))
+    model: dict[str, Any] = field(default_factory=dict, metadata=_meta(
+        'JSON of EncoderConfig fields for a fresh model, e.g. \'{"hidden_size": 256, "num_hidden_layers": 4, '
+        '"num_attention_heads": 4, "intermediate_size": 1024}\''))
+    sequences: SequenceMode = field(default="full_sentences", metadata=_meta(
+        'how training sequences are built: NSP pairs, packed full sentences, or sentences within a document'))
+    max_len: int = field(default=128, metadata=_meta(
+        'tokens per sequence, special tokens included',
+        flag='--max-length', aliases=('--max-len',), type='positive_int'))
+    batch_size: int = field(default=32, metadata=_meta(
+        'sequences per micro-batch (per process)', type='positive_int'))
+    masking: PretrainMaskingConfig = field(default_factory=PretrainMaskingConfig, metadata=_meta(
+        'the masking settings (a [masking] table in TOML)'))
+    sbo: bool | None = field(default=None, metadata=_meta(
+        'add the span-boundary objective (default: with span masking)'))
+    nsp_input: NspInput = field(default="pooled", metadata=_meta(
+        "with --sequences nsp: the NSP head reads BERT's pooled [CLS] or the raw [CLS] vector"))
+    sparse_prediction: bool = field(default=True, metadata={'help': 'run the MLM head on the masked rows only'})
+    eval_batches: int = field(default=20, metadata=_meta(
+        'batches of the evaluation corpus per evaluation', type='positive_int'))
+    shards_dir: str | None = field(default=None, metadata=_meta(
+        'where the tokenized corpus shards are written (default: OUT_DIR/shards)'))
+    train: TrainConfig = field(default_factory=lambda: TrainConfig(learning_rate=5e-4, max_steps=1000),
+                               metadata=_meta("the loop's settings", cli=False))
 
     def __post_init__(self) -> None:
         if isinstance(self.train, Mapping):
