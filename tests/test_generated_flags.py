@@ -15,6 +15,9 @@ import pytest
 from ctxemb.cli import build_parser
 from ctxemb.cli._common import add_dataclass_flags, dataclass_overrides
 from ctxemb.config import field_help
+from ctxemb.finetuning.config import FinetuneRunConfig
+from ctxemb.finetuning.tasks import FinetuneConfig
+from ctxemb.finetuning.token_tasks import TokenFinetuneConfig
 from ctxemb.pretraining.config import PretrainConfig, PretrainMaskingConfig
 from ctxemb.wsd.sense_config import SenseTrainConfig
 
@@ -31,11 +34,15 @@ def _actions(parser):
 
 @pytest.mark.parametrize("command, cls, prefix", [
     (("pretrain",), PretrainConfig, ""), (("pretrain",), PretrainMaskingConfig, "masking."),
-    (("wsd", "train"), SenseTrainConfig, ""),
+    (("wsd", "train"), SenseTrainConfig, ""), (("finetune",), FinetuneRunConfig, ""),
+    (("finetune",), FinetuneConfig, ""), (("finetune",), TokenFinetuneConfig, ""),
 ])
 def test_every_setting_has_a_flag_with_the_fields_help_and_default(command, cls, prefix):
     actions = _actions(_subparser(build_parser(command[0]), *command))
+    shared = {f.name for f in dataclasses.fields(FinetuneRunConfig)} if cls is not FinetuneRunConfig else set()
     for f in dataclasses.fields(cls):
+        if command == ("finetune",) and (f.name in shared or f.name in ("task", "head")):
+            continue  # the shared fields' flags come from FinetuneRunConfig; --head and the task are positional
         if f.metadata.get("cli", True) is False or (prefix == "" and f.name == "masking"):
             assert prefix + f.name not in actions
             continue
@@ -118,3 +125,25 @@ def test_a_new_field_gets_its_flag_from_its_declaration():
     for bad in (["--mode", "c"], ["--sizes", "0"], ["--hidden", "2"]):
         with pytest.raises(SystemExit):
             parser.parse_args(bad)
+
+
+def test_finetune_flags_reach_their_familys_config_and_are_refused_elsewhere(tmp_path):
+    from ctxemb.cli._common import UsageError
+    from ctxemb.cli.finetune import finetune_config_from_args
+
+    def config(*argv):
+        return finetune_config_from_args(build_parser("finetune").parse_args(["finetune", *argv,
+                                                                              "--out-dir", str(tmp_path)]))[1]
+
+    token = config("conll-file", "--train-file", "a", "--dev-file", "b", "--head", "span", "--span-lr-scale", "3",
+                   "--crf-lr-scale", "50", "--max-length", "64", "--trainable-layers", "2")
+    assert (token.span_lr_scale, token.crf_lr_scale, token.max_length) == (3, 50, 64)
+    assert (token.regime, token.last_k) == ("last_k", 2)
+    seq = config("custom", "--train-file", "a", "--dev-file", "b", "--text-a", "review", "--label-names", "neg",
+                 "pos", "--regression", "--layerwise-lr-decay", "0.8")
+    assert (seq.text_a, seq.label_names, seq.regression, seq.layerwise_lr_decay) == ("review", ["neg", "pos"], True,
+                                                                                      0.8)
+    with pytest.raises(UsageError, match="--text-a does not apply to task 'conll-file'"):
+        config("conll-file", "--train-file", "a", "--dev-file", "b", "--text-a", "x")
+    with pytest.raises(UsageError, match="--doc-stride does not apply to task 'custom'"):
+        config("custom", "--train-file", "a", "--dev-file", "b", "--doc-stride", "64")

@@ -300,7 +300,8 @@ def dataclass_overrides(args: argparse.Namespace, prefix: str = "", cls=None) ->
     given), never those of a nested prefix (no ``.`` left in the dest)."""
     import dataclasses
 
-    names = {f.name for f in dataclasses.fields(cls)} if cls is not None else None
+    names = {f.name for f in dataclasses.fields(cls) if f.metadata.get("cli", True) is not False} \
+        if cls is not None else None
     return {k[len(prefix):]: v for k, v in vars(args).items()
             if k.startswith(prefix) and v is not None and "." not in k[len(prefix):]
             and (names is None or k[len(prefix):] in names)}
