@@ -53,7 +53,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
-from ctxemb._validation import is_int
+from ctxemb._validation import check_choice, is_int
 from ctxemb.paths import shared_data_dir
 
 logger = logging.getLogger(__name__)
@@ -318,8 +318,7 @@ def xquad_split(part: str, examples: Iterable[QAExample] | None = None) -> list[
         ValueError: for an unknown ``part``, or if ``examples`` hold an article that no part lists (a different
             file: the split is defined for XQuAD-en only).
     """
-    if part not in XQUAD_ARTICLE_SPLIT:
-        raise ValueError("part must be one of %s; got %r" % (", ".join(XQUAD_ARTICLE_SPLIT), part))
+    check_choice(part, "part", tuple(XQUAD_ARTICLE_SPLIT))
     examples = load_xquad() if examples is None else list(examples)
     known = {t for titles in XQUAD_ARTICLE_SPLIT.values() for t in titles}
     unknown = sorted({ex.title for ex in examples} - known)
