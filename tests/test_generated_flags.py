@@ -65,7 +65,7 @@ def test_old_spellings_of_recipe_flags_still_work_and_warn(tmp_path, caplog):
         pre = build_parser("pretrain").parse_args(["pretrain", "--config", "mlm-tiny", "--max-len", "32",
                                                    "--train-corpus", "c.txt", "--tokenizer", "x",
                                                    "--out-dir", str(tmp_path)])
-    assert train_config_from_args(wsd).max_train_sentences == 7 and config_from_args(pre).max_len == 32
+    assert train_config_from_args(wsd).max_train_examples == 7 and config_from_args(pre).max_length == 32
     assert "--max-sentences is deprecated" in caplog.text and "--max-len is deprecated" in caplog.text
 
 
@@ -147,3 +147,18 @@ def test_finetune_flags_reach_their_familys_config_and_are_refused_elsewhere(tmp
         config("conll-file", "--train-file", "a", "--dev-file", "b", "--text-a", "x")
     with pytest.raises(UsageError, match="--doc-stride does not apply to task 'custom'"):
         config("custom", "--train-file", "a", "--dev-file", "b", "--doc-stride", "64")
+
+
+def test_renamed_settings_keep_their_old_names_with_a_warning(tmp_path, caplog):
+    train = {"learning_rate": 1e-3, "max_steps": 2, "out_dir": str(tmp_path)}
+    with caplog.at_level(logging.WARNING):
+        pre = PretrainConfig.from_dict({"train_corpus": ["c.txt"], "tokenizer": "v", "max_len": 32, "train": train})
+        sense = SenseTrainConfig(recipe="bem", max_train_sentences=5, train=train)
+        assert (pre.max_length, pre.max_len, sense.max_train_examples, sense.max_train_sentences) == (32, 32, 5, 5)
+    assert "max_len is deprecated" in caplog.text and "max_train_sentences is deprecated" in caplog.text
+    assert "max_len" not in pre.to_dict() and pre.to_dict()["max_length"] == 32
+    assert sense.to_dict()["max_train_examples"] == 5 and "max_train_sentences" not in sense.to_dict()
+    with pytest.raises(ValueError, match="give max_length .* or its old name max_len"):
+        PretrainConfig(train_corpus=["c.txt"], tokenizer="v", max_length=64, max_len=32, train=train)
+    with pytest.raises(ValueError, match="give max_train_examples .* or its old name max_train_sentences"):
+        SenseTrainConfig(recipe="bem", max_train_examples=4, max_train_sentences=5, train=train)

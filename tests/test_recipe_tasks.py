@@ -36,7 +36,7 @@ def _pretrain_config(data, out, **kw) -> PretrainConfig:
     train = TrainConfig(learning_rate=3e-3, max_steps=3, out_dir=str(out), progress_bar=False, precision="fp32",
                         seed=0, log_every=1, **kw.pop("train", {}))
     return PretrainConfig(train_corpus=[str(data["corpus"])], eval_corpus=[str(data["corpus"])], eval_batches=2,
-                          tokenizer=str(data["model"]), model=TINY, max_len=24, batch_size=8, train=train, **kw)
+                          tokenizer=str(data["model"]), model=TINY, max_length=24, batch_size=8, train=train, **kw)
 
 
 def test_the_registry_lists_every_recipe_family():

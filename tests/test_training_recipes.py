@@ -44,7 +44,7 @@ def _pretrain(data, out, **kw):
     model = dict(init_from=str(data["model"])) if kw.pop("continued", False) else dict(tokenizer=str(data["model"]),
                                                                                         model=TINY)
     config = PretrainConfig(train_corpus=[str(data["corpus"])], eval_corpus=[str(data["corpus"])], eval_batches=2,
-                            max_len=24, batch_size=8, train=_train(out), **model, **kw)
+                            max_length=24, batch_size=8, train=_train(out), **model, **kw)
     return run_pretraining_recipe(config).model_dir
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import InitVar, dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Mapping
 
@@ -130,7 +130,8 @@ class PretrainConfig:
             and ``model_type`` come from the tokenizer).
         sequences: ``"nsp"`` (BERT's sentence pairs + the NSP head), ``"full_sentences"`` or ``"doc_sentences"``
             (RoBERTa's packing, no NSP).
-        max_len: tokens per sequence, special tokens included.
+        max_length: tokens per sequence, special tokens included (old name ``max_len``: accepted, with a
+            deprecation warning).
         batch_size: sequences per micro-batch (per process).
         masking: a :class:`PretrainMaskingConfig` (TOML: a ``[masking]`` table): the strategy (``"token"``,
             ``"whole_word"`` or ``"span"``, SpanBERT's Geometric(0.2) spans of words), the budget ``mlm_probability``
@@ -158,9 +159,8 @@ class PretrainConfig:
         '"num_attention_heads": 4, "intermediate_size": 1024}\''))
     sequences: SequenceMode = field(default="full_sentences", metadata=_meta(
         'how training sequences are built: NSP pairs, packed full sentences, or sentences within a document'))
-    max_len: int = field(default=128, metadata=_meta(
-        'tokens per sequence, special tokens included',
-        flag='--max-length', aliases=('--max-len',), type='positive_int'))
+    max_length: int = field(default=128, metadata=_meta(
+        'tokens per sequence, special tokens included', aliases=('--max-len',), type='positive_int'))
     batch_size: int = field(default=32, metadata=_meta(
         'sequences per micro-batch (per process)', type='positive_int'))
     masking: PretrainMaskingConfig = field(default_factory=PretrainMaskingConfig, metadata=_meta(
@@ -176,8 +176,16 @@ class PretrainConfig:
         'where the tokenized corpus shards are written (default: OUT_DIR/shards)'))
     train: TrainConfig = field(default_factory=lambda: TrainConfig(learning_rate=5e-4, max_steps=1000),
                                metadata=_meta("the loop's settings", cli=False))
+    max_len: InitVar[int | None] = None  # the old name of max_length: accepted with a deprecation warning
 
-    def __post_init__(self) -> None:
+    def __post_init__(self, max_len: int | None = None) -> None:
+        if max_len is not None:
+            if self.max_length != 128 and self.max_length != max_len:
+                raise ValueError(f"give max_length ({self.max_length}) or its old name max_len ({max_len}), not both")
+            logger.warning("pretraining settings: max_len is deprecated and will be removed in the next release; "
+                           "use max_length")
+            self.max_length = max_len
+
         if isinstance(self.train, Mapping):
             self.train = TrainConfig.from_dict(dict(self.train))
         self.masking = PretrainMaskingConfig.coerce(self.masking)
@@ -190,7 +198,7 @@ class PretrainConfig:
                 setattr(self, name, [value])
             elif not all(isinstance(p, str) for p in value):
                 raise TypeError(f"{name} must be a list of file paths; got {value!r}")
-        for name in ("max_len", "batch_size", "eval_batches"):
+        for name in ("max_length", "batch_size", "eval_batches"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < (0 if name == "eval_batches" else 1):
                 raise ValueError(f"{name} must be a positive int; got {v!r}")
@@ -224,7 +232,7 @@ class PretrainConfig:
             ValueError: unknown settings, a masking setting given twice, or a bad value.
         """
         d = nest_flat_masking_keys(dict(d))
-        known = {f.name for f in dataclasses.fields(cls)}
+        known = {f.name for f in dataclasses.fields(cls)} | {"max_len"}
         unknown = set(d) - known
         if unknown:
             raise ValueError(f"unknown pretraining settings {sorted(unknown)}; known: {sorted(known)}")
@@ -242,3 +250,14 @@ class PretrainConfig:
         except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
             raise ValueError(f"pretraining config {path} is not valid TOML: {e}") from None
         return cls.from_dict(d)
+
+
+def _renamed(new: str, old: str, what: str) -> property:
+    # reading the old attribute name still works (with the deprecation warning), never a silent None
+    def get(self):
+        logger.warning("%s: %s is deprecated and will be removed in the next release; use %s", what, old, new)
+        return getattr(self, new)
+    return property(get, doc=f"Deprecated name of ``{new}``.")
+
+
+PretrainConfig.max_len = _renamed("max_length", "max_len", "pretraining settings")  # type: ignore[assignment]

@@ -64,7 +64,7 @@ def build_model(config: PretrainConfig, tokenizer: Tokenizer) -> EncoderForPretr
     """The model to pretrain: ``init_from`` with the heads it lacks, or a fresh one from ``config.model``.
 
     Raises:
-        ValueError: the tokenizer does not fit the model, or ``max_len`` exceeds its positions.
+        ValueError: the tokenizer does not fit the model, or ``max_length`` exceeds its positions.
     """
     heads = dict(nsp=config.sequences == "nsp", nsp_input=config.nsp_input, sbo=config.use_sbo,
                  sparse_prediction=config.sparse_prediction)
@@ -76,7 +76,7 @@ def build_model(config: PretrainConfig, tokenizer: Tokenizer) -> EncoderForPretr
         fields.update(config.model)
         if "max_position_embeddings" not in config.model:
             offset = 0 if fields["model_type"] == "bert" else fields["pad_token_id"] + 1
-            fields["max_position_embeddings"] = config.max_len + offset
+            fields["max_position_embeddings"] = config.max_length + offset
         if fields["model_type"] != "bert":
             fields.setdefault("type_vocab_size", 1)
         model = EncoderForPretraining.from_config(EncoderConfig(**fields), **heads)
@@ -84,8 +84,8 @@ def build_model(config: PretrainConfig, tokenizer: Tokenizer) -> EncoderForPretr
     if cfg.vocab_size < tokenizer.vocab_size:
         raise ValueError(f"the tokenizer has {tokenizer.vocab_size} tokens but the model's vocabulary only "
                          f"{cfg.vocab_size}: use the model's own tokenizer")
-    if config.max_len > cfg.max_tokens:
-        raise ValueError(f"max_len {config.max_len} exceeds the model's {cfg.max_tokens} positions")
+    if config.max_length > cfg.max_tokens:
+        raise ValueError(f"max_length {config.max_length} exceeds the model's {cfg.max_tokens} positions")
     model.train()
     return model
 
@@ -182,14 +182,14 @@ class PretrainingTask(Task):
                   ctx: DistributedContext) -> RunData:
         shards_root = Path(config.shards_dir) if config.shards_dir else Path(config.train.out_dir) / "shards"
         train_shards = _shards(config.train_corpus, tokenizer, shards_root / "train", config.corpus_mode, ctx)
-        source = PretrainingBatches(train_shards, objective=config.sequences, max_len=config.max_len,
+        source = PretrainingBatches(train_shards, objective=config.sequences, max_len=config.max_length,
                                     batch_size=config.batch_size, seed=config.train.seed, rank=ctx.rank,
                                     world_size=ctx.world_size, masker=make_masker(config, tokenizer, train_shards))
         eval_data = None
         if config.eval_corpus and config.eval_batches:
             eval_shards = _shards(config.eval_corpus, tokenizer, shards_root / "eval", config.corpus_mode, ctx)
             # every rank evaluates the same fixed batches (one seed, all documents): the means agree across ranks
-            held_out = PretrainingBatches(eval_shards, objective=config.sequences, max_len=config.max_len,
+            held_out = PretrainingBatches(eval_shards, objective=config.sequences, max_len=config.max_length,
                                           batch_size=config.batch_size, seed=EVAL_SEED,
                                           masker=make_masker(config, tokenizer, eval_shards))
             eval_data = list(itertools.islice(held_out.one_epoch(0), config.eval_batches))

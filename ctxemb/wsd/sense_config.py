@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
-from dataclasses import dataclass, field
+from dataclasses import InitVar, dataclass, field
 from typing import Any, Literal, Mapping, Protocol
 
 
@@ -67,7 +67,8 @@ class SenseTrainConfig:
         corpus: a Raganato-format training set (folder or XML); None = SemCor in the shared data folder.
         held_out_fraction: share of the corpus's documents held out (0 = train on all); ``split_seed`` seeds the
             split. The defaults are those of ``benchmarks/wsd.py``.
-        max_train_sentences: use only the first N training sentences (None: all), for quick runs.
+        max_train_examples: use only the first N training sentences (None: all), for quick runs (old name
+            ``max_train_sentences``: accepted, with a deprecation warning).
         eval_sentences: held-out sentences the loop evaluates the objective on (0: none).
         layers, layer_pooling, subword_pooling: how a target's vector is pooled, as the Embedder's fields of the
             same names (hidden-state indices: 0 = embedding output, -1 = last layer); use the same ones for the store.
@@ -111,9 +112,8 @@ class SenseTrainConfig:
         'documents held out, as benchmarks/wsd.py does', type='fraction'))
     split_seed: int = field(default=0, metadata=_meta(
         'seed of the held-out split'))
-    max_train_sentences: int | None = field(default=None, metadata=_meta(
-        'use only the first N training sentences', flag='--max-train-examples',
-        aliases=('--max-sentences',), type='positive_int'))
+    max_train_examples: int | None = field(default=None, metadata=_meta(
+        'use only the first N training sentences', aliases=('--max-sentences',), type='positive_int'))
     eval_sentences: int = field(default=500, metadata=_meta(
         'held-out sentences to evaluate the objective on (0 = none)'))
     layers: tuple[int, ...] = field(default=(-4, -3, -2, -1), metadata=_meta(
@@ -160,8 +160,17 @@ class SenseTrainConfig:
         'SupCon: occurrences sampled per sense', type='positive_int'))
     train: TrainConfig = field(default_factory=lambda: TrainConfig(learning_rate=2e-5, warmup_ratio=0.1),
                                metadata=_meta("the loop's settings", cli=False))
+    # the old name of max_train_examples: accepted with a deprecation warning
+    max_train_sentences: InitVar[int | None] = None
 
-    def __post_init__(self) -> None:
+    def __post_init__(self, max_train_sentences: int | None = None) -> None:
+        if max_train_sentences is not None:
+            if self.max_train_examples is not None and self.max_train_examples != max_train_sentences:
+                raise ValueError(f"give max_train_examples ({self.max_train_examples}) or its old name "
+                                 f"max_train_sentences ({max_train_sentences}), not both")
+            logger.warning("sense-training settings: max_train_sentences is deprecated and will be removed in the "
+                           "next release; use max_train_examples")
+            self.max_train_examples = max_train_sentences
         if isinstance(self.train, Mapping):
             self.train = TrainConfig.from_dict(dict(self.train))
         if not isinstance(self.train, TrainConfig):
@@ -186,7 +195,7 @@ class SenseTrainConfig:
             check_int(getattr(self, name), name, low=1)
         check_int(self.max_candidates, "max_candidates", low=2)
         check_int(self.senses_per_group, "senses_per_group", low=2)
-        for name in ("max_train_sentences", "max_length", "max_steps", "trainable_layers"):
+        for name in ("max_train_examples", "max_length", "max_steps", "trainable_layers"):
             if getattr(self, name) is not None:
                 check_int(getattr(self, name), name, low=1)
         if self.max_length is not None and self.max_length < 4:
@@ -219,7 +228,7 @@ class SenseTrainConfig:
         Raises:
             ValueError: unknown fields (or invalid values).
         """
-        known = {f.name for f in dataclasses.fields(cls)}
+        known = {f.name for f in dataclasses.fields(cls)} | {"max_train_sentences"}
         unknown = sorted(set(d) - known)
         if unknown:
             raise ValueError(f"unknown SenseTrainConfig field(s) {unknown}; known: {sorted(known)}")
@@ -229,5 +238,18 @@ class SenseTrainConfig:
         """The :class:`~ctxemb.embedding.EmbedderConfig` fields that pool as this run trained."""
         return {"layers": list(self.layers), "layer_pooling": self.layer_pooling,
                 "subword_pooling": self.subword_pooling}
+
+
+def _renamed(new: str, old: str, what: str) -> property:
+    # reading the old attribute name still works (with the deprecation warning), never a silent None
+    def get(self):
+        logger.warning("%s: %s is deprecated and will be removed in the next release; use %s", what, old, new)
+        return getattr(self, new)
+    return property(get, doc=f"Deprecated name of ``{new}``.")
+
+
+SenseTrainConfig.max_train_sentences = _renamed(  # type: ignore[assignment]
+    "max_train_examples", "max_train_sentences", "sense-training settings")
+
 
 

@@ -135,18 +135,18 @@ class SenseTask(Task):
         return TaskData(train=[], eval=None, info={"t_start": time.perf_counter()})
 
     def read_corpus(self, config: SenseTrainConfig) -> tuple[Corpus, Corpus | None]:
-        """The training corpus (its documents minus the held-out ones, cut to ``max_train_sentences``) and the
+        """The training corpus (its documents minus the held-out ones, cut to ``max_train_examples``) and the
         held-out documents (None without a held-out fraction)."""
         corpus = self.corpus if self.corpus is not None else read_dataset(config.corpus or default_corpus_path())
         held = None
         if config.held_out_fraction:
             corpus, held = split_corpus_by_document(corpus, config.held_out_fraction, config.split_seed)
-        if config.max_train_sentences:
-            corpus = corpus.head(config.max_train_sentences)
+        if config.max_train_examples:
+            corpus = corpus.head(config.max_train_examples)
         return corpus, held
 
     def limit(self, config: SenseTrainConfig, data: TaskData) -> TaskData:
-        return data  # read_corpus() cuts the corpus to max_train_sentences
+        return data  # read_corpus() cuts the corpus to max_train_examples
 
     def run_spec(self, config: SenseTrainConfig, data: TaskData) -> RunSpec:
         primary, greater = self.primary(config)
