@@ -293,7 +293,7 @@ def run_scratch(args) -> None:
         config = PretrainConfig(
             train_corpus=[str(train_txt)], eval_corpus=[str(held_txt)], tokenizer="all-MiniLM-L6-v2",
             model=dict(SMALL_BERT, max_position_embeddings=args.max_len), sequences="full_sentences",
-            max_len=args.max_len, batch_size=args.batch_size, eval_batches=args.eval_batches,
+            max_length=args.max_len, batch_size=args.batch_size, eval_batches=args.eval_batches,
             shards_dir=str(WORK / "shards_recipe"),
             train=TrainConfig(learning_rate=args.lr, max_steps=ours_steps, warmup_ratio=0.06, out_dir=str(out_dir),
                               eval_every=max(1, ours_steps // 6), log_every=max(1, ours_steps // 50),
@@ -395,7 +395,7 @@ def run_span(args) -> None:
         config = PretrainConfig(
             train_corpus=[str(train_txt)], tokenizer="all-MiniLM-L6-v2",
             model=dict(SMALL_BERT, max_position_embeddings=args.max_len), sequences="full_sentences",
-            max_len=args.max_len, batch_size=args.batch_size, masking=masking, sbo=sbo, eval_batches=0,
+            max_length=args.max_len, batch_size=args.batch_size, masking=masking, sbo=sbo, eval_batches=0,
             shards_dir=str(WORK / "shards_recipe"),
             train=TrainConfig(learning_rate=args.lr, max_steps=args.steps, warmup_ratio=0.06, out_dir=str(out_dir),
                               log_every=max(1, args.steps // 50), progress_bar=False, seed=0, precision="fp32"))
@@ -428,7 +428,7 @@ def run_continued(args) -> None:
     shutil.rmtree(out_dir, ignore_errors=True)
     config = PretrainConfig(
         train_corpus=[str(train_txt)], eval_corpus=[str(held_txt)], init_from="all-MiniLM-L6-v2",
-        sequences="full_sentences", max_len=args.max_len, batch_size=args.batch_size,
+        sequences="full_sentences", max_length=args.max_len, batch_size=args.batch_size,
         eval_batches=args.eval_batches, shards_dir=str(WORK / "shards_recipe"),
         train=TrainConfig(learning_rate=args.lr, max_steps=args.steps, warmup_ratio=0.06, out_dir=str(out_dir),
                           eval_every=max(1, args.steps // 5), log_every=max(1, args.steps // 50), progress_bar=False,

@@ -146,7 +146,7 @@ def train_recipe(args, recipe: str) -> dict:
     steps = args.bem_steps if recipe == "bem" else args.supcon_steps
     config = SenseTrainConfig(
         recipe=recipe, model=args.model, corpus=args.train, held_out_fraction=args.held_out_fraction,
-        split_seed=args.seed, max_train_sentences=args.max_train_sentences,
+        split_seed=args.seed, max_train_examples=args.max_train_sentences,
         eval_sentences=500 if args.max_eval_sentences is None else min(500, args.max_eval_sentences),
         max_steps=steps, max_minutes=args.max_minutes, max_tokens_per_batch=args.max_tokens_per_batch,
         max_candidates=args.max_candidates, score=args.bem_score, temperature=args.temperature,

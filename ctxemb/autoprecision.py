@@ -7,14 +7,14 @@ words; numbers, names, rare words split into several subwords) through every pat
   them alike); a path's time is its best round;
 - **accuracy**: the mean over the probe's words of the cosine between the path's word vector and the exact (fp32)
   one: the mean of the requested hidden states, subwords averaged. It must reach the path's bound
-  (:data:`ctxemb.inference.ACCURACY_BOUNDS`: 0.999 for bf16, 0.99 for int8, 0.9999 for onnx-fp32), and no word may
+  (:data:`ctxemb.precision.ACCURACY_BOUNDS`: 0.999 for bf16, 0.99 for int8, 0.9999 for onnx-fp32), and no word may
   fall below :data:`LEAST_WORD_COSINE` (0.99: a path that is fine on average but loses some words is not chosen;
   ONNX Runtime's per-batch int8 had a least word cosine of 0.986 on 60 WikiText-2 sentences with MiniLM).
 
 The fastest path within its bound wins; paths less than ``min_speedup`` (5%) slower than it count as a tie, and the
 most accurate of those wins: fp32 stays unless another path is more than 5% faster (timing noise never buys a loss
 of accuracy), and of two paths about as fast the more accurate is taken. Available paths: fp32 always; bf16 only
-where bfloat16 products run in hardware (:func:`ctxemb.inference.cpu_has_native_bf16`, or a CUDA GPU that supports
+where bfloat16 products run in hardware (:func:`ctxemb.precision.cpu_has_native_bf16`, or a CUDA GPU that supports
 bf16) since emulated bf16 is several times slower; int8 and the ONNX paths on the CPU only, the ONNX ones where
 onnxruntime is installed.
 
@@ -41,11 +41,12 @@ from typing import Any, Sequence
 import torch
 import torch.nn.functional as F
 
-from ctxemb import inference
+from ctxemb import precision as _precision
 from ctxemb._version import __version__
 from ctxemb.backends import encoder_fingerprint, load_backend, onnxruntime_version
-from ctxemb.inference import ACCURACY_BOUNDS, PRECISIONS, EncoderBackend, pool_subwords, run_encoder
+from ctxemb.inference import EncoderBackend, pool_subwords, run_encoder
 from ctxemb.modeling.encoder import Encoder
+from ctxemb.precision import ACCURACY_BOUNDS, INFERENCE_PRECISIONS as PRECISIONS
 from ctxemb._validation import read_json_file
 from ctxemb.paths import atomic_write
 from ctxemb.registry import cache_dir
@@ -153,7 +154,7 @@ class PrecisionChoice:
     """What ``precision="auto"`` chose and why.
 
     Attributes:
-        precision: the chosen path (one of :data:`ctxemb.inference.PRECISIONS`).
+        precision: the chosen path (one of :data:`ctxemb.precision.INFERENCE_PRECISIONS`).
         results: each probed path's :class:`ProbeResult`.
         skipped: paths not probed here, with the reason (e.g. no native bf16, onnxruntime missing).
         machine: the CPU (and GPU) the choice was made on.
@@ -195,7 +196,7 @@ def available_precisions(device: torch.device) -> tuple[list[str], dict[str, str
     """The paths worth probing on ``device``, and the others with the reason they are left out."""
     candidates, skipped = ["fp32"], {}
     if device.type == "cpu":
-        native = inference.cpu_has_native_bf16()
+        native = _precision.cpu_has_native_bf16()
         if native is True:
             candidates.append("bf16")
         else:
@@ -208,17 +209,18 @@ def available_precisions(device: torch.device) -> tuple[list[str], dict[str, str
         else:
             skipped["onnx-fp32"] = skipped["onnx-int8"] = "onnxruntime is not installed (pip install 'ctxemb[onnx]')"
     else:
-        if device.type == "cuda" and torch.cuda.is_bf16_supported():
+        native, fact = _precision.native_bf16(device)
+        if native:
             candidates.append("bf16")
         else:
-            skipped["bf16"] = f"no hardware bfloat16 known on {device}"
+            skipped["bf16"] = f"no hardware bfloat16 on {device}: {fact}"
         for p in ("int8", "onnx-fp32", "onnx-int8"):
             skipped[p] = "runs on the CPU only"
     return candidates, skipped
 
 
 def machine_description(device: torch.device) -> str:
-    info = inference.cpu_info()
+    info = _precision.cpu_info()
     text = f"{info.name} ({torch.get_num_threads()} threads)"
     if device.type == "cuda":
         text += f", {torch.cuda.get_device_name(device)}"
@@ -228,9 +230,9 @@ def machine_description(device: torch.device) -> str:
 def cache_key(encoder: Encoder, layers: Sequence[int], fingerprint: str) -> dict[str, Any]:
     """Everything a cached choice depends on (see the module docstring)."""
     device = next(encoder.parameters()).device
-    info = inference.cpu_info()
+    info = _precision.cpu_info()
     return {"probe": _PROBE_VERSION, "cpu": info.name, "cpu_flags": sorted(info.flags),
-            "native_bf16": inference.cpu_has_native_bf16(), "device": device.type,
+            "native_bf16": _precision.cpu_has_native_bf16(), "device": device.type,
             "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
             "threads": torch.get_num_threads(), "torch": torch.__version__, "onnxruntime": onnxruntime_version(),
             "ctxemb": __version__, "model": fingerprint, "layers": [int(i) for i in layers]}

@@ -1,5 +1,5 @@
 """The faster ways to run an encoder: int8 dynamic quantization of its Linear layers, and ONNX Runtime (fp32 or
-int8). :func:`load_backend` gives the backend of any path in :data:`ctxemb.inference.PRECISIONS`; the accuracy
+int8). :func:`load_backend` gives the backend of any path in :data:`ctxemb.precision.INFERENCE_PRECISIONS`; the accuracy
 bound of each path is in :mod:`ctxemb.inference`.
 
 **int8** (:func:`ctxemb.quantization.quantize_int8`, scheme and fusion described there): a copy of the encoder whose
@@ -45,7 +45,8 @@ from torch import nn
 
 from ctxemb._validation import check_choice, read_json_file
 from ctxemb._version import __version__
-from ctxemb.inference import PRECISIONS, EncoderBackend, TorchBackend
+from ctxemb.inference import EncoderBackend, TorchBackend
+from ctxemb.precision import INFERENCE_PRECISIONS as PRECISIONS
 from ctxemb.modeling.encoder import Encoder
 from ctxemb.paths import atomic_path, atomic_write
 from ctxemb.quantization import (CALIBRATION_SENTENCES, CALIBRATION_VERSION, DEFAULT_MAX_OUTLIER_FRACTION,
@@ -66,7 +67,7 @@ def load_backend(encoder: Encoder, precision: str, *, model_name: str | None = N
 
     Args:
         encoder: a loaded encoder (CPU for "int8" and the ONNX paths).
-        precision: one of :data:`ctxemb.inference.PRECISIONS`.
+        precision: one of :data:`ctxemb.precision.INFERENCE_PRECISIONS`.
         model_name: a readable name for the ONNX and calibration cache files (default: the model type).
         fingerprint: :func:`encoder_fingerprint` of ``encoder`` if already known (it reads every weight).
         tokenizer: the model's tokenizer; "int8" needs it to calibrate its outlier features once per model

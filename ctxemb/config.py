@@ -17,6 +17,15 @@ from ctxemb.paths import atomic_write
 
 logger = logging.getLogger(__name__)
 
+
+def field_help(text: str, **cli: Any) -> dict[str, Any]:
+    """A settings field's metadata: its command-line help ``text`` and, optionally, how its flag is spelled and
+    parsed (``flag="--name"``, ``aliases=("--old",)`` deprecated spellings, ``type="positive_int"`` /
+    ``"positive_float"`` / ``"fraction"``, ``cli=False`` for no flag, ``required=True``). The CLI generates the
+    training commands' flags from it (``ctxemb.cli._common.add_dataclass_flags``): one declaration per setting."""
+    return {"help": text, **cli}
+
+
 SUPPORTED_MODEL_TYPES = ("bert", "roberta", "xlm-roberta", "mpnet", "distilbert", "electra", "modernbert")
 SUPPORTED_ACTIVATIONS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu")
 #: Families whose positions count from 0 (the others, RoBERTa-style, count from ``pad_token_id + 1``).

@@ -16,7 +16,7 @@ from typing import Any, Sequence
 import torch
 
 from ctxemb._validation import check_choice, check_int
-from ctxemb.inference import PRECISION_CHOICES
+from ctxemb.precision import INFERENCE_PRECISION_CHOICES as PRECISION_CHOICES
 from ctxemb.registry import DEFAULT_MODEL
 from ctxemb.tokenization import check_texts, check_word_lists
 

@@ -26,89 +26,39 @@ H hidden size.
 from __future__ import annotations
 
 import contextlib
-import functools
 import logging
-from dataclasses import dataclass
-from typing import Callable, Iterator, Literal, Protocol, Sequence, get_args
+from typing import Callable, Iterator, Protocol, Sequence
 
 import torch
 from torch import nn
 from tqdm.auto import tqdm
 
-from ctxemb._validation import check_choice, check_int
+from ctxemb import precision as _precision
+from ctxemb._validation import check_int
 from ctxemb.modeling.encoder import Encoder
+from ctxemb.precision import (ACCURACY_BOUNDS, INFERENCE_PRECISION_CHOICES, INFERENCE_PRECISIONS,  # noqa: F401
+                              CpuInfo, InferencePrecision, bf16_autocast, check_inference_precision,
+                              cpu_has_native_bf16, cpu_info)
 from ctxemb.tokenization import TokenizedText, Tokenizer, Window
 
 logger = logging.getLogger(__name__)
 
-Precision = Literal["fp32", "bf16", "int8", "onnx-fp32", "onnx-int8"]
-#: The paths :func:`run_encoder` can run (with a backend from :func:`ctxemb.backends.load_backend` for the last three).
-PRECISIONS: tuple[str, ...] = get_args(Precision)
-#: What an :class:`~ctxemb.embedding.EmbedderConfig` accepts: a path, or "auto" (the fastest path within its bound on
-#: the machine at hand; the Embedder records the path it chose).
-PRECISION_CHOICES: tuple[str, ...] = PRECISIONS + ("auto",)
-#: Least mean per-word cosine to the exact (fp32) vectors a path must reach on the probe (see the module docstring).
-ACCURACY_BOUNDS: dict[str, float] = {"fp32": 1.0, "bf16": 0.999, "int8": 0.99, "onnx-fp32": 0.9999, "onnx-int8": 0.99}
-
-
-@dataclass(frozen=True)
-class CpuInfo:
-    """The CPU as ``/proc/cpuinfo`` describes it (Linux); ``name`` falls back to :func:`platform.processor`."""
-
-    name: str
-    flags: frozenset[str]
-
-
-@functools.lru_cache(maxsize=None)
-def cpu_info() -> CpuInfo:
-    """This machine's CPU model name and instruction-set flags (no flags where ``/proc/cpuinfo`` is missing)."""
-    import platform
-
-    name, flags = None, None
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                key, _, value = line.partition(":")
-                key = key.strip()
-                if key == "model name" and name is None:
-                    name = value.strip()
-                elif key == "flags" and flags is None:
-                    flags = frozenset(value.split())
-                if name is not None and flags is not None:
-                    break
-    except OSError:
-        pass
-    return CpuInfo(name or platform.processor() or platform.machine(), flags if flags is not None else frozenset())
-
-
-@functools.lru_cache(maxsize=None)
-def cpu_has_native_bf16() -> bool | None:
-    """Whether this CPU multiplies bfloat16 matrices in hardware (AVX512-BF16 or AMX-BF16); None if unknown.
-
-    Read from ``/proc/cpuinfo`` (Linux only).
-    """
-    flags = cpu_info().flags
-    if not flags:
-        return None
-    return bool({"avx512_bf16", "amx_bf16"} & flags)
+# The precision vocabulary lives in ctxemb.precision (one home for inference and training); these names stay
+# importable from here.
+Precision = InferencePrecision
+PRECISIONS: tuple[str, ...] = INFERENCE_PRECISIONS
+PRECISION_CHOICES: tuple[str, ...] = INFERENCE_PRECISION_CHOICES
 
 
 def precision_context(precision: str, device: torch.device) -> contextlib.AbstractContextManager:
     """bf16 runs the matrix products in bfloat16 (AMX on recent Intel CPUs) while autocast keeps LayerNorm and
-    softmax in float32; the other paths run as their modules are (fp32: exact)."""
-    check_choice(precision, "precision", PRECISIONS)
-    if precision == "bf16":
-        if device.type == "cpu" and cpu_has_native_bf16() is False:
-            _warn_slow_bf16()
-        return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
-    return contextlib.nullcontext()
-
-
-@functools.lru_cache(maxsize=1)
-def _warn_slow_bf16() -> None:
-    # Without hardware bf16 the products are emulated: on a 2-core AVX2 EPYC, all-MiniLM-L6-v2 ran 7x slower than fp32.
-    logger.warning("precision='bf16' on a CPU without AVX512-BF16 or AMX: bfloat16 is emulated here and usually "
-                   "several times slower than fp32; use precision='fp32'")
+    softmax in float32; the other paths run as their modules are (fp32: exact). bf16 on a CPU known to emulate it
+    logs :func:`ctxemb.precision.warn_emulated_bf16` once."""
+    check_inference_precision(precision, allow_auto=False)
+    if precision == "bf16" and device.type == "cpu" and _precision.cpu_has_native_bf16() is False:
+        # emulated products: on a 2-core AVX2 EPYC, all-MiniLM-L6-v2 ran 7x slower than fp32
+        _precision.warn_emulated_bf16("cpu")
+    return bf16_autocast(precision, device)
 
 
 class EncoderBackend(Protocol):
@@ -234,7 +184,7 @@ def run_encoder(
     """
     layer_idx = encoder.resolve_layers(list(layers))
     if backend is None:  # checked before any work, not at the first batch
-        check_choice(precision, "precision", PRECISIONS)
+        check_inference_precision(precision, allow_auto=False)
         if precision not in ("fp32", "bf16"):
             raise ValueError(f"precision {precision!r} needs a backend: pass "
                              f"backend=ctxemb.backends.load_backend(encoder, {precision!r})")

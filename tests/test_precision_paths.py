@@ -185,14 +185,14 @@ def test_a_damaged_cache_file_is_probed_again(tiny, caplog):
 
 @pytest.mark.parametrize("native", [False, None])
 def test_bf16_is_never_probed_or_chosen_without_native_bf16(tiny, monkeypatch, native):
-    monkeypatch.setattr(inference, "cpu_has_native_bf16", lambda: native)
+    monkeypatch.setattr("ctxemb.precision.cpu_has_native_bf16", lambda: native)
     candidates, skipped = available_precisions(torch.device("cpu"))
     assert "bf16" not in candidates and "bf16" in skipped
     enc = load_encoder(tiny)
     choice = choose_precision(enc, Embedder.from_pretrained(tiny).tokenizer, layers=[-1], use_cache=False, repeats=1)
     assert "bf16" not in choice.results and choice.precision != "bf16"
     # ...while a CPU with it gets bf16 probed (so the test above is not vacuous)
-    monkeypatch.setattr(inference, "cpu_has_native_bf16", lambda: True)
+    monkeypatch.setattr("ctxemb.precision.cpu_has_native_bf16", lambda: True)
     assert "bf16" in available_precisions(torch.device("cpu"))[0]
 
 

@@ -31,7 +31,7 @@ def _config(corpus: Path, out: Path, **overrides) -> PretrainConfig:
     train = TrainConfig(learning_rate=3e-3, max_steps=200, warmup_ratio=0.1, out_dir=str(out), eval_every=0,
                         log_every=20, progress_bar=False, weight_decay=0.0, seed=0)
     settings = dict(train_corpus=[str(corpus / "corpus.txt")], eval_corpus=[str(corpus / "corpus.txt")],
-                    tokenizer=str(corpus / "vocab"), model=TINY_MODEL, sequences="doc_sentences", max_len=24,
+                    tokenizer=str(corpus / "vocab"), model=TINY_MODEL, sequences="doc_sentences", max_length=24,
                     batch_size=16, eval_batches=3, train=train)
     settings.update(overrides)
     return PretrainConfig(**settings)
@@ -97,7 +97,7 @@ out_dir = "{tmp_path / "out"}"
     args = parser.parse_args(["pretrain", "--config", str(toml), "--max-steps", "3", "--batch-size", "4",
                               "--no-progress"])
     config = cli.config_from_args(args)
-    assert config.masking == "span" and config.use_sbo and config.train.max_steps == 3 and config.batch_size == 4
+    assert config.masking.strategy == "span" and config.use_sbo and config.train.max_steps == 3 and config.batch_size == 4
     assert config.model["num_hidden_layers"] == 1 and not config.train.progress_bar
     assert args.func(args) == 0
     assert (tmp_path / "out" / "model" / "model.safetensors").is_file()

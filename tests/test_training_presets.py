@@ -87,7 +87,7 @@ def test_old_flag_spellings_still_work_and_warn(tmp_path, caplog):
     with caplog.at_level(logging.WARNING, logger="ctxemb.cli"):
         args = build_parser("pretrain").parse_args(["pretrain", "--train-corpus", "c.txt", "--tokenizer", "x",
                                                     "--max-len", "32", "--out", str(tmp_path)])
-    assert config_from_args(args).max_len == 32 and config_from_args(args).train.out_dir == str(tmp_path)
+    assert config_from_args(args).max_length == 32 and config_from_args(args).train.out_dir == str(tmp_path)
     assert "--max-len is deprecated" in caplog.text and "--out is deprecated" in caplog.text
 
 

@@ -44,7 +44,7 @@ def _pretrain(data, out, **kw):
     model = dict(init_from=str(data["model"])) if kw.pop("continued", False) else dict(tokenizer=str(data["model"]),
                                                                                         model=TINY)
     config = PretrainConfig(train_corpus=[str(data["corpus"])], eval_corpus=[str(data["corpus"])], eval_batches=2,
-                            max_len=24, batch_size=8, train=_train(out), **model, **kw)
+                            max_length=24, batch_size=8, train=_train(out), **model, **kw)
     return run_pretraining_recipe(config).model_dir
 
 
@@ -119,13 +119,15 @@ def test_every_run_directory_has_one_shape_and_one_record(runs, name):
 
 
 def test_auto_precision_is_recorded_as_what_it_resolved_to(data, tmp_path, monkeypatch):
-    from ctxemb.training import precision
+    from ctxemb import precision
 
     monkeypatch.setattr(precision, "cpu_has_native_bf16", lambda: False)
     model_dir = run_finetuning(FinetuneConfig(task="custom", model=str(data["model"]), head="cls", batch_size=8,
                                               max_length=24, train_file=str(data["tsv"]), dev_file=str(data["tsv"]),
                                               train=_train(tmp_path / "r", precision="auto", max_steps=1))).model_dir
-    assert read_run_record(model_dir)["precision"] == {"requested": "auto", "resolved": "fp32"}
+    recorded = read_run_record(model_dir)["precision"]
+    assert (recorded["requested"], recorded["resolved"]) == ("auto", "fp32")
+    assert "no AVX512-BF16/AMX-BF16" in recorded["reason"]  # why auto became fp32
 
 
 def test_a_resumed_run_with_a_changed_setting_is_named(tmp_path, caplog):

@@ -98,7 +98,7 @@ def add_embedder_args(parser: argparse.ArgumentParser, *, model_default: str | N
     """``--model``, ``--device``, ``--precision`` and (with ``pooling``) ``--layers``/``--layer-pooling``/
     ``--subword-pooling``; None defaults mean "the embedder's own default" (or a store's/index's recorded one)."""
     from ctxemb.embedding import SUBWORD_POOLINGS
-    from ctxemb.inference import PRECISION_CHOICES
+    from ctxemb.precision import INFERENCE_PRECISION_CHOICES as PRECISION_CHOICES
 
     g = parser.add_argument_group("embedder")
     g.add_argument("--model", default=model_default,
@@ -182,19 +182,50 @@ class DeprecatedAlias(argparse.Action):
         setattr(namespace, self.dest, True if self.store_true else values)
 
 
+def _flag_kind(hint) -> tuple[Any, bool]:
+    """(the element type, whether the flag takes several values) of a field's annotation (``X | None`` -> X)."""
+    import types
+    import typing
+
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(hint) if a is not type(None)]
+        if set(args) == {bool, str}:  # TrainConfig.resume: True or a checkpoint path
+            return bool, False
+        hint = args[0]
+    if typing.get_origin(hint) in (list, tuple) or hint in (list, tuple):
+        args = [a for a in typing.get_args(hint) if a is not Ellipsis]
+        return (args[0] if args else str), True
+    return hint, False
+
+
+# argument types a field may name in metadata["type"] (a string: the configuration layer imports no argparse)
+_ARG_TYPES: dict[str, Callable[[str], Any]] = {}
+
+
 def add_dataclass_flags(group, cls, *, skip: Sequence[str] = (), aliases: Mapping[str, Sequence[str]] | None = None,
-                        shown_defaults: Mapping[str, Any] | None = None, prefix: str = "") -> list[str]:
-    """Add one flag per field of the dataclass ``cls`` (``--field-name``; help from ``metadata["help"]``, type and
-    choices from the annotation); every flag defaults to None (= not given), so a recipe's own defaults, a preset
-    and the flags compose: :func:`dataclass_overrides` returns only what the user typed.
+                        shown_defaults: Mapping[str, Any] | None = None, prefix: str = "",
+                        nested: Sequence[str] = ()) -> list[str]:
+    """Add one flag per field of the dataclass ``cls``; every flag defaults to None (= not given), so a recipe's own
+    defaults, a preset and the flags compose: :func:`dataclass_overrides` returns only what the user typed.
+
+    What a field's flag is comes from the field itself, declared once:
+
+    - help: ``metadata["help"]`` (with the default appended);
+    - spelling: ``--field-name``, or ``metadata["flag"]``; old spellings in ``metadata["aliases"]`` (or ``aliases``)
+      work with a deprecation warning;
+    - type: the annotation: ``Literal`` (or ``metadata["choices"]``) -> choices, ``int``, ``float`` (>= 0), ``list``/``tuple`` -> several values,
+      ``bool`` -> a switch (``--x``; ``--x/--no-x`` where the default is not False); ``metadata["type"]`` names a
+      stricter one (``"positive_int"``, ``"positive_float"``, ``"fraction"``);
+    - ``metadata["cli"] = False`` leaves the field without a flag; ``metadata["required"]`` makes it required.
 
     Args:
         group: an argparse parser or argument group.
         cls: the dataclass (e.g. :class:`~ctxemb.training.config.TrainConfig`).
         skip: fields without a flag.
-        aliases: old spellings per field, accepted with a deprecation warning (e.g. ``{"out_dir": ["--out"]}``).
+        aliases: old spellings per field, besides the field's own ``metadata["aliases"]``.
         shown_defaults: the defaults to print in the help (the recipe's, where they differ from the dataclass's).
         prefix: dest prefix (``"train."`` keeps the loop's fields apart from a recipe's own).
+        nested: fields holding a dataclass whose fields get flags too (dest ``<prefix><field>.<its field>``).
 
     Returns:
         The dests added.
@@ -202,49 +233,78 @@ def add_dataclass_flags(group, cls, *, skip: Sequence[str] = (), aliases: Mappin
     import dataclasses
     import typing
 
-    hints = typing.get_type_hints(cls)
+    if not _ARG_TYPES:
+        _ARG_TYPES.update(positive_int=positive_int, positive_float=positive_float, fraction=fraction,
+                          non_negative_float=non_negative_float)
+    hints = typing.get_type_hints(cls, include_extras=False)
     aliases = aliases or {}
     shown = dict(shown_defaults or {})
     added = []
     for f in dataclasses.fields(cls):
-        if f.name in skip or f.name.startswith("_"):
+        if f.name in skip or f.name.startswith("_") or f.metadata.get("cli", True) is False:
             continue
-        hint = hints[f.name]
-        args = typing.get_args(hint)
-        base = [a for a in args if a is not type(None)] if typing.get_origin(hint) in (typing.Union,) or \
-            type(hint).__name__ == "UnionType" else [hint]
-        kind = base[0] if base else str
+        if f.name in nested:
+            inner = hints[f.name]
+            added += add_dataclass_flags(group, inner, prefix=f"{prefix}{f.name}.",
+                                         shown_defaults={k[len(f.name) + 1:]: v for k, v in shown.items()
+                                                         if k.startswith(f.name + ".")})
+            continue
+        kind, several = _flag_kind(hints[f.name])
         dest = prefix + f.name
-        default = shown.get(f.name, f.default if f.default is not dataclasses.MISSING else None)
+        if f.name in shown:
+            default = shown[f.name]
+        elif f.default is not dataclasses.MISSING:
+            default = f.default
+        else:
+            default = None
         help_text = f.metadata.get("help", "")
-        if default is not None and default is not dataclasses.MISSING and not isinstance(default, bool):
-            help_text += f" (default {default})"
-        name = "--" + f.name.replace("_", "-")
-        old = list(aliases.get(f.name, ()))
+        if default is not None and not isinstance(default, bool) and default != [] and default != ():
+            shown_value = " ".join(map(str, default)) if isinstance(default, (list, tuple)) else default
+            help_text += f" (default {shown_value})"
+        name = f.metadata.get("flag") or "--" + f.name.replace("_", "-")
+        old = [*f.metadata.get("aliases", ()), *aliases.get(f.name, ())]
         kwargs: dict[str, Any] = dict(dest=dest, default=None, help=help_text)
-        if kind is bool or set(base) == {bool, str}:
+        if f.metadata.get("required"):
+            kwargs["required"] = True
+        if kind is bool:
             if f.name == "progress_bar":
                 group.add_argument("--no-progress", dest=dest, action="store_const", const=False, default=None,
                                    help="no progress bar")
-            else:
+            elif f.default is False:
                 group.add_argument(name, *old, action=DeprecatedAlias, deprecated=old, store_true=True, **kwargs)
+            else:  # a default of True or None (= decided by other settings): both spellings
+                group.add_argument(name, *old, action=argparse.BooleanOptionalAction, **kwargs)
             added.append(dest)
             continue
-        if typing.get_origin(kind) is typing.Literal:
+        if f.metadata.get("choices"):
+            kwargs["choices"] = tuple(f.metadata["choices"])
+        elif typing.get_origin(kind) is typing.Literal:
             kwargs["choices"] = typing.get_args(kind)
+        elif f.metadata.get("type"):
+            kwargs["type"] = _ARG_TYPES[f.metadata["type"]]
         elif kind is int:
             kwargs["type"] = int
         elif kind is float:
             kwargs["type"] = non_negative_float
+        if several:
+            kwargs["nargs"] = "+"
+        if "choices" not in kwargs:
+            kwargs["metavar"] = f.name.upper()
         group.add_argument(name, *old, action=DeprecatedAlias, deprecated=old, **kwargs)
         added.append(dest)
     return added
 
 
-def dataclass_overrides(args: argparse.Namespace, prefix: str = "") -> dict[str, Any]:
-    """The generated flags the user gave (dest prefix stripped), as field -> value."""
+def dataclass_overrides(args: argparse.Namespace, prefix: str = "", cls=None) -> dict[str, Any]:
+    """The generated flags the user gave (dest prefix stripped), as field -> value: the fields of ``cls`` (if
+    given), never those of a nested prefix (no ``.`` left in the dest)."""
+    import dataclasses
+
+    names = {f.name for f in dataclasses.fields(cls) if f.metadata.get("cli", True) is not False} \
+        if cls is not None else None
     return {k[len(prefix):]: v for k, v in vars(args).items()
-            if k.startswith(prefix) and v is not None and (prefix or "." not in k)}
+            if k.startswith(prefix) and v is not None and "." not in k[len(prefix):]
+            and (names is None or k[len(prefix):] in names)}
 
 
 def add_train_flags(parser, *, shown_defaults: Mapping[str, Any] | None = None,

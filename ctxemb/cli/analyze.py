@@ -9,7 +9,7 @@ from pathlib import Path
 from ctxemb.cli._common import UsageError, command_help, load_embedder, positive_int
 from ctxemb.geometry.analysis import DEFAULT_POSTPROCESSORS, DEFAULT_WORDS, analyze, format_analysis_table, read_corpus
 from ctxemb.geometry.postprocessing import POSTPROCESSORS
-from ctxemb.inference import PRECISION_CHOICES
+from ctxemb.precision import INFERENCE_PRECISION_CHOICES as PRECISION_CHOICES
 from ctxemb.registry import DEFAULT_MODEL
 
 

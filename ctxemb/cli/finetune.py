@@ -17,33 +17,35 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 
 from pathlib import Path
 
-from ctxemb.cli._common import (UsageError, add_train_flags, command_help, default_preset, fraction, load_preset,
-                                non_negative_float, positive_int, train_overrides)
-from ctxemb.finetuning.config import REGIMES
+from ctxemb.cli._common import (UsageError, add_dataclass_flags, add_train_flags, command_help, dataclass_overrides,
+                                default_preset, load_preset, non_negative_float, positive_int, train_overrides)
+from ctxemb.finetuning.config import FinetuneRunConfig
 from ctxemb.finetuning.predictor import load_predictor, model_kind
 from ctxemb.finetuning.readers import TASKS
 from ctxemb.finetuning.registry import get_task, task_names
 from ctxemb.finetuning.runner import run_task
-from ctxemb.finetuning.tagging import LABEL_SUBWORDS
 from ctxemb.finetuning.tasks import HEADS, FinetuneConfig, run_finetuning
 from ctxemb.finetuning.token_tasks import (TASK_HEADS, TOKEN_HEADS, TOKEN_TASKS, TokenFinetuneConfig,
                                            run_token_finetuning)
-from ctxemb.modeling.token_classification import BOUNDARY_KINDS, SUMMARY_KINDS, WORD_DECODINGS
-from ctxemb.registry import DEFAULT_MODEL
 from ctxemb.training.config import TrainConfig
 
 logger = logging.getLogger(__name__)
 
 
+# the fields every fine-tuning config shares (their flags come from FinetuneRunConfig, once)
+_SHARED = tuple(f.name for f in dataclasses.fields(FinetuneRunConfig))
+
+
 def add_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser("finetune", help=command_help("finetune"),
                               description=__doc__.split("\n\n")[0])
-    p.add_argument("task", choices=task_names(),
+    p.add_argument("task", choices=task_names(command="finetune"),
                    help="a registered task: a shared one, 'custom' (TSV/JSONL), 'conll-file' or 'squad-file' with "
                         "--train-file/--dev-file, or one registered with ctxemb.finetuning.registry.register_task")
     p.add_argument("--preset", default=None,
@@ -51,27 +53,24 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                         "ctxemb/presets (e.g. 'stsb-bi-encoder' for finetune-stsb-bi-encoder.toml); flags override "
                         "it. Default: the task's tuned recipe finetune-TASK.toml where one is shipped; 'none' for "
                         "the bare config defaults")
-    p.add_argument("--model", default=None, help=f"the encoder to start from (default {DEFAULT_MODEL})")
     p.add_argument("--head", choices=HEADS + TOKEN_HEADS, default=None,
                    help="sentence tasks: checkpoint (pooler / dense+tanh, what transformers computes; the default), "
                         "cls (W_C on the raw [CLS]), mean (mean pooling), cosine (a bi-encoder for scored pairs, "
                         "whose encoder then serves the Embedder); CoNLL: softmax (default), crf, span; QA: qa")
-    p.add_argument("--regression-loss", choices=("mse", "bce"), default=None,
-                   help="a cross-encoder's regression loss: mse on the score, or bce on sigmoid(logit) against the "
-                        "score scaled to [0, 1] (sentence-transformers' cross-encoder recipe)")
     p.add_argument("--trainable-layers", type=int, default=None,
                    help="train only the top K encoder layers and the head (0: the head only; default: all)")
-    p.add_argument("--regime", choices=REGIMES, default=None, help="full (default), frozen or last_k; "
-                   "--trainable-layers says the same in one option")
-    p.add_argument("--last-k", type=positive_int, default=None, help="layers trained with --regime last_k")
-    p.add_argument("--layerwise-lr-decay", type=fraction, default=None, help="e.g. 0.8 (default: off)")
-    p.add_argument("--epochs", type=non_negative_float, default=None, help="default 3")
-    p.add_argument("--batch-size", type=positive_int, default=None, help="default 32")
-    p.add_argument("--max-length", type=positive_int, default=None, help="default 128")
-    p.add_argument("--max-train-examples", type=positive_int, default=None,
-                   help="use only the first N training examples")
-    p.add_argument("--train-split", default=None, help="the split to train on (default train)")
-    p.add_argument("--eval-split", default=None, help="the split evaluated each epoch (default dev; tune on dev)")
+    # the recipe's flags, generated from the configs (help, type and spelling in the fields' metadata): the
+    # settings every task shares, then each built-in family's own (a flag a task's config lacks is refused)
+    add_dataclass_flags(p, FinetuneRunConfig)
+    add_train_flags(p, shown_defaults={"learning_rate": "2e-5 for sentence tasks, 5e-5 for token and span tasks",
+                                       "warmup_ratio": 0.1})
+    c = p.add_argument_group("a custom task (a table with named columns)")
+    c.add_argument("--columns", type=_columns, default=None, metavar="ROLE=COLUMN,...",
+                   help="the table's column for each role: custom tasks text (or text_a), text_b, label, id (e.g. "
+                        "text=sentence,label=score); conll-file tables tokens, tags (e.g. tags=ner_tags); "
+                        "squad-file tables id, title, context, question, answers")
+    add_dataclass_flags(c, FinetuneConfig, skip=_SHARED)
+    add_dataclass_flags(p.add_argument_group("token and span tasks"), TokenFinetuneConfig, skip=_SHARED)
     r = p.add_argument_group("several runs: a search on dev, repeated seeds")
     r.add_argument("--search", nargs="+", metavar="NAME=V1,V2", default=None,
                    help="run every combination of these settings (recipe or loop fields, e.g. learning-rate=2e-5,5e-5 "
@@ -82,38 +81,6 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     r.add_argument("--seeds", type=positive_int, default=None, metavar="K",
                    help="run the recipe with K seeds (--seed, --seed + 1, ...) and report each run's dev metrics "
                         "with their mean and standard deviation (seeds.json)")
-    add_train_flags(p, shown_defaults={"learning_rate": "2e-5 for sentence tasks, 5e-5 for token and span tasks",
-                                       "warmup_ratio": 0.1})
-    c = p.add_argument_group("a custom task (a table with named columns)")
-    c.add_argument("--train-file", help="custom/conll-file/squad-file: the training data: a CSV, TSV, JSONL, JSON "
-                   "or Parquet file, or a directory saved by datasets' save_to_disk (conll-file: a CoNLL file, or a "
-                   "JSONL/JSON/Parquet/datasets table with tokens and tags list columns; squad-file: SQuAD JSON, or a "
-                   "table of questions in HF squad's columns)")
-    c.add_argument("--dev-file", help="the dev data evaluated each epoch (any format --train-file takes; a saved "
-                   "DatasetDict gives its --eval-split, 'dev' falling back to 'validation')")
-    c.add_argument("--columns", type=_columns, default=None, metavar="ROLE=COLUMN,...",
-                   help="the table's column for each role: custom tasks text (or text_a), text_b, label, id (e.g. "
-                        "text=sentence,label=score); conll-file tables tokens, tags (e.g. tags=ner_tags); "
-                        "squad-file tables id, title, context, question, answers")
-    c.add_argument("--text-a", default=None, help="default 'sentence'")
-    c.add_argument("--text-b", default=None, help="custom task: the second text's column, for pair tasks (default: none)")
-    c.add_argument("--label", default=None, help="default 'label'")
-    c.add_argument("--label-names", nargs="+", default=None, help="custom task: class names in label order (default: the labels found in the training file)")
-    c.add_argument("--regression", action="store_const", const=True, default=None, help="custom task: the label is a real-valued score (regression), not a class")
-    t = p.add_argument_group("token and span tasks")
-    t.add_argument("--label-subwords", choices=LABEL_SUBWORDS, default=None,
-                   help="which subwords take a word's tag in training (default all, as J&M)")
-    t.add_argument("--decoding", choices=WORD_DECODINGS, default=None,
-                   help="a word's tag from its first subword (default) or the mean of its subwords' distributions")
-    t.add_argument("--max-span-length", type=positive_int, default=None, help="longest span in words (span head; 8)")
-    t.add_argument("--span-boundary", choices=BOUNDARY_KINDS, default=None, help="span head: boundary vectors as the tokens themselves or through an FFN (default tokens)")
-    t.add_argument("--span-summary", choices=SUMMARY_KINDS, default=None, help="span head: the span's summary vector, a mean or attention pooling (default mean)")
-    t.add_argument("--target-precision", type=non_negative_float, default=None,
-                   help="calibrate the span head's NULL threshold for this precision (percent) instead of best F1")
-    t.add_argument("--doc-stride", type=positive_int, default=None, help="QA: step between window starts, in tokens "
-                   "(default 128)")
-    t.add_argument("--max-query-length", type=positive_int, default=None, help="default 64")
-    t.add_argument("--max-answer-length", type=positive_int, default=None, help="default 30")
     p.set_defaults(func=run_finetune)
 
     q = subparsers.add_parser("predict", help=command_help("predict"))
@@ -159,13 +126,6 @@ def _columns(text: str) -> dict[str, str]:
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
-# recipe flags that set a field of the task's config under the same name
-_RECIPE_FLAGS = ("model", "head", "regression_loss", "regime", "last_k", "layerwise_lr_decay", "epochs", "batch_size", "max_length",
-                 "max_train_examples", "train_split", "eval_split", "train_file", "dev_file", "columns", "text_a",
-                 "text_b",
-                 "label", "label_names",
-                 "regression", "label_subwords", "decoding", "max_span_length", "span_boundary", "span_summary",
-                 "target_precision", "doc_stride", "max_query_length", "max_answer_length")
 
 
 def finetune_config_from_args(args: argparse.Namespace):
@@ -174,8 +134,6 @@ def finetune_config_from_args(args: argparse.Namespace):
     Raises:
         UsageError: a flag the task does not take, or no run directory.
     """
-    import dataclasses
-
     task = get_task(args.task)
     d: dict = {}
     train: dict = {"learning_rate": task.default_learning_rate, "warmup_ratio": 0.1}
@@ -192,10 +150,13 @@ def finetune_config_from_args(args: argparse.Namespace):
     if not train.get("out_dir"):
         raise UsageError("give the run directory: --out-dir DIR")
     fields = {f.name for f in dataclasses.fields(task.config_class)}
-    for name in _RECIPE_FLAGS:
-        value = getattr(args, name)
-        if value is None:
-            continue
+    given = {**dataclass_overrides(args, cls=FinetuneRunConfig), **dataclass_overrides(args, cls=FinetuneConfig),
+             **dataclass_overrides(args, cls=TokenFinetuneConfig)}
+    if args.head is not None:
+        given["head"] = args.head
+    if args.columns is not None:
+        given["columns"] = args.columns
+    for name, value in given.items():
         if name not in fields:
             raise UsageError(f"--{name.replace('_', '-')} does not apply to task {args.task!r} "
                              f"({task.config_class.__name__})")

@@ -29,7 +29,7 @@ from ctxemb.evaluation.similarity import (
     save_results_json,
 )
 
-from ctxemb.inference import PRECISION_CHOICES
+from ctxemb.precision import INFERENCE_PRECISION_CHOICES as PRECISION_CHOICES
 from ctxemb.registry import DEFAULT_MODEL
 
 logger = logging.getLogger(__name__)

@@ -17,7 +17,6 @@ Examples::
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import logging
 import math
@@ -25,24 +24,22 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from ctxemb.cli._common import (
-    DeprecatedAlias,
     UsageError,
+    add_dataclass_flags,
     add_embedder_args,
     add_train_flags,
     command_help,
+    dataclass_overrides,
     embedder_overrides,
     fraction,
     load_embedder,
     load_preset,
     non_negative_float,
-    positive_float,
     positive_int,
     train_overrides,
     write_json,
 )
 from ctxemb.evaluation.wsd import evaluate_wsd
-from ctxemb.modeling.sense_heads import GLOSS_ENCODERS, LAYER_POOLINGS, NEGATIVES, SCORES
-from ctxemb.registry import DEFAULT_MODEL
 from ctxemb.training.config import TrainConfig
 from ctxemb.wsd.build import BuildConfig, build_sense_store
 from ctxemb.wsd.corpus import read_dataset, split_corpus_by_document, write_dataset
@@ -51,7 +48,7 @@ from ctxemb.wsd.disambiguate import BACK_OFFS, Disambiguator
 from ctxemb.wsd.glosses import GLOSS_MODES
 from ctxemb.wsd.propagation import PROPAGATION_SCOPES
 from ctxemb.wsd.sense_store import SenseStore
-from ctxemb.wsd.training import RECIPES, SenseTrainConfig, check_held_out_documents, run_sense_training
+from ctxemb.wsd.training import SenseTrainConfig, check_held_out_documents, run_sense_training
 
 logger = logging.getLogger(__name__)
 
@@ -153,58 +150,15 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def _add_train_parser(sub) -> None:
-    d = SenseTrainConfig(recipe="bem", train=TrainConfig(learning_rate=2e-5, out_dir="-"))
     r = sub.add_parser("train", help="fine-tune an encoder for nearest-sense WSD on SemCor (bem or supcon)",
                        description="Train a sense-aware encoder on a sense-annotated corpus's training documents and "
                                    "save it as an HF-format model for `wsd build` and the Embedder.")
-    r.add_argument("--recipe", required=True, choices=RECIPES,
-                   help="bem: context-gloss bi-encoder (cross-entropy over the candidates' glosses); supcon: "
-                        "supervised contrastive on occurrences (same sense together, the lemma's other senses apart)")
     r.add_argument("--preset", default=None,
                    help="a TOML file of SenseTrainConfig settings ([train] for the loop's), or a preset shipped in "
-                        "ctxemb/presets (e.g. 'supcon' for wsd-supcon.toml); flags that differ from their default "
-                        "override it")
-    r.add_argument("--model", default=DEFAULT_MODEL, help="the encoder to start from (default %(default)s)")
-    r.add_argument("--corpus", default=None, help="Raganato-format training set (default: SemCor in the shared data)")
-    r.add_argument("--held-out-fraction", type=fraction, default=d.held_out_fraction,
-                   help="documents held out, as benchmarks/wsd.py does (default %(default)s)")
-    r.add_argument("--split-seed", type=int, default=d.split_seed, help="seed of the held-out split (default %(default)s)")
-    r.add_argument("--max-train-examples", "--max-sentences", dest="max_sentences", type=positive_int, default=None,
-                   action=DeprecatedAlias, deprecated=["--max-sentences"],
-                   help="use only the first N training sentences")
-    r.add_argument("--eval-sentences", type=int, default=d.eval_sentences,
-                   help="held-out sentences to evaluate the objective on (default %(default)s; 0 = none)")
-    g = r.add_argument_group("pooling (as the Embedder's; build the store with the same)")
-    g.add_argument("--layers", type=int, nargs="+", default=list(d.layers),
-                   help="hidden-state indices; 0 = embedding output, -1 = last layer (default -4 -3 -2 -1)")
-    g.add_argument("--layer-pooling", choices=LAYER_POOLINGS, default=d.layer_pooling, help="how the encoder layers of a word vector are combined (default %(default)s)")
-    g.add_argument("--subword-pooling", choices=("mean", "first", "last"), default=d.subword_pooling, help="how a word's subword vectors are combined (default %(default)s)")
-    g.add_argument("--multiword", choices=MULTIWORD_MODES, default=d.multiword,
-                   help="how multiword tokens (a_b) reach the tokenizer, as `wsd build --multiword` "
-                        "(default %(default)s)")
-    b = r.add_argument_group("batches and budget")
-    b.add_argument("--epochs", type=positive_float, default=d.epochs, help="passes over the SemCor training occurrences (default %(default)s)")
-    b.add_argument("--max-minutes", type=positive_float, default=None,
-                   help="stop at this time budget (a checkpoint is written; --resume continues)")
-    b.add_argument("--max-tokens-per-batch", type=positive_int, default=d.max_tokens_per_batch, help="most subword tokens per micro-batch (default %(default)s)")
-    b.add_argument("--max-items-per-batch", type=positive_int, default=d.max_items_per_batch,
-                   help="sentences (bem) or occurrences (supcon) per batch (default %(default)s)")
-    b.add_argument("--max-length", type=positive_int, default=None,
-                   help="tokens per context input (default: the tokenizer's, as the Embedder)")
-    b.add_argument("--trainable-layers", type=positive_int, default=None,
-                   help="train only the top k layers (default all)")
-    e = r.add_argument_group("bem")
-    e.add_argument("--max-candidates", type=positive_int, default=d.max_candidates, help="BEM: most candidate senses (glosses) scored per target (default %(default)s)")
-    e.add_argument("--max-targets-per-sentence", type=positive_int, default=d.max_targets_per_sentence, help="BEM: most annotated targets taken from one sentence (default %(default)s)")
-    e.add_argument("--gloss-encoder", choices=GLOSS_ENCODERS, default=d.gloss_encoder, help="BEM: glosses through the context encoder (shared) or a second copy (separate)")
-    e.add_argument("--score", choices=SCORES, default=d.score, help="BEM: context-gloss score, dot product or cosine (default %(default)s)")
-    e.add_argument("--max-gloss-length", type=positive_int, default=d.max_gloss_length, help="BEM: longest gloss in tokens (default %(default)s)")
-    c = r.add_argument_group("supcon")
-    c.add_argument("--temperature", type=positive_float, default=d.temperature,
-                   help="also bem's with --score cosine (default %(default)s)")
-    c.add_argument("--negatives", choices=NEGATIVES, default=d.negatives, help="SupCon: negatives from the whole batch or only the lemma's other senses (default %(default)s)")
-    c.add_argument("--senses-per-group", type=positive_int, default=d.senses_per_group, help="SupCon: senses of one lemma sampled together in a batch (default %(default)s)")
-    c.add_argument("--occurrences-per-sense", type=positive_int, default=d.occurrences_per_sense, help="SupCon: occurrences sampled per sense (default %(default)s)")
+                        "ctxemb/presets (e.g. 'supcon' for wsd-supcon.toml); flags override it")
+    # the recipe's flags, generated from SenseTrainConfig (help, choices and spellings in the fields' metadata)
+    add_dataclass_flags(r.add_argument_group("sense training (pooling as the Embedder's: build the store with the "
+                                             "same)"), SenseTrainConfig)
     add_train_flags(r, shown_defaults=_WSD_TRAIN_DEFAULTS)
     r.set_defaults(func=run_train)
 
@@ -214,32 +168,18 @@ _WSD_TRAIN_DEFAULTS = {"learning_rate": 2e-5, "warmup_ratio": 0.1, "save_every":
 
 
 def train_config_from_args(args: argparse.Namespace) -> SenseTrainConfig:
+    """The run's settings: the defaults, then the preset (``--preset``), then the flags the user gave.
+
+    Raises:
+        UsageError: no run directory.
+        ValueError: an unknown preset key or a bad value (naming the setting).
+    """
     preset = dict(load_preset(args.preset, "wsd")) if args.preset else {}
     train_fields = {**_WSD_TRAIN_DEFAULTS, **(preset.pop("train", {}) or {}), **train_overrides(args)}
     if not train_fields.get("out_dir"):
         raise UsageError("give the run directory: --out-dir DIR")
-    train = TrainConfig.from_dict(train_fields)
-    config = _sense_config_from_args(args, train)
-    if not preset:
-        return config
-    # a preset's settings apply where the flag was left at its default
-    default = SenseTrainConfig(recipe=config.recipe, train=train)
-    kept = {k: getattr(config, k) for k in preset if getattr(config, k) != getattr(default, k)}
-    return dataclasses.replace(config, **{**preset, **kept})
-
-
-def _sense_config_from_args(args: argparse.Namespace, train: TrainConfig) -> SenseTrainConfig:
-    return SenseTrainConfig(
-        recipe=args.recipe, model=args.model, corpus=args.corpus, held_out_fraction=args.held_out_fraction,
-        split_seed=args.split_seed, max_train_sentences=args.max_sentences, eval_sentences=args.eval_sentences,
-        layers=tuple(args.layers), layer_pooling=args.layer_pooling, subword_pooling=args.subword_pooling,
-        max_length=args.max_length, max_gloss_length=args.max_gloss_length, epochs=args.epochs,
-        multiword=args.multiword, max_minutes=args.max_minutes,
-        max_tokens_per_batch=args.max_tokens_per_batch, max_items_per_batch=args.max_items_per_batch,
-        trainable_layers=args.trainable_layers, max_targets_per_sentence=args.max_targets_per_sentence,
-        max_candidates=args.max_candidates, gloss_encoder=args.gloss_encoder, score=args.score,
-        temperature=args.temperature, negatives=args.negatives, senses_per_group=args.senses_per_group,
-        occurrences_per_sense=args.occurrences_per_sense, train=train)
+    settings = {**preset, **dataclass_overrides(args, cls=SenseTrainConfig)}
+    return SenseTrainConfig.from_dict({**settings, "train": TrainConfig.from_dict(train_fields)})
 
 
 def run_train(args: argparse.Namespace) -> int:

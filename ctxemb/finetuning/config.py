@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Literal, Mapping
 
 from ctxemb._validation import check_choice, check_int, read_json_file
+from ctxemb.config import field_help as _meta
 from ctxemb.registry import DEFAULT_MODEL
 from ctxemb.training.config import TrainConfig
 from ctxemb.training.recipe import MODEL_DIR
@@ -60,22 +61,45 @@ class FinetuneRunConfig:
         train: the loop's settings (``out_dir`` required; ``max_steps`` is set from ``epochs``).
     """
 
-    task: str
-    model: str = DEFAULT_MODEL
-    regime: Regime = "full"
-    last_k: int = 2
-    layerwise_lr_decay: float = 1.0
-    epochs: float = 3.0
-    batch_size: int = 32
-    max_length: int = 128
-    train_split: str = "train"
-    eval_split: str = "dev"
-    max_train_examples: int | None = None
-    train_file: Any = None
-    dev_file: Any = None
-    columns: dict[str, Any] | None = None
-    group_by_length: bool = True
-    train: TrainConfig = field(default_factory=lambda: TrainConfig(learning_rate=2e-5))
+    task: str = field(metadata=_meta(
+        "the task's name", cli=False))
+    model: str = field(default=DEFAULT_MODEL, metadata=_meta(
+        'the encoder to start from'))
+    regime: Regime = field(default="full", metadata=_meta(
+        'full, frozen (the head only) or last_k (the top --last-k layers and the head); '
+        '--trainable-layers says the same in one option'))
+    last_k: int = field(default=2, metadata=_meta(
+        'layers trained with --regime last_k', type='positive_int'))
+    layerwise_lr_decay: float = field(default=1.0, metadata=_meta(
+        'each layer below the top gets this factor of the learning rate of the one above (e.g. 0.8; 1 = '
+        'off)', type='fraction'))
+    epochs: float = field(default=3.0, metadata=_meta(
+        'passes over the training split', type='positive_float'))
+    batch_size: int = field(default=32, metadata=_meta(
+        'examples per micro-batch (per process)', type='positive_int'))
+    max_length: int = field(default=128, metadata=_meta(
+        'longest model input in tokens (QA: 384 unless set)', type='positive_int'))
+    train_split: str = field(default="train", metadata=_meta(
+        'the split to train on'))
+    eval_split: str = field(default="dev", metadata=_meta(
+        'the split evaluated each epoch (tune on dev)'))
+    max_train_examples: int | None = field(default=None, metadata=_meta(
+        'use only the first N training examples', type='positive_int'))
+    train_file: Any = field(default=None, metadata=_meta(
+        "custom/conll-file/squad-file: the training data: a CSV, TSV, JSONL, JSON or Parquet file, or a directory "
+        "saved by datasets' save_to_disk (conll-file: a CoNLL file, or a JSONL/JSON/Parquet/datasets table with "
+        "tokens and tags list columns; squad-file: SQuAD JSON, or a table of questions in HF squad's columns)"))
+    dev_file: Any = field(default=None, metadata=_meta(
+        "the dev data evaluated each epoch (any format --train-file takes; a saved DatasetDict gives its "
+        "--eval-split, 'dev' falling back to 'validation')"))
+    # its flag (--columns ROLE=COLUMN,...) is declared by the command, which parses the mapping
+    columns: dict[str, Any] | None = field(default=None, metadata=_meta(
+        "the table's column for each role", cli=False))
+    group_by_length: bool = field(default=True, metadata=_meta(
+        "batch training examples of similar length together (sorted within mega-batches of 50 batches, the "
+        "batches shuffled): less padding"))
+    train: TrainConfig = field(default_factory=lambda: TrainConfig(learning_rate=2e-5),
+                               metadata=_meta("the loop's settings", cli=False))
 
     # positive-int fields beyond the shared ones, checked by __post_init__ (subclasses extend it)
     _POSITIVE_INTS: ClassVar[tuple[str, ...]] = ()

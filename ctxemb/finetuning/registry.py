@@ -1,4 +1,5 @@
-"""The one registry of fine-tuning tasks: name -> :class:`~ctxemb.finetuning.task.Task`.
+"""The one registry of training tasks: name -> :class:`~ctxemb.finetuning.task.Task` (fine-tuning, pretraining and,
+once :mod:`ctxemb.wsd` is imported, sense training).
 
 The built-in tasks are registered at the bottom of this module, one line per task; a user's task registers with
 :func:`register_task` and then trains, saves and predicts through the same path (``ctxemb finetune NAME``,
@@ -10,6 +11,7 @@ from __future__ import annotations
 from ctxemb.finetuning.task import Task, TaskData
 from ctxemb.finetuning.tasks import TASKS, SequenceTask
 from ctxemb.finetuning.token_tasks import TOKEN_TASKS, TokenTask
+from ctxemb.pretraining.task import PRETRAINING_TASKS
 
 __all__ = ["Task", "TaskData", "get_task", "register_task", "task_names", "unregister_task"]
 
@@ -50,14 +52,22 @@ def get_task(name: str) -> Task:
     return _REGISTRY[name]
 
 
-def task_names(family: str | None = None) -> tuple[str, ...]:
-    """The registered task names (of one ``family``), in registration order."""
-    return tuple(n for n, t in _REGISTRY.items() if family is None or t.family == family)
+def task_names(family: str | None = None, *, command: str | None = None) -> tuple[str, ...]:
+    """The registered task names (of one ``family``, or trained by one CLI ``command``: ``"finetune"``,
+    ``"pretrain"``, ``"wsd train"``), in registration order.
+
+    The sense-training family (``wsd-bem``, ``wsd-supcon``) registers when :mod:`ctxemb.wsd` is imported: this
+    module cannot import it (imports point down, and WSD sits above fine-tuning).
+    """
+    return tuple(n for n, t in _REGISTRY.items()
+                 if (family is None or t.family == family) and (command is None or t.command == command))
 
 
 # ---- the built-in tasks: GLUE-style sequence tasks and a user's own table, CoNLL tagging (BIO softmax/CRF, span
-# NER with --head span) and SQuAD-format QA
+# NER with --head span) and SQuAD-format QA; the pretraining objectives (ctxemb pretrain)
 for _name in TASKS + ("custom",):
     register_task(SequenceTask(_name))
 for _name in TOKEN_TASKS:
     register_task(TokenTask(_name))
+for _task in PRETRAINING_TASKS.values():
+    register_task(_task)

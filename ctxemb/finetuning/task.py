@@ -1,4 +1,4 @@
-"""The task contract: what one fine-tuning task defines (registered by name in :mod:`ctxemb.finetuning.registry`).
+"""The task contract: what one training task defines (registered by name in :mod:`ctxemb.finetuning.registry`).
 
 A task is one object that owns everything particular to it (flair's ``Model`` contract, without the class
 hierarchy): reading its data, turning examples into features and batches, building its model, evaluating with a
@@ -24,6 +24,14 @@ Methods (``config`` is the task's ``config_class``; ``data`` is what :meth:`Task
   ``architectures``, tokenizer, ``finetune_config.json``); the skeleton adds the stamp and the run record.
 - ``load(model_dir) -> model`` and ``predict(model, tokenizer, inputs, saved) -> list``: predictions on raw inputs
   (``saved`` is the run's ``finetune_config.json``).
+
+Recipes whose data are not a list of examples to encode (pretraining's token shards and masked batches, sense
+training's planned batches) keep the same contract and override the run-level hooks, all with fine-tuning's
+defaults: ``make_data(config, tokenizer, data, model, ctx) -> RunData`` (the batch source, the evaluator or
+held-out batches), ``load_tokenizer(config)``, ``run_spec(config, data)`` (recipe name, stamp label, settings,
+epochs, the settings free to change on resume), ``callbacks(config, data)``, ``after_train(outcome, config, data)``
+and ``extra_record(outcome, config, data)``. ``command`` names the CLI command that trains the task
+(``ctxemb finetune NAME``, ``ctxemb pretrain``, ``ctxemb wsd train``).
 """
 
 from __future__ import annotations
@@ -32,12 +40,14 @@ import json
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from ctxemb.finetuning.config import CONFIG_FILE, FinetuneRunConfig
 from ctxemb.registry import resolve_model_dir
 from ctxemb.tokenization import copy_tokenizer_files
 from ctxemb.training.config import TrainConfig
+from ctxemb.training.data import DatasetBatches
+from ctxemb.training.recipe import RunData, RunResult, RunSpec
 
 logger = logging.getLogger(__name__)
 
@@ -64,19 +74,76 @@ class Task:
         config_class: the settings dataclass (:class:`FinetuneRunConfig` or a subclass).
         default_learning_rate: the CLI's learning rate when none is given.
         description: one line for ``--help``.
+        command: the CLI command that trains it (``"finetune"``; ``"pretrain"``, ``"wsd train"``).
     """
 
     name: str = ""
     family: str = "custom"
-    primary_metric: str = "accuracy"
+    primary_metric: str | None = "accuracy"
     greater_is_better: bool = True
     config_class: type = FinetuneRunConfig
     default_learning_rate: float = 2e-5
     description: str = ""
+    command: str = "finetune"
 
-    def primary(self, config: FinetuneRunConfig) -> tuple[str, bool]:
-        """The primary metric and whether greater is better for this run (a task may depend on its head)."""
+    def primary(self, config) -> tuple[str | None, bool]:
+        """The primary metric and whether greater is better for this run (a task may depend on its head; None:
+        the run evaluates nothing that could select a checkpoint)."""
         return self.primary_metric, self.greater_is_better
+
+    # ---- the run: what the skeleton needs (fine-tuning's defaults) ----------------------------------------------
+    def load_tokenizer(self, config):
+        """The tokenizer the run encodes with (default: ``config.model``'s)."""
+        from ctxemb.loading import load_tokenizer
+
+        return load_tokenizer(config.model)
+
+    def run_spec(self, config, data: TaskData) -> RunSpec:
+        """The run's description for the skeleton: recipe name, stamp label, settings (compared on resume),
+        the loop's settings, epochs, primary metric."""
+        primary, greater = self.primary(config)
+        settings = {k: v for k, v in config.to_dict().items() if k != "train"}
+        return RunSpec(recipe=f"finetune-{self.family}", label=f"finetune-{stamp_label(self.name)}",
+                       settings=settings, train=config.train, epochs=config.epochs, primary_metric=primary,
+                       greater_is_better=greater)
+
+    def limit(self, config, data: TaskData) -> TaskData:
+        """Keep the first ``config.max_train_examples`` training examples (when set)."""
+        if getattr(config, "max_train_examples", None):
+            data.train = data.train[:config.max_train_examples]
+        return data
+
+    def make_data(self, config, tokenizer, data: TaskData, model, ctx) -> RunData:
+        """Features and batches (``encode``, shuffled :class:`~ctxemb.training.data.DatasetBatches` per rank)
+        and the evaluator (``evaluator``), called by the skeleton right after ``build_model``."""
+        train_features, collate = self.encode(config, tokenizer, data.train, data)
+        eval_features, eval_collate = self.encode(config, tokenizer, data.eval, data)
+        lengths = feature_lengths(train_features)  # None for features without input_ids (a user's task)
+        grouped = getattr(config, "group_by_length", False) and lengths is not None
+        source = DatasetBatches(train_features, batch_size=config.batch_size, collate=collate,
+                                seed=config.train.seed, rank=ctx.rank, world_size=ctx.world_size,
+                                lengths=lengths if grouped else None)
+        stats = {"train_examples": len(data.train), "eval_examples": len(data.eval),
+                 "train_features": len(train_features), "eval_features": len(eval_features),
+                 "group_by_length": grouped}
+        if lengths is not None:  # the share of padding in the first epoch's batches, as trained
+            stats["padding_fraction"] = round(source.padding_fraction(0, lengths=lengths), 4)
+            logger.info("training batches %s: padding is %.1f%% of the positions",
+                        "grouped by length" if grouped else "drawn at random", 100 * stats["padding_fraction"])
+        return RunData(source=source, evaluate=self.evaluator(config, tokenizer, data, eval_features, eval_collate),
+                       param_groups=self.param_groups(model, config), stats=stats)
+
+    def callbacks(self, config, data: TaskData) -> list:
+        """Extra loop callbacks of this run (default none)."""
+        return []
+
+    def after_train(self, outcome: RunResult, config, data: TaskData) -> None:
+        """Called after training, before saving (e.g. to calibrate on dev, or to keep what ``save`` writes in
+        ``data.info``)."""
+
+    def extra_record(self, outcome: RunResult, config, data: TaskData) -> Mapping[str, Any] | None:
+        """Task-specific entries for the run record (default none)."""
+        return None
 
     def read(self, config: FinetuneRunConfig) -> TaskData:
         raise NotImplementedError(f"task {self.name!r} does not define read(config)")
@@ -107,6 +174,23 @@ class Task:
 
     def predict(self, model, tokenizer, inputs: Sequence, saved: dict[str, Any]) -> list:
         raise NotImplementedError(f"task {self.name!r} does not define predict(...)")
+
+
+def stamp_label(name: str) -> str:
+    """``name`` with every character a training-run stamp cannot hold replaced by ``-``."""
+    return "".join(c if c.isalnum() or c in "._-" else "-" for c in name)
+
+
+def feature_lengths(features) -> list[int] | None:
+    """Each training feature's length in tokens (both texts of a bi-encoder pair), or None when the features do not
+    carry ``input_ids``."""
+    out = []
+    for f in features:
+        ids = getattr(f, "input_ids", None)
+        if ids is None:
+            return None
+        out.append(len(ids) + len(getattr(f, "input_ids_b", None) or ()))
+    return out
 
 
 def save_model_files(model, directory: Path, config: FinetuneRunConfig, tokenizer, *, train_config: TrainConfig,

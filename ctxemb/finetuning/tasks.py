@@ -11,13 +11,14 @@ with its head and label map (transformers' ``AutoModelForSequenceClassification`
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
 import numpy as np
 
 from ctxemb._validation import check_choice, read_json_file
+from ctxemb.config import field_help as _meta
 from ctxemb.finetuning.config import (CONFIG_FILE, MODEL_DIR, REGIMES, FinetuneRunConfig, Regime,  # noqa: F401
                                      load_finetune_config)
 from ctxemb.finetuning.features import model_inputs
@@ -63,13 +64,21 @@ class FinetuneConfig(FinetuneRunConfig):
             with a logged count.
     """
 
-    head: str = "checkpoint"
-    regression_loss: str = "mse"
-    text_a: str = "sentence"
-    text_b: str | None = None
-    label: str = "label"
-    label_names: list[str] | None = None
-    regression: bool = False
+    head: str = field(default="checkpoint", metadata=_meta(
+        'checkpoint, cls, mean or cosine (the --head flag covers every family)', cli=False))
+    regression_loss: str = field(default="mse", metadata=_meta(
+        "a cross-encoder's regression loss: mse on the score, or bce on sigmoid(logit) against the score scaled to "
+        "[0, 1] (sentence-transformers' cross-encoder recipe)", choices=REGRESSION_LOSSES))
+    text_a: str = field(default="sentence", metadata=_meta(
+        "a custom task: the first text's column"))
+    text_b: str | None = field(default=None, metadata=_meta(
+        "a custom task: the second text's column, for pair tasks (default: none)"))
+    label: str = field(default="label", metadata=_meta(
+        "a custom task: the label's column"))
+    label_names: list[str] | None = field(default=None, metadata=_meta(
+        'a custom task: class names in label order (default: the labels found in the training file)'))
+    regression: bool = field(default=False, metadata=_meta(
+        'a custom task: the label is a real-valued score (regression), not a class'))
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -40,6 +40,7 @@ from typing import ClassVar, Sequence
 import numpy as np
 
 from ctxemb._validation import check_choice
+from ctxemb.config import field_help as _meta
 from ctxemb.finetuning.conll import NER_LABELS, TaggedSentence, load_conll2003, pos_labels, read_conll
 from ctxemb.finetuning.config import CONFIG_FILE, MODEL_DIR, FinetuneRunConfig, load_finetune_config
 from ctxemb.finetuning.outputs import decode_tags, model_logits, scored_spans
@@ -114,21 +115,39 @@ class TokenFinetuneConfig(FinetuneRunConfig):
             ``max_query_length`` minus the special tokens is refused here, naming both (QA only).
     """
 
-    head: str | None = None
-    label_subwords: str = "all"
-    decoding: str = "first"
-    max_span_length: int = 8
-    span_boundary: str = "tokens"
-    span_summary: str = "mean"
-    target_precision: float | None = None
-    crf_lr_scale: float = 100.0
-    span_null_weight: float = 1.0
-    span_lr_scale: float = 10.0
-    max_length: int | None = None  # None: QA_MAX_LENGTH for QA, TAGGING_MAX_LENGTH otherwise (Attributes)
-    doc_stride: int | None = None  # None: QA_DOC_STRIDE, or less when it would not fit the window
-    max_query_length: int = 64
-    max_answer_length: int = 30
-    train: TrainConfig = field(default_factory=lambda: TrainConfig(learning_rate=5e-5))
+    head: str | None = field(default=None, metadata=_meta(
+        'softmax, crf, span or qa (the --head flag covers every family)', cli=False))
+    label_subwords: str = field(default="all", metadata=_meta(
+        "which subwords take a word's tag in training (all, as J&M, or the first)", choices=LABEL_SUBWORDS))
+    decoding: str = field(default="first", metadata=_meta(
+        "a word's tag from its first subword or the mean of its subwords' distributions", choices=WORD_DECODINGS))
+    max_span_length: int = field(default=8, metadata=_meta(
+        'span head: the longest span in words', type='positive_int'))
+    span_boundary: str = field(default="tokens", metadata=_meta(
+        'span head: boundary vectors as the tokens themselves or through an FFN', choices=BOUNDARY_KINDS))
+    span_summary: str = field(default="mean", metadata=_meta(
+        "span head: the span's summary vector, a mean or attention pooling", choices=SUMMARY_KINDS))
+    target_precision: float | None = field(default=None, metadata=_meta(
+        "calibrate the span head's NULL threshold for this precision (percent) instead of best F1"))
+    crf_lr_scale: float = field(default=100.0, metadata=_meta(
+        "CRF head: its learning rate as a multiple of the encoder's", type='positive_float'))
+    span_null_weight: float = field(default=1.0, metadata=_meta(
+        'span head: the weight of NULL spans in the loss (entity types weigh 1)', type='positive_float'))
+    span_lr_scale: float = field(default=10.0, metadata=_meta(
+        "span head: its learning rate as a multiple of the encoder's", type='positive_float'))
+    # None: QA_MAX_LENGTH for QA, TAGGING_MAX_LENGTH otherwise (Attributes)
+    max_length: int | None = field(default=None, metadata=_meta(
+        'longest model input in tokens (QA: 384 unless set)', cli=False))
+    # None: QA_DOC_STRIDE, or less when it would not fit the window
+    doc_stride: int | None = field(default=None, metadata=_meta(
+        'QA: step between window starts, in tokens (default 128, or less when it would not fit the '
+        'window)', type='positive_int'))
+    max_query_length: int = field(default=64, metadata=_meta(
+        "QA: the question's cut-off in tokens", type='positive_int'))
+    max_answer_length: int = field(default=30, metadata=_meta(
+        'QA: the longest answer in tokens', type='positive_int'))
+    train: TrainConfig = field(default_factory=lambda: TrainConfig(learning_rate=5e-5),
+                               metadata=_meta("the loop's settings", cli=False))
 
     _POSITIVE_INTS: ClassVar[tuple[str, ...]] = ("max_span_length", "doc_stride", "max_query_length",
                                                  "max_answer_length")

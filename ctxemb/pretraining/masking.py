@@ -49,7 +49,7 @@ from __future__ import annotations
 
 import logging
 import numbers
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Collection, Literal, Sequence, get_args
 
 import numpy as np
@@ -57,6 +57,7 @@ import torch
 
 # the distributions masking draws from live in mask_distributions; importable from here as before
 from ctxemb._validation import check_choice
+from ctxemb.config import field_help as _meta
 from ctxemb.pretraining.mask_distributions import (_as_float_vector, _check_fraction, _check_token_ids,
                                                    clipped_geometric_mean, clipped_geometric_pmf, masking_budget,
                                                    unigram_weights)
@@ -115,13 +116,21 @@ class MaskingConfig:
         ValueError, TypeError: on a value out of range or of the wrong type; the message names the field.
     """
 
-    strategy: MaskingStrategy = "token"
-    mlm_probability: float = 0.15
-    mask_fraction: float = 0.8
-    random_fraction: float = 0.1
-    selection: SelectionMode = "bernoulli"
-    span_geometric_p: float = 0.2
-    max_span_length: int = 10
+    strategy: MaskingStrategy = field(default="token", metadata=_meta(
+        'which tokens are masked: single tokens, whole words, or spans (SpanBERT)', flag='--masking'))
+    mlm_probability: float = field(default=0.15, metadata=_meta(
+        'fraction of the tokens chosen for prediction (BERT: 0.15)', type='fraction'))
+    mask_fraction: float = field(default=0.8, metadata=_meta(
+        'share of the chosen tokens (spans) replaced by the mask token', type='fraction'))
+    random_fraction: float = field(default=0.1, metadata=_meta(
+        'share of the chosen tokens (spans) replaced by random tokens', type='fraction'))
+    selection: SelectionMode = field(default="bernoulli", metadata=_meta(
+        'token masking: each candidate with probability p (bernoulli) or exactly the budget per sequence '
+        '(exact)'))
+    span_geometric_p: float = field(default=0.2, metadata=_meta(
+        'span masking: the geometric span-length parameter, in words', type='positive_float'))
+    max_span_length: int = field(default=10, metadata=_meta(
+        'span masking: longest span in words', type='positive_int'))
 
     def __post_init__(self) -> None:
         check_choice(self.strategy, "strategy", STRATEGIES)

@@ -1,266 +1,40 @@
 """A pretraining run from one settings object: corpus -> token shards -> masked batches -> the shared training loop
 -> an HF-format checkpoint that transformers, our ``Embedder`` and fine-tuning load.
 
-One :class:`PretrainConfig` names the data, the model (a fresh config or an encoder to continue from), the
-sequences (BERT's NSP pairs or RoBERTa's packing, J&M 11.2.2-11.2.3), the masking (token, whole-word or SpanBERT
-spans, 11.2.1 and 11.5.1) and the loop's :class:`~ctxemb.training.loop.TrainConfig`. It reads from TOML
-(``ctxemb pretrain --config run.toml``) with the loop's settings in a ``[train]`` table.
+One :class:`~ctxemb.pretraining.config.PretrainConfig` names the data, the model (a fresh config or an encoder to
+continue from), the sequences (BERT's NSP pairs or RoBERTa's packing, J&M 11.2.2-11.2.3), the masking (token,
+whole-word or SpanBERT spans, 11.2.1 and 11.5.1; one nested :class:`~ctxemb.pretraining.config.PretrainMaskingConfig`)
+and the loop's :class:`~ctxemb.training.config.TrainConfig`. It reads from TOML (``ctxemb pretrain --preset
+run.toml``) with the loop's settings in a ``[train]`` table and the masking's in ``[masking]``.
 
-Under ``torchrun`` every rank runs :func:`run_pretraining`: rank 0 builds the token shards once, every rank trains
-on its own documents, rank 0 alone writes checkpoints and the final model.
+:func:`run_pretraining` picks the pretraining task that trains the config's heads
+(:func:`~ctxemb.pretraining.task.task_for_config`: ``mlm``, ``mlm-nsp``, ``mlm-sbo``, ``mlm-nsp-sbo``) and runs it
+through :func:`ctxemb.finetuning.runner.run_task`, the path every recipe takes. Under ``torchrun`` every rank runs
+it: rank 0 builds the token shards once, every rank trains on its own documents, rank 0 alone writes checkpoints
+and the final model.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import itertools
-import logging
-import tomllib
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Literal, Mapping
-
-from ctxemb._validation import check_choice
-from ctxemb.config import EncoderConfig
-from ctxemb.modeling.pretraining_heads import NSP_INPUTS, EncoderForPretraining, NspInput
-from ctxemb.pretraining.batches import PretrainingBatches
-from ctxemb.pretraining.masking import MaskingConfig, MaskingStrategy, Masker, SelectionMode
-from ctxemb.pretraining.shards import TokenShards, build_token_shards
-from ctxemb.registry import resolve_model_dir
-from ctxemb.tokenization import Tokenizer, copy_tokenizer_files
+from ctxemb.finetuning.runner import run_task
+# the settings and the task's helpers, importable from here as before the split
+from ctxemb.pretraining.config import (CORPUS_MODES, FLAT_MASKING_KEYS, MASKING_STRATEGIES, REPLACEMENTS,  # noqa: F401
+                                       SEQUENCE_MODES, CorpusMode, PretrainConfig, PretrainMaskingConfig,
+                                       Replacement, SequenceMode, nest_flat_masking_keys)
+from ctxemb.pretraining.task import (EVAL_SEED, PRETRAINING_TASKS, PretrainingTask, build_model,  # noqa: F401
+                                     load_model_tokenizer, make_masker, task_for_config, tokenizer_dir)
 from ctxemb.training.callbacks import TrainResult
-from ctxemb.training.config import TrainConfig
-from ctxemb.training.distributed import DistributedContext, barrier
-from ctxemb.training.recipe import MODEL_DIR, RunData, RunResult, RunSpec, run_training  # noqa: F401
-
-logger = logging.getLogger(__name__)
-
-SequenceMode = Literal["nsp", "full_sentences", "doc_sentences"]
-SEQUENCE_MODES: tuple[str, ...] = ("nsp", "full_sentences", "doc_sentences")
-MASKING_STRATEGIES: tuple[str, ...] = ("token", "whole_word", "span")
-Replacement = Literal["unigram", "uniform"]
-REPLACEMENTS: tuple[str, ...] = ("unigram", "uniform")
-CorpusMode = Literal["blank_line", "line"]
-CORPUS_MODES: tuple[str, ...] = ("blank_line", "line")
-
-EVAL_SEED = 12345  # held-out batches and their masks are the same in every run and every evaluation
-
-
-@dataclass
-class PretrainConfig:
-    """Everything a pretraining run needs (TOML keys are these field names; the loop's go in ``[train]``).
-
-    Attributes:
-        train_corpus: plain-text files to train on.
-        eval_corpus: held-out plain-text files for the periodic MLM evaluation (none: no evaluation).
-        corpus_mode: ``"blank_line"`` (documents separated by blank lines, a line is a sentence) or ``"line"``
-            (each file is one document, one sentence per line).
-        tokenizer: a model name or directory holding the tokenizer (a vocabulary from ``ctxemb vocab``, or a
-            checkpoint's); default: ``init_from``'s.
-        init_from: an encoder to continue pretraining (e.g. ``all-MiniLM-L6-v2``; heads it lacks start fresh);
-            None trains from scratch with ``model``.
-        model: :class:`~ctxemb.config.EncoderConfig` fields for a fresh model (``vocab_size``, ``pad_token_id``
-            and ``model_type`` come from the tokenizer).
-        sequences: ``"nsp"`` (BERT's sentence pairs + the NSP head), ``"full_sentences"`` or ``"doc_sentences"``
-            (RoBERTa's packing, no NSP).
-        max_len: tokens per sequence, special tokens included.
-        batch_size: sequences per micro-batch (per process).
-        masking: ``"token"``, ``"whole_word"`` or ``"span"`` (SpanBERT: Geometric(0.2) spans of words).
-        mlm_probability: the masking budget (15%).
-        selection: for token masking: per-token ``"bernoulli"`` or an ``"exact"`` count per sequence.
-        replacement: the 10% random tokens come from the corpus's ``"unigram"`` distribution or ``"uniform"``.
-        sbo: add the span-boundary objective (None: with span masking).
-        nsp_input: the NSP head's input: BERT's ``"pooled"`` [CLS] or the book's raw ``"cls"`` vector.
-        sparse_prediction: run the MLM head on masked rows only.
-        eval_batches: held-out batches per evaluation (fixed masks, so evaluations compare).
-        shards_dir: where token shards are built (default ``<out_dir>/shards``); existing shards are reused.
-        train: the loop's settings (``out_dir`` is required).
-    """
-
-    train_corpus: list[str] = field(default_factory=list)
-    eval_corpus: list[str] = field(default_factory=list)
-    corpus_mode: CorpusMode = "blank_line"
-    tokenizer: str | None = None
-    init_from: str | None = None
-    model: dict[str, Any] = field(default_factory=dict)
-    sequences: SequenceMode = "full_sentences"
-    max_len: int = 128
-    batch_size: int = 32
-    masking: MaskingStrategy = "token"
-    mlm_probability: float = 0.15
-    selection: SelectionMode = "bernoulli"
-    replacement: Replacement = "unigram"
-    sbo: bool | None = None
-    nsp_input: NspInput = "pooled"
-    sparse_prediction: bool = True
-    eval_batches: int = 20
-    shards_dir: str | None = None
-    train: TrainConfig = field(default_factory=lambda: TrainConfig(learning_rate=5e-4, max_steps=1000))
-
-    def __post_init__(self) -> None:
-        if isinstance(self.train, Mapping):
-            self.train = TrainConfig.from_dict(dict(self.train))
-        for name, choices in (("corpus_mode", CORPUS_MODES), ("sequences", SEQUENCE_MODES),
-                              ("masking", MASKING_STRATEGIES), ("replacement", REPLACEMENTS),
-                              ("nsp_input", NSP_INPUTS)):
-            check_choice(getattr(self, name), name, choices)
-        for name in ("train_corpus", "eval_corpus"):
-            value = getattr(self, name)
-            if isinstance(value, str):
-                setattr(self, name, [value])
-            elif not all(isinstance(p, str) for p in value):
-                raise TypeError(f"{name} must be a list of file paths; got {value!r}")
-        for name in ("max_len", "batch_size", "eval_batches"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < (0 if name == "eval_batches" else 1):
-                raise ValueError(f"{name} must be a positive int; got {v!r}")
-        if not self.tokenizer and not self.init_from:
-            raise ValueError("give a tokenizer (a vocabulary directory or a model name) or init_from")
-        if self.init_from and self.model:
-            raise ValueError("model (a fresh architecture) and init_from (an existing encoder) exclude each other")
-        unknown = set(self.model) - {f.name for f in dataclasses.fields(EncoderConfig)}
-        if unknown:
-            raise ValueError(f"model has unknown EncoderConfig fields: {sorted(unknown)}")
-        if not self.train.out_dir:
-            raise ValueError("train.out_dir is required: checkpoints, metrics and the final model go there")
-
-    @property
-    def use_sbo(self) -> bool:
-        return self.masking == "span" if self.sbo is None else self.sbo
-
-    def to_dict(self) -> dict[str, Any]:
-        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "train"}
-        d = {k: v for k, v in d.items() if v is not None}  # TOML has no null
-        d["train"] = self.train.to_dict()
-        return d
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "PretrainConfig":
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = set(d) - known
-        if unknown:
-            raise ValueError(f"unknown pretraining settings {sorted(unknown)}; known: {sorted(known)}")
-        return cls(**dict(d))
-
-    @classmethod
-    def from_toml(cls, path: str | Path) -> "PretrainConfig":
-        """Read a TOML file (top-level keys as the fields, the loop's in ``[train]``, the model's in ``[model]``)."""
-        path = Path(path)
-        try:
-            with open(path, "rb") as f:
-                d = tomllib.load(f)
-        except FileNotFoundError:
-            raise FileNotFoundError(f"pretraining config not found: {path}") from None
-        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
-            raise ValueError(f"pretraining config {path} is not valid TOML: {e}") from None
-        return cls.from_dict(d)
-
-
-def tokenizer_dir(config: PretrainConfig) -> Path:
-    """The tokenizer's folder: a vocabulary folder as given (it has no config.json), else the model's."""
-    name = config.tokenizer or config.init_from
-    return Path(name) if Path(name).is_dir() and not (Path(name) / "config.json").is_file() \
-        else resolve_model_dir(name)
-
-
-def load_model_tokenizer(config: PretrainConfig) -> tuple[EncoderForPretraining, Tokenizer]:
-    """The model (fresh or continued) and its tokenizer, checked against each other (a fresh model's weights come
-    from torch's generator: seed first, as :func:`run_pretraining` does)."""
-    tokenizer = Tokenizer.from_pretrained(tokenizer_dir(config))
-    return build_model(config, tokenizer), tokenizer
-
-
-def build_model(config: PretrainConfig, tokenizer: Tokenizer) -> EncoderForPretraining:
-    """The model to pretrain: ``init_from`` with the heads it lacks, or a fresh one from ``config.model``.
-
-    Raises:
-        ValueError: the tokenizer does not fit the model, or ``max_len`` exceeds its positions.
-    """
-    heads = dict(nsp=config.sequences == "nsp", nsp_input=config.nsp_input, sbo=config.use_sbo,
-                 sparse_prediction=config.sparse_prediction)
-    if config.init_from:
-        model = EncoderForPretraining.from_pretrained(resolve_model_dir(config.init_from), **heads)
-    else:
-        fields = dict(model_type=tokenizer.model_type, vocab_size=tokenizer.vocab_size,
-                      pad_token_id=tokenizer.pad_token_id)
-        fields.update(config.model)
-        if "max_position_embeddings" not in config.model:
-            offset = 0 if fields["model_type"] == "bert" else fields["pad_token_id"] + 1
-            fields["max_position_embeddings"] = config.max_len + offset
-        if fields["model_type"] != "bert":
-            fields.setdefault("type_vocab_size", 1)
-        model = EncoderForPretraining.from_config(EncoderConfig(**fields), **heads)
-    cfg = model.config
-    if cfg.vocab_size < tokenizer.vocab_size:
-        raise ValueError(f"the tokenizer has {tokenizer.vocab_size} tokens but the model's vocabulary only "
-                         f"{cfg.vocab_size}: use the model's own tokenizer")
-    if config.max_len > cfg.max_tokens:
-        raise ValueError(f"max_len {config.max_len} exceeds the model's {cfg.max_tokens} positions")
-    model.train()
-    return model
-
-
-def make_masker(config: PretrainConfig, tokenizer: Tokenizer, shards: TokenShards) -> Masker:
-    weights = shards.unigram_counts if config.replacement == "unigram" else None
-    return Masker(MaskingConfig(strategy=config.masking, mlm_probability=config.mlm_probability,
-                                selection=config.selection),
-                  vocab_size=tokenizer.vocab_size, mask_token_id=tokenizer.mask_token_id,
-                  special_token_ids=shards.special_token_ids, replacement_weights=weights)
-
-
-def _shards(files: list[str], tokenizer: Tokenizer, directory: Path, mode: str,
-            ctx: DistributedContext) -> TokenShards:
-    if ctx.is_main and not (directory / "manifest.json").is_file():
-        missing = [p for p in files if not Path(p).is_file()]
-        if missing:
-            raise FileNotFoundError(f"corpus files not found: {missing}")
-        logger.info("tokenizing %d file(s) into %s", len(files), directory)
-        build_token_shards(files, tokenizer, directory, mode=mode)
-    barrier(ctx)  # the other ranks wait for rank 0's shards
-    return TokenShards.open(directory, tokenizer=tokenizer)
+from ctxemb.training.recipe import MODEL_DIR, RunResult  # noqa: F401
 
 
 def run_pretraining(config: PretrainConfig) -> TrainResult:
-    """Run (or resume, with ``config.train.resume``) a pretraining run through the one run skeleton
-    (:func:`ctxemb.training.recipe.run_training`): seeded before the model is built, so a model pretrained from
-    scratch is the same in every run with that seed. The final model lands in ``<out_dir>/model`` (encoder + heads +
-    tokenizer, stamped, with the run record), loadable by transformers, ``Embedder`` and ``fill_mask``."""
+    """Run (or resume, with ``config.train.resume``) a pretraining run through the one run skeleton: seeded before
+    the model is built, so a model pretrained from scratch is the same in every run with that seed. The final model
+    lands in ``<out_dir>/model`` (encoder + heads + tokenizer, stamped, with the run record), loadable by
+    transformers, ``Embedder`` and ``fill_mask``."""
     return run_pretraining_recipe(config).train
 
 
 def run_pretraining_recipe(config: PretrainConfig) -> RunResult:
     """:func:`run_pretraining` returning the skeleton's :class:`~ctxemb.training.recipe.RunResult`."""
-    if not config.train_corpus:
-        raise ValueError("train_corpus is empty: give the text files to pretrain on")
-    if config.train.max_steps is None:
-        raise ValueError("pretraining runs for train.max_steps optimizer steps; set it")
-    tokenizer = Tokenizer.from_pretrained(tokenizer_dir(config))
-    out_dir = Path(config.train.out_dir)
-    shards_root = Path(config.shards_dir) if config.shards_dir else out_dir / "shards"
-    settings = {k: v for k, v in config.to_dict().items() if k != "train"}
-    spec = RunSpec(recipe="pretrain", label="pretrain-" + config.masking.replace("_", "-"), settings=settings,
-                   train=config.train, epochs=None, evaluate_each_epoch=False,
-                   primary_metric="loss" if config.eval_corpus and config.eval_batches else None,
-                   greater_is_better=False)
-
-    def make_data(model, ctx: DistributedContext) -> RunData:
-        train_shards = _shards(config.train_corpus, tokenizer, shards_root / "train", config.corpus_mode, ctx)
-        source = PretrainingBatches(train_shards, objective=config.sequences, max_len=config.max_len,
-                                    batch_size=config.batch_size, seed=config.train.seed, rank=ctx.rank,
-                                    world_size=ctx.world_size, masker=make_masker(config, tokenizer, train_shards))
-        eval_data = None
-        if config.eval_corpus and config.eval_batches:
-            eval_shards = _shards(config.eval_corpus, tokenizer, shards_root / "eval", config.corpus_mode, ctx)
-            # every rank evaluates the same fixed batches (one seed, all documents): the means agree across ranks
-            held_out = PretrainingBatches(eval_shards, objective=config.sequences, max_len=config.max_len,
-                                          batch_size=config.batch_size, seed=EVAL_SEED,
-                                          masker=make_masker(config, tokenizer, eval_shards))
-            eval_data = list(itertools.islice(held_out.one_epoch(0), config.eval_batches))
-        return RunData(source=source, eval_data=eval_data)
-
-    def save_files(model, directory: Path) -> None:
-        model.save_pretrained(directory)
-        copy_tokenizer_files(tokenizer_dir(config), directory, tokenizer)
-
-    return run_training(spec, build_model=lambda: build_model(config, tokenizer), make_data=make_data,
-                        save_files=save_files)
+    return run_task(task_for_config(config), config).run

@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from ctxemb._validation import check_choice, check_int
-from ctxemb.training.precision import PRECISIONS, Precision
+from ctxemb.precision import TRAINING_PRECISIONS as PRECISIONS
+from ctxemb.precision import TrainingPrecision as Precision
 
 
 def _int(value: Any, name: str, low: int) -> None:

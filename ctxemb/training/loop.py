@@ -35,6 +35,11 @@ import torch.distributed as dist
 from torch import nn
 
 from ctxemb.paths import resolve_saved_directory
+from ctxemb.precision import TRAINING_PRECISIONS as PRECISIONS
+from ctxemb.precision import TrainingPrecision as Precision
+from ctxemb.precision import bf16_autocast as autocast
+from ctxemb.precision import explain_training_precision
+from ctxemb.precision import resolve_training_precision as resolve_precision
 from ctxemb.training import faults
 from ctxemb.training.callbacks import Callback, TrainResult
 from ctxemb.training.config import TrainConfig, epochs_to_steps
@@ -43,13 +48,12 @@ from ctxemb.training.distributed import (DistributedContext, all_reduce_mean, al
                                          init_distributed, shutdown, unwrap_model, wrap_model)
 from ctxemb.training.logging import LOSS_PLOT_FILE, METRICS_FILE, MetricWriters, write_loss_plot
 from ctxemb.training.optim import linear_schedule, make_optimizer
-from ctxemb.training.precision import PRECISIONS, Precision, autocast, resolve_precision
 from ctxemb.training.state import (capture_rng_state, latest_checkpoint, list_checkpoints, load_checkpoint,
                                    prune_checkpoints, restore_rng_state, save_checkpoint)
 
 logger = logging.getLogger(__name__)
 
-# Kept importable from here (their homes are training.config, .callbacks, .precision and .logging).
+# Kept importable from here (their homes are training.config, .callbacks, .logging and ctxemb.precision).
 __all__ = ["Callback", "LOSS_PLOT_FILE", "METRICS_FILE", "PRECISIONS", "Precision", "TrainConfig", "TrainResult",
            "check_fresh_out_dir", "epochs_to_steps", "evaluate", "resolve_precision", "seed_everything", "train",
            "write_loss_plot"]
@@ -227,7 +231,10 @@ def _train(model: nn.Module, train_data: Any, config: TrainConfig, ctx: Distribu
            eval_data: Iterable[Batch] | None, eval_fn: Callable | None, callbacks: list[Callback],
            groups: Iterable[dict] | None) -> TrainResult:
     device = ctx.device
-    precision = resolve_precision(config.precision, device)
+    chosen = explain_training_precision(config.precision, device)
+    precision = chosen.resolved
+    if config.precision == "auto" and ctx.is_main:
+        logger.info("precision auto -> %s (%s)", precision, chosen.reason)
     data_world = getattr(train_data, "world_size", ctx.world_size)
     if data_world != ctx.world_size:
         raise ValueError(f"train_data was built for world_size={data_world}, but this run has {ctx.world_size} "

@@ -43,7 +43,7 @@ from torch import nn
 
 from ctxemb._validation import read_json_file
 from ctxemb._version import __version__
-from ctxemb.inference import cpu_info
+from ctxemb.precision import cpu_info, explain_training_precision
 from ctxemb.modeling.checkpoint import stamp_training_run
 from ctxemb.paths import atomic_directory, atomic_write
 from ctxemb.training.callbacks import BestWeights, Callback, EarlyStopping, TrainResult
@@ -51,7 +51,6 @@ from ctxemb.training.config import TrainConfig, epochs_to_steps
 from ctxemb.training.distributed import DistributedContext, barrier, distributed_session
 from ctxemb.training.loop import check_fresh_out_dir, seed_everything, train
 from ctxemb.training.model_card import CARD_FILE, render_model_card
-from ctxemb.training.precision import resolve_precision
 from ctxemb.training.state import CHECKPOINT_PREFIX
 
 logger = logging.getLogger(__name__)
@@ -219,8 +218,7 @@ def run_record(spec: RunSpec, train_config: TrainConfig, result: TrainResult, *,
         "recipe": spec.recipe,
         "settings": spec.settings,
         "train": train_config.to_dict(),
-        "precision": {"requested": train_config.precision,
-                      "resolved": resolve_precision(train_config.precision, device)},
+        "precision": explain_training_precision(train_config.precision, device).to_dict(),
         "versions": versions(),
         "machine": {**machine_info(), "world_size": world_size},
         "data": dict(stats),
@@ -299,6 +297,9 @@ def run_training(spec: RunSpec, *, build_model: Callable[[], nn.Module],
         result = train(model, data.source, train_config, eval_data=data.eval_data,
                        eval_fn=timed_evaluate if data.evaluate is not None else None,
                        param_groups=data.param_groups, callbacks=cbs)
+        if not history:  # a recipe evaluated by the loop's held-out batches alone (pretraining, sense training)
+            history.extend({k[len("eval_"):]: v for k, v in r.items() if k.startswith("eval_")}
+                           for r in result.history if any(k.startswith("eval_") for k in r))
         final = dict(history[-1]) if history else dict(result.eval_metrics or {})
         best_step = best_checkpoint = None
         steps = _eval_steps(result)

@@ -8,6 +8,8 @@
 - :mod:`~ctxemb.wsd.glosses`: gloss embeddings combined with corpus vectors.
 - :mod:`~ctxemb.wsd.build`: :class:`BuildConfig` and :func:`build_sense_store` / :func:`build_from_embeddings`.
 - :mod:`~ctxemb.wsd.disambiguate`: :class:`Disambiguator` (nearest sense, first-sense back-off, raw-text tagging).
+- :mod:`~ctxemb.wsd.training`, :mod:`~ctxemb.wsd.sense_task`: sense training (BEM, SupCon) as tasks of the one
+  registry (``wsd-bem``, ``wsd-supcon``), run by the one run skeleton.
 
 Scoring lives in :mod:`ctxemb.metrics.wsd` (``Scorer.java``-exact); running a disambiguator over a data set in
 :mod:`ctxemb.evaluation.wsd`.
@@ -28,6 +30,9 @@ from ctxemb.wsd.corpus import (
 from ctxemb.wsd.corpus_pass import embed_corpus
 from ctxemb.wsd.disambiguate import Disambiguator, SensePrediction
 from ctxemb.wsd.sense_store import QueryTransform, SenseStore
+# sense training's tasks (wsd-bem, wsd-supcon) join the one task registry when the package is imported: the
+# registry sits below WSD and cannot import them itself
+from ctxemb.wsd import sense_task as _sense_task  # noqa: E402,F401
 
 __all__ = [
     "BuildConfig",

@@ -6,11 +6,12 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
-from dataclasses import dataclass, field
+from dataclasses import InitVar, dataclass, field
 from typing import Any, Literal, Mapping, Protocol
 
 
 from ctxemb._validation import check_choice, check_int
+from ctxemb.config import field_help as _meta
 from ctxemb.modeling.sense_heads import GLOSS_ENCODERS, LAYER_POOLINGS, NEGATIVES, SCORES
 from ctxemb.registry import DEFAULT_MODEL
 from ctxemb.training.loop import TrainConfig
@@ -66,7 +67,8 @@ class SenseTrainConfig:
         corpus: a Raganato-format training set (folder or XML); None = SemCor in the shared data folder.
         held_out_fraction: share of the corpus's documents held out (0 = train on all); ``split_seed`` seeds the
             split. The defaults are those of ``benchmarks/wsd.py``.
-        max_train_sentences: use only the first N training sentences (None: all), for quick runs.
+        max_train_examples: use only the first N training sentences (None: all), for quick runs (old name
+            ``max_train_sentences``: accepted, with a deprecation warning).
         eval_sentences: held-out sentences the loop evaluates the objective on (0: none).
         layers, layer_pooling, subword_pooling: how a target's vector is pooled, as the Embedder's fields of the
             same names (hidden-state indices: 0 = embedding output, -1 = last layer); use the same ones for the store.
@@ -98,36 +100,77 @@ class SenseTrainConfig:
         TypeError: a count that is not an integer, or ``train`` that is not a TrainConfig (or a mapping of one).
     """
 
-    recipe: Recipe
-    model: str = DEFAULT_MODEL
-    corpus: str | None = None
-    held_out_fraction: float = 0.1
-    split_seed: int = 0
-    max_train_sentences: int | None = None
-    eval_sentences: int = 500
-    layers: tuple[int, ...] = (-4, -3, -2, -1)
-    layer_pooling: str = "mean"
-    subword_pooling: str = "mean"
-    multiword: str = "space"
-    max_length: int | None = None
-    max_gloss_length: int = 64
-    epochs: float = 1.0
-    max_steps: int | None = None
-    max_minutes: float | None = None
-    max_tokens_per_batch: int = 4096
-    max_items_per_batch: int = 32
-    trainable_layers: int | None = None
-    max_targets_per_sentence: int = 4
-    max_candidates: int = 8
-    gloss_encoder: str = "shared"
-    score: str = "dot"
-    temperature: float = 0.1
-    negatives: str = "batch"
-    senses_per_group: int = 4
-    occurrences_per_sense: int = 4
-    train: TrainConfig = field(default_factory=lambda: TrainConfig(learning_rate=2e-5, warmup_ratio=0.1))
+    recipe: Recipe = field(metadata=_meta(
+        "bem: context-gloss bi-encoder (cross-entropy over the candidates' glosses); supcon: supervised "
+        "contrastive on occurrences (same sense together, the lemma's other senses apart)",
+        required=True, choices=RECIPES))
+    model: str = field(default=DEFAULT_MODEL, metadata=_meta(
+        'the encoder to start from'))
+    corpus: str | None = field(default=None, metadata=_meta(
+        'Raganato-format training set (default: SemCor in the shared data)'))
+    held_out_fraction: float = field(default=0.1, metadata=_meta(
+        'documents held out, as benchmarks/wsd.py does', type='fraction'))
+    split_seed: int = field(default=0, metadata=_meta(
+        'seed of the held-out split'))
+    max_train_examples: int | None = field(default=None, metadata=_meta(
+        'use only the first N training sentences', aliases=('--max-sentences',), type='positive_int'))
+    eval_sentences: int = field(default=500, metadata=_meta(
+        'held-out sentences to evaluate the objective on (0 = none)'))
+    layers: tuple[int, ...] = field(default=(-4, -3, -2, -1), metadata=_meta(
+        "hidden-state indices to pool, as the Embedder's (build the store with the same); 0 = embedding "
+        'output, -1 = last layer'))
+    layer_pooling: str = field(default="mean", metadata=_meta(
+        'how the encoder layers of a word vector are combined', choices=LAYER_POOLINGS))
+    subword_pooling: str = field(default="mean", metadata=_meta(
+        "how a word's subword vectors are combined", choices=_SUBWORD_POOLINGS))
+    multiword: str = field(default="space", metadata=_meta(
+        'how multiword tokens (a_b) reach the tokenizer, as `wsd build --multiword`', choices=MULTIWORD_MODES))
+    max_length: int | None = field(default=None, metadata=_meta(
+        "tokens per context input (default: the tokenizer's, as the Embedder)", type='positive_int'))
+    max_gloss_length: int = field(default=64, metadata=_meta(
+        'BEM: longest gloss in tokens', type='positive_int'))
+    epochs: float = field(default=1.0, metadata=_meta(
+        'passes over the training occurrences', type='positive_float'))
+    max_steps: int | None = field(default=None, metadata=_meta(
+        "optimizer steps, overriding epochs (the command line's --max-steps is the loop's, which means "
+        'the same)', cli=False))
+    max_minutes: float | None = field(default=None, metadata=_meta(
+        'stop at this time budget (a checkpoint is written; --resume continues)', type='positive_float'))
+    max_tokens_per_batch: int = field(default=4096, metadata=_meta(
+        'most subword tokens per micro-batch', type='positive_int'))
+    max_items_per_batch: int = field(default=32, metadata=_meta(
+        'sentences (bem) or occurrences (supcon) per batch', type='positive_int'))
+    trainable_layers: int | None = field(default=None, metadata=_meta(
+        'train only the top k layers (default all)', type='positive_int'))
+    max_targets_per_sentence: int = field(default=4, metadata=_meta(
+        'BEM: most annotated targets taken from one sentence', type='positive_int'))
+    max_candidates: int = field(default=8, metadata=_meta(
+        'BEM: most candidate senses (glosses) scored per target', type='positive_int'))
+    gloss_encoder: str = field(default="shared", metadata=_meta(
+        'BEM: glosses through the context encoder (shared) or a second copy (separate)', choices=GLOSS_ENCODERS))
+    score: str = field(default="dot", metadata=_meta(
+        'BEM: context-gloss score, dot product or cosine', choices=SCORES))
+    temperature: float = field(default=0.1, metadata=_meta(
+        "SupCon's temperature; also BEM's with --score cosine", type='positive_float'))
+    negatives: str = field(default="batch", metadata=_meta(
+        "SupCon: negatives from the whole batch or only the lemma's other senses", choices=NEGATIVES))
+    senses_per_group: int = field(default=4, metadata=_meta(
+        'SupCon: senses of one lemma sampled together in a batch', type='positive_int'))
+    occurrences_per_sense: int = field(default=4, metadata=_meta(
+        'SupCon: occurrences sampled per sense', type='positive_int'))
+    train: TrainConfig = field(default_factory=lambda: TrainConfig(learning_rate=2e-5, warmup_ratio=0.1),
+                               metadata=_meta("the loop's settings", cli=False))
+    # the old name of max_train_examples: accepted with a deprecation warning
+    max_train_sentences: InitVar[int | None] = None
 
-    def __post_init__(self) -> None:
+    def __post_init__(self, max_train_sentences: int | None = None) -> None:
+        if max_train_sentences is not None:
+            if self.max_train_examples is not None and self.max_train_examples != max_train_sentences:
+                raise ValueError(f"give max_train_examples ({self.max_train_examples}) or its old name "
+                                 f"max_train_sentences ({max_train_sentences}), not both")
+            logger.warning("sense-training settings: max_train_sentences is deprecated and will be removed in the "
+                           "next release; use max_train_examples")
+            self.max_train_examples = max_train_sentences
         if isinstance(self.train, Mapping):
             self.train = TrainConfig.from_dict(dict(self.train))
         if not isinstance(self.train, TrainConfig):
@@ -152,7 +195,7 @@ class SenseTrainConfig:
             check_int(getattr(self, name), name, low=1)
         check_int(self.max_candidates, "max_candidates", low=2)
         check_int(self.senses_per_group, "senses_per_group", low=2)
-        for name in ("max_train_sentences", "max_length", "max_steps", "trainable_layers"):
+        for name in ("max_train_examples", "max_length", "max_steps", "trainable_layers"):
             if getattr(self, name) is not None:
                 check_int(getattr(self, name), name, low=1)
         if self.max_length is not None and self.max_length < 4:
@@ -185,7 +228,7 @@ class SenseTrainConfig:
         Raises:
             ValueError: unknown fields (or invalid values).
         """
-        known = {f.name for f in dataclasses.fields(cls)}
+        known = {f.name for f in dataclasses.fields(cls)} | {"max_train_sentences"}
         unknown = sorted(set(d) - known)
         if unknown:
             raise ValueError(f"unknown SenseTrainConfig field(s) {unknown}; known: {sorted(known)}")
@@ -195,5 +238,18 @@ class SenseTrainConfig:
         """The :class:`~ctxemb.embedding.EmbedderConfig` fields that pool as this run trained."""
         return {"layers": list(self.layers), "layer_pooling": self.layer_pooling,
                 "subword_pooling": self.subword_pooling}
+
+
+def _renamed(new: str, old: str, what: str) -> property:
+    # reading the old attribute name still works (with the deprecation warning), never a silent None
+    def get(self):
+        logger.warning("%s: %s is deprecated and will be removed in the next release; use %s", what, old, new)
+        return getattr(self, new)
+    return property(get, doc=f"Deprecated name of ``{new}``.")
+
+
+SenseTrainConfig.max_train_sentences = _renamed(  # type: ignore[assignment]
+    "max_train_examples", "max_train_sentences", "sense-training settings")
+
 
 

@@ -44,64 +44,30 @@ Shapes: B context inputs, T their tokens, M targets, G distinct glosses, T_g the
 
 from __future__ import annotations
 
-import dataclasses
-import json
-import logging
 import os
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-import numpy as np
-
 from ctxemb._validation import read_json_file
-from ctxemb.loading import load_encoder, load_tokenizer
-from ctxemb.modeling.checkpoint import save_pretrained, stamp_training_run
-from ctxemb.modeling.sense_heads import ContextGlossBiEncoder, SupConSenseEncoder
-from ctxemb.paths import shared_data_dir
-from ctxemb.registry import resolve_model_dir
-from ctxemb.tokenization import copy_tokenizer_files
-from ctxemb.training.distributed import distributed_session
-from ctxemb.training.loop import Callback, TrainResult, check_fresh_out_dir, seed_everything, train
-from ctxemb.training.recipe import (SETTINGS_FILE, RunSpec, check_run_settings, resolve_steps, run_record,
-                                    save_run)
-from ctxemb.wsd.corpus import Corpus, read_dataset, split_corpus_by_document
-# the settings and the data live in wsd.sense_config and wsd.sense_batches; importable from here as before
+from ctxemb.finetuning.runner import run_task
+from ctxemb.training.loop import Callback, TrainResult
+from ctxemb.training.recipe import SETTINGS_FILE
+from ctxemb.wsd.corpus import Corpus
+# the settings, the data and the task live in wsd.sense_config, wsd.sense_batches and wsd.sense_task; importable from
+# here as before
 from ctxemb.wsd.sense_batches import (ContextInput, SenseFeatures, Target, _eval_batches,  # noqa: F401
                                       build_features, make_batch_source)
 from ctxemb.wsd.sense_config import (GLOSS_ENCODER_DIR, MODEL_DIR, RECIPES, TRAINING_FILE, Recipe,  # noqa: F401
                                      SenseInventory, SenseTrainConfig, WordNetInventory)
-
-logger = logging.getLogger(__name__)
+from ctxemb.wsd.sense_task import (RESUME_FREE, SENSE_TASKS, SenseTask, TimeBudget,  # noqa: F401
+                                   build_sense_model, default_corpus_path)
 
 __all__ = [
-    "RECIPES", "MODEL_DIR", "SETTINGS_FILE", "TRAINING_FILE", "SenseFeatures", "SenseInventory", "SenseTrainConfig",
-    "SenseTrainResult", "TimeBudget", "WordNetInventory", "build_features", "check_held_out_documents",
-    "make_batch_source", "run_sense_training", "trained_embedder_options",
+    "RECIPES", "MODEL_DIR", "SETTINGS_FILE", "TRAINING_FILE", "SenseFeatures", "SenseInventory", "SenseTask",
+    "SenseTrainConfig", "SenseTrainResult", "TimeBudget", "WordNetInventory", "build_features",
+    "check_held_out_documents", "make_batch_source", "run_sense_training", "trained_embedder_options",
 ]
-
-# --------------------------------------------------------------------------------------------------- the run
-
-class TimeBudget(Callback):
-    """Stop training once ``minutes`` have passed since this call of ``train`` began (a resumed run gets a fresh
-    budget); the loop then writes a final checkpoint."""
-
-    def __init__(self, minutes: float):
-        self.seconds = 60.0 * minutes
-        self.t0 = time.perf_counter()
-        self.stopped_at: int | None = None
-
-    def on_train_begin(self, config, start_step):
-        self.t0 = time.perf_counter()
-
-    def on_step_end(self, step, loss):
-        if time.perf_counter() - self.t0 >= self.seconds:
-            self.stopped_at = step
-            logger.warning("time budget of %.1f min reached at step %d: stopping (resume to continue)",
-                           self.seconds / 60, step)
-            return True
-        return None
 
 
 @dataclass
@@ -123,43 +89,12 @@ class SenseTrainResult:
     stats: dict[str, Any]
 
 
-def default_corpus_path() -> Path:
-    """SemCor in the shared data folder (``CTXEMB_DATA``).
-
-    Raises:
-        FileNotFoundError: no shared data folder.
-    """
-    return shared_data_dir() / "wsd" / "WSD_Evaluation_Framework" / "Training_Corpora" / "SemCor"
-
-
-def _build_model(config: SenseTrainConfig) -> ContextGlossBiEncoder | SupConSenseEncoder:
-    """The recipe's model around ``config.model``, in training mode, with ``trainable_layers`` applied."""
-    encoder = load_encoder(config.model)
-    if config.trainable_layers is not None and config.trainable_layers > encoder.num_layers:
-        raise ValueError(f"trainable_layers={config.trainable_layers}, but {config.model} has {encoder.num_layers} "
-                         "layers")
-    if config.recipe == "bem":
-        gloss_encoder = load_encoder(config.model) if config.gloss_encoder == "separate" else None
-        model = ContextGlossBiEncoder(encoder, gloss_encoder=gloss_encoder, layers=config.layers,
-                                      layer_pooling=config.layer_pooling, score=config.score,
-                                      temperature=config.temperature)
-    else:
-        model = SupConSenseEncoder(encoder, layers=config.layers, layer_pooling=config.layer_pooling,
-                                   temperature=config.temperature, negatives=config.negatives)
-    model.train()
-    if config.trainable_layers is not None:
-        model.freeze_all_but_last(config.trainable_layers)
-    return model
-
-
-# Settings that may change when a run is resumed without changing what it computes (the loop checks ``train``).
-_RESUME_FREE = frozenset({"epochs", "max_steps", "max_minutes", "eval_sentences"})
-
-
 def run_sense_training(config: SenseTrainConfig, *, corpus: Corpus | None = None,
                        inventory: SenseInventory | None = None,
                        callbacks: Iterable[Callback] | None = None) -> SenseTrainResult:
-    """Train an encoder with one recipe and save it (see the module docstring).
+    """Train an encoder with one recipe and save it (see the module docstring): the task ``wsd-<recipe>``
+    (:class:`~ctxemb.wsd.sense_task.SenseTask`) through :func:`ctxemb.finetuning.runner.run_task`, the path every
+    recipe takes.
 
     Args:
         config: the run.
@@ -176,91 +111,11 @@ def run_sense_training(config: SenseTrainConfig, *, corpus: Corpus | None = None
     """
     if not isinstance(config, SenseTrainConfig):
         raise TypeError(f"config must be a SenseTrainConfig, got {type(config).__name__}")
-    t_start = time.perf_counter()
-    # Settings that can only be checked against the run directory or the model are checked before the corpus is read.
-    out_dir = Path(config.train.out_dir)
-    check_fresh_out_dir(config.train)
-    seed_everything(config.train.seed)
-    model = _build_model(config)
-    if corpus is None:
-        corpus = read_dataset(config.corpus or default_corpus_path())
-    held = None
-    if config.held_out_fraction:
-        corpus, held = split_corpus_by_document(corpus, config.held_out_fraction, config.split_seed)
-    if config.max_train_sentences:
-        corpus = corpus.head(config.max_train_sentences)
-    tokenizer = load_tokenizer(config.model)
-    features = build_features(corpus, tokenizer, config, inventory)
-    stats: dict[str, Any] = {"train": features.stats}
-    eval_data = None
-    if held is not None and config.eval_sentences:
-        try:
-            held_features = build_features(held.head(config.eval_sentences), tokenizer, config, inventory)
-            eval_data = _eval_batches(held_features, tokenizer, config)
-        except ValueError as e:  # too few held-out sentences for this recipe: train without evaluating
-            logger.warning("no held-out evaluation: %s", e)
-        else:
-            stats["eval"] = held_features.stats
-
-    cbs = list(callbacks or [])
-    budget = TimeBudget(config.max_minutes) if config.max_minutes else None
-    if budget is not None:
-        cbs.append(budget)
-
-    model_dir = out_dir / MODEL_DIR
-    run_id = None
-    settings = {k: v for k, v in config.to_dict().items() if k != "train"}
-    with distributed_session(config.train.device) as ctx:
-        if ctx.is_main:
-            check_run_settings(out_dir, settings, resume=config.train.resume, resume_free=_RESUME_FREE)
-        source = make_batch_source(features, tokenizer, config, seed=config.train.seed, rank=ctx.rank,
-                                   world_size=ctx.world_size)
-        asked = dataclasses.replace(config.train, max_steps=config.max_steps or config.train.max_steps)
-        train_config = resolve_steps(asked,
-                                     epochs=config.epochs, batches_per_epoch=source.batches_per_epoch,
-                                     evaluate_each_epoch=False)
-        steps = train_config.max_steps
-        stats["batches_per_epoch"] = source.batches_per_epoch * ctx.world_size
-        result = train(model, source, train_config, eval_data=eval_data, callbacks=cbs)
-        if ctx.is_main:
-            spec = RunSpec(recipe=f"wsd-{config.recipe}", label=f"wsd-{config.recipe}", settings=settings,
-                           train=config.train, epochs=config.epochs)
-            record = run_record(spec, train_config, result, device=ctx.device, eval_history=[],
-                                final_metrics=result.eval_metrics or {}, best_step=None, stats=stats,
-                                total_seconds=time.perf_counter() - t_start, world_size=ctx.world_size)
-            info = {
-                "recipe": config.recipe,
-                "config": {**config.to_dict(), "train": train_config.to_dict()},
-                "embedder": config.embedder_options(),
-                "base_model": config.model,
-                "data": stats,
-                "held_out": None if held is None else {
-                    "fraction": config.held_out_fraction, "seed": config.split_seed,
-                    "documents": [d.id for d in held.documents]},
-                "training": {"steps": result.step, "max_steps": steps, "stopped_early": result.stopped_early,
-                             "time_budget_hit": bool(budget and budget.stopped_at),
-                             "train_seconds": result.elapsed, "total_seconds": time.perf_counter() - t_start,
-                             "final_loss": float(np.mean(result.losses[-50:])) if result.losses else None,
-                             "eval": result.eval_metrics, "world_size": ctx.world_size},
-                "machine": record["machine"],
-            }
-
-            def write_files(tmp: Path) -> None:
-                save_pretrained(model.encoder, tmp)
-                copy_tokenizer_files(resolve_model_dir(config.model), tmp, tokenizer)
-                if config.recipe == "bem" and model.gloss_encoder is not None:
-                    save_pretrained(model.gloss_encoder, tmp / GLOSS_ENCODER_DIR)
-                    copy_tokenizer_files(resolve_model_dir(config.model), tmp / GLOSS_ENCODER_DIR, tokenizer)
-                    stamp_training_run(tmp / GLOSS_ENCODER_DIR, f"wsd-{config.recipe}-gloss")
-                # the sense recipe's own file (what check_held_out_documents and trained_embedder_options read)
-                # names the stamp, which follows the final weights (save_run writes the same one again)
-                info["training_run"] = stamp_training_run(tmp, f"wsd-{config.recipe}")
-                (tmp / TRAINING_FILE).write_text(json.dumps(info, indent=2, default=str) + "\n", encoding="utf-8")
-
-            run_id = save_run(model_dir, write_files, label=f"wsd-{config.recipe}", record=record)
-            logger.info("saved the %s encoder (%s) to %s", config.recipe, run_id, model_dir)
-    return SenseTrainResult(train=result, model_dir=model_dir, training_run=run_id,
-                            embedder_options=config.embedder_options(), stats=stats)
+    task = SENSE_TASKS[config.recipe] if corpus is None and inventory is None else \
+        SenseTask(config.recipe, corpus=corpus, inventory=inventory)
+    done = run_task(task, config, callbacks=list(callbacks or []))
+    return SenseTrainResult(train=done.run.train, model_dir=done.model_dir, training_run=done.run.training_run,
+                            embedder_options=config.embedder_options(), stats=done.data.info["stats"])
 
 
 def check_held_out_documents(model: str | os.PathLike, held_out: Sequence[str]) -> None:

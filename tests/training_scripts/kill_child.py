@@ -67,7 +67,7 @@ def run(recipe: str, work: Path, out: Path, resume: bool) -> None:
         model = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
                      hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1)
         run_pretraining(PretrainConfig(train_corpus=[str(work / "corpus.txt")], tokenizer=str(work / "vocab"),
-                                       model=model, sequences="doc_sentences", max_len=16, batch_size=8,
+                                       model=model, sequences="doc_sentences", max_length=16, batch_size=8,
                                        train=train_config(recipe, out, resume)))
     elif recipe == "finetuning":
         from ctxemb.finetuning.tasks import FinetuneConfig, run_finetuning
