@@ -59,6 +59,9 @@ RECIPES = {
 
 # --limit N / --max-steps N: smoke runs (every part, tiny budgets); empty = the full recipe
 SMOKE: list[str] = []
+# --cli-flags "...": more `ctxemb finetune` flags for every part, e.g. "--preset none --no-group-by-length" to rerun a
+# part as it ran before the default recipes (no preset, plain random batches)
+EXTRA: list[str] = []
 
 
 def cli_run(task: str, out: Path, flags: list[str]):
@@ -66,7 +69,7 @@ def cli_run(task: str, out: Path, flags: list[str]):
     does (:func:`ctxemb.cli.finetune.train_task`): the benchmark and the CLI share one code path. Returns the parsed
     config and the result."""
     argv = ["finetune", task, "--out-dir", str(out), "--no-progress", "--seed", "0", "--log-every", "50", *flags,
-            *SMOKE]
+            *EXTRA, *SMOKE]
     args = build_parser("finetune").parse_args(argv)
     task_obj, config = finetune_config_from_args(args)
     return config, train_task(task_obj, config)
@@ -285,7 +288,9 @@ def main() -> None:
                         help="smoke run: train on the first N examples (passed as --max-train-examples)")
     parser.add_argument("--max-steps", type=int, default=None, help="smoke run: stop after N optimizer steps")
     parser.add_argument("--work", default=None, help=f"working directory (default {WORK})")
+    parser.add_argument("--cli-flags", default="", help="more `ctxemb finetune` flags for every part (one string)")
     args = parser.parse_args()
+    EXTRA.extend(args.cli_flags.split())
     if args.work:
         WORK = Path(args.work)
     if args.limit:
