@@ -252,3 +252,12 @@ def test_sense_model_depths_cover_a_separate_gloss_encoder(bare_dir):
     gloss, _ = load_encoder_dir(src)
     model = ContextGlossBiEncoder(ctx, gloss_encoder=gloss, layers=(-1,))
     _check_regimes(model)
+
+
+def test_multiple_choice_refuses_a_family_without_a_pooler(bare_dir):
+    from ctxemb.modeling.multiple_choice import EncoderForMultipleChoice
+
+    family, src = bare_dir
+    encoder, _ = load_encoder_dir(src)
+    with pytest.raises(ValueError, match=f"multiple choice reads BERT's pooler, which a '{family}' encoder"):
+        EncoderForMultipleChoice(encoder)
