@@ -261,3 +261,32 @@ def test_multiple_choice_refuses_a_family_without_a_pooler(bare_dir):
     encoder, _ = load_encoder_dir(src)
     with pytest.raises(ValueError, match=f"multiple choice reads BERT's pooler, which a '{family}' encoder"):
         EncoderForMultipleChoice(encoder)
+
+
+def test_masked_lm_pretraining_both_ways(bare_dir, tmp_path):
+    """MLM on the family: trains (sparse prediction), saves in the family's *ForMaskedLM layout (DistilBERT's
+    vocab_*, ELECTRA's generator head, ModernBERT's head + decoder) with equal logits in transformers, and a masked-LM
+    model transformers saved loads here with equal logits."""
+    from ctxemb.modeling.pretraining_heads import EncoderForPretraining
+
+    family, src = bare_dir
+    model = _perturb_ours(EncoderForPretraining.from_pretrained(src))
+    ids, mask = _batch(7)
+    labels = torch.full_like(ids, -100)
+    labels[:, 1] = ids[:, 1]
+    _train_step(model, input_ids=ids, attention_mask=mask, labels=labels)
+    with torch.no_grad():
+        ours = model(ids, mask).mlm_logits
+    model.save_pretrained(tmp_path / "ours")
+    theirs = transformers.AutoModelForMaskedLM.from_pretrained(tmp_path / "ours").eval()
+    with torch.no_grad():
+        _close(theirs(input_ids=ids, attention_mask=mask).logits, ours, mask)
+        _close(EncoderForPretraining.from_pretrained(tmp_path / "ours")(ids, mask).mlm_logits, ours, mask)
+    torch.manual_seed(0)
+    ref = _perturbed(transformers.AutoModelForMaskedLM.from_config(_config(family)))
+    ref.save_pretrained(tmp_path / "theirs")
+    back = EncoderForPretraining.from_pretrained(tmp_path / "theirs", missing_heads="raise").eval()
+    with torch.no_grad():
+        _close(back(ids, mask).mlm_logits, ref(input_ids=ids, attention_mask=mask).logits, mask)
+    with pytest.raises(ValueError, match="nsp_input='pooled' reads BERT's pooler"):
+        EncoderForPretraining(load_encoder_dir(src)[0], nsp=True)
