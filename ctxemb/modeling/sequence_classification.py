@@ -5,7 +5,9 @@ Three heads map the encoder output to C logits:
 - ``"checkpoint"``: what transformers' ``*ForSequenceClassification`` computes, with its tensor names, so saved
   models load in ``AutoModelForSequenceClassification`` and fine-tuned checkpoints from the hub load here.
   BERT: ``classifier(dropout(pooler(h)))`` with the tanh pooler ``bert.pooler.dense``; RoBERTa, XLM-R and MPNet:
-  ``classifier.out_proj(dropout(tanh(classifier.dense(dropout(h_CLS)))))`` (their checkpoints have no pooler).
+  ``classifier.out_proj(dropout(tanh(classifier.dense(dropout(h_CLS)))))`` (their checkpoints have no pooler);
+  ELECTRA the same with GELU; DistilBERT ``classifier(dropout(relu(pre_classifier(h_CLS))))``; ModernBERT
+  ``classifier(drop(head(pooled)))`` (:mod:`ctxemb.modeling.family_heads`).
 - ``"cls"``: the book's y = softmax(W_C z_CLS) (eq. 11.13): ``classifier(dropout(h_CLS))`` on the raw [CLS] output.
 - ``"mean"``: ``classifier(dropout(mean of h over the non-padding tokens))``, for encoders trained as sentence
   embedders with mean pooling (all-MiniLM-L6-v2, all-mpnet-base-v2), whose [CLS] vector was never trained alone.
@@ -248,8 +250,8 @@ class EncoderForSequenceClassification(EncoderWithHeads):
     def save_pretrained(self, out_dir: str | os.PathLike) -> Path:
         """Write ``config.json`` (with ``id2label``, ``label2id``, ``problem_type``) and ``model.safetensors``.
 
-        A ``"checkpoint"`` head is saved as ``BertForSequenceClassification`` / ``RobertaForSequenceClassification``
-        / ``XLMRobertaForSequenceClassification`` / ``MPNetForSequenceClassification``, which transformers'
+        A ``"checkpoint"`` head is saved as the family's ``*ForSequenceClassification`` (``Bert``, ``Roberta``,
+        ``XLMRoberta``, ``MPNet``, ``DistilBert``, ``Electra``, ``ModernBert``), which transformers'
         ``AutoModelForSequenceClassification`` loads with equal logits; ``"cls"`` and ``"mean"`` heads name the bare
         encoder class. :meth:`from_pretrained` and :func:`ctxemb.loading.load_encoder` load either.
         """
