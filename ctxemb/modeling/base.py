@@ -1,11 +1,9 @@
-"""Pretraining heads over the encoder's last layer: masked LM (J&M 11.2.1), next-sentence prediction (11.2.2)
-and SpanBERT's span-boundary objective (11.5.1, eq. 11.17-11.20).
+"""The base of every task model: the encoder under its checkpoint's base-model prefix, its modules by depth for
+freezing and layer-wise learning rates (each family's own: BERT's ``encoder.layer``, ModernBERT's ``layers``,
+ELECTRA's ``embeddings_project``), and ModernBERT's per-token prediction ``head`` that its token classification and
+question-answering models share.
 
-Parameter names are the checkpoints': ``cls.predictions.transform.dense``, ``cls.predictions.transform.LayerNorm``,
-``cls.predictions.decoder`` (tied to the word embeddings), ``cls.predictions.bias`` and ``cls.seq_relationship``
-(RoBERTa/MPNet checkpoints say ``lm_head.*``; :mod:`ctxemb.modeling.checkpoint` maps the two).
-
-Shapes: B batch, T tokens, M masked (predicted) rows, H hidden size, V vocabulary, P span positions.
+Shapes: B batch, T tokens, H hidden size, L layers.
 """
 
 from __future__ import annotations
