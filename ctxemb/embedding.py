@@ -305,11 +305,12 @@ class Embedder:
             TypeError, ValueError: as :meth:`embed_sentences` for the same options ("stack" is a ValueError).
         """
         opts = resolve_sentence_options(self.sentence_modules, self.tokenizer, pooling=pooling, layers=layers,
-                                        layer_pooling=layer_pooling, layer_weights=layer_weights)
+                                        layer_pooling=layer_pooling, layer_weights=layer_weights,
+                                        dimensions=self.config.dimensions)
         layers, lp, weights = self._layer_args(opts.layers, opts.layer_pooling, opts.layer_weights)
         if lp == "stack":
             raise ValueError("layer_pooling 'stack' is not available for sentence embeddings")
-        (dim,) = self._width(layers, lp)
+        (dim,) = self._width(layers, lp, cut=False)
         return opts.output_dim(dim)
 
     def plan_sentence_batches(self, token_counts: Sequence[int], *,
@@ -373,16 +374,16 @@ class Embedder:
         check_choice(output, "output", OUTPUTS)
         return self.batch_size if batch_size is None else check_int(batch_size, "batch_size", low=1)
 
-    def _width(self, layers, pooling) -> tuple[int, ...]:
+    def _width(self, layers, pooling, cut: bool = True) -> tuple[int, ...]:
         """The shape of one vector for these layer options: (H,), (n * H,) for concat, (n, H) for stack; the last
-        axis cut to ``config.dimensions`` when set (a ValueError if that is wider than the vectors)."""
+        axis cut to ``config.dimensions`` when set and ``cut`` (a ValueError if that is wider than the vectors)."""
         if pooling == "concat":
             shape = (self.hidden_size * len(layers),)
         elif pooling == "stack":
             shape = (len(layers), self.hidden_size)
         else:
             shape = (self.hidden_size,)
-        k = self.config.dimensions
+        k = self.config.dimensions if cut else None
         if k is None:
             return shape
         if k > shape[-1]:
@@ -391,10 +392,11 @@ class Embedder:
         return (*shape[:-1], k)
 
     def _stream(self, items: Sequence[TokenizedText], layers, pooling, weights, show_progress_bar: bool,
-                batch_size: int) -> Iterator[tuple[int, torch.Tensor]]:
-        """Yield (index, (T_i + 2, ...) layer-pooled states) in length-sorted order (cut to ``config.dimensions``:
-        the poolings that follow are per component, so cutting here equals cutting their results)."""
-        reduce = _layer_reducer(pooling, weights, self.config.dimensions)
+                batch_size: int, cut: bool = True) -> Iterator[tuple[int, torch.Tensor]]:
+        """Yield (index, (T_i + 2, ...) layer-pooled states) in length-sorted order (cut to ``config.dimensions``
+        if ``cut``: the poolings that follow are per component, so cutting here equals cutting their results;
+        sentence vectors are cut after the s-t modules instead, whose Dense layers mix components)."""
+        reduce = _layer_reducer(pooling, weights, self.config.dimensions if cut else None)
         yield from run_encoder(self.encoder, self.tokenizer, items, layers=layers, reduce_layers=reduce,
                                backend=self.backend, batch_size=batch_size,
                                max_tokens_per_batch=self.max_tokens_per_batch, show_progress_bar=show_progress_bar)
@@ -533,15 +535,15 @@ class Embedder:
         """
         opts = resolve_sentence_options(self.sentence_modules, self.tokenizer, pooling=pooling, normalize=normalize,
                                         layers=layers, layer_pooling=layer_pooling, layer_weights=layer_weights,
-                                        max_seq_length=max_seq_length, prompt=prompt, prompt_name=prompt_name)
+                                        max_seq_length=max_seq_length, prompt=prompt, prompt_name=prompt_name,
+                                        dimensions=self.config.dimensions)  # cut after the modules' Dense
         batch_size = self._common_args(batch_size, show_progress_bar, output)
         single = isinstance(texts, str)
         texts = _text_batch([texts] if single else texts)
         layers, lp, weights = self._layer_args(opts.layers, opts.layer_pooling, opts.layer_weights)
         if lp == "stack":
             raise ValueError("layer_pooling 'stack' is not available for sentence embeddings")
-        (width,) = self._width(layers, lp)
-        dim = opts.output_dim(width)
+        dim = opts.output_dim(self._width(layers, lp, cut=False)[0])
         if out_path is not None:
             if not isinstance(out_path, (str, os.PathLike)):
                 raise TypeError(f"out_path must be a path or None, got {type(out_path).__name__}")
@@ -559,7 +561,7 @@ class Embedder:
         try:
             for lo, hi in self._chunks(len(texts), show_progress_bar):
                 items = opts.tokenize(self.tokenizer, texts[lo:hi], first_index=lo)
-                for i, states in self._stream(items, layers, lp, weights, show_progress_bar, batch_size):
+                for i, states in self._stream(items, layers, lp, weights, show_progress_bar, batch_size, cut=False):
                     result[lo + i] = opts.pool(states).numpy()
         except BaseException:
             if out_path is not None:  # no half-written memory map left behind

@@ -375,6 +375,8 @@ class SentenceOptions:
         prompt: prepended to every text.
         prompt_length: the leading tokens ([CLS] + the prompt's) left out of pooling (0: none).
         do_lower_case: lower-case before tokenizing.
+        dimensions: keep the first ``dimensions`` components of the vector the modules give (after Dense and
+            LayerNorm; a final Normalize is applied after the cut), as s-t's ``truncate_dim``; None: all.
     """
 
     pooling: tuple[str, ...]
@@ -386,15 +388,24 @@ class SentenceOptions:
     prompt: str
     prompt_length: int
     do_lower_case: bool
+    dimensions: int | None = None
+
+    def _split_steps(self) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+        """(the steps before the cut to ``dimensions``, those after it: a final Normalize, so that truncated
+        vectors are unit vectors again)."""
+        if self.dimensions is not None and self.steps and isinstance(self.steps[-1], NormalizeStep):
+            return self.steps[:-1], self.steps[-1:]
+        return self.steps, ()
 
     def output_dim(self, width: int) -> int:
-        """D, the size of the vectors, for token vectors of size ``width``.
+        """D, the size of the vectors, for token vectors of size ``width`` (untruncated).
 
         Raises:
-            ValueError: a Dense or LayerNorm step does not take vectors of the pooled size.
+            ValueError: a Dense or LayerNorm step does not take vectors of the pooled size, or ``dimensions``
+                exceeds the size of the vectors the modules give.
         """
         dim = width * len(self.pooling)
-        for step in self.steps:
+        for step in self._split_steps()[0]:
             if isinstance(step, NormalizeStep):
                 continue
             expected = step.weight.shape[-1]
@@ -402,7 +413,10 @@ class SentenceOptions:
                 raise ValueError(f"the model's {type(step).__name__} takes vectors of size {expected}, but this "
                                  f"pooling and layer choice gives {dim}: pass options that keep the pooled size")
             dim = step.weight.shape[0] if isinstance(step, DenseLayer) else dim
-        return dim
+        if self.dimensions is not None and self.dimensions > dim:
+            raise ValueError(f"dimensions={self.dimensions} exceeds the width of the sentence vectors ({dim}, after "
+                             "the model's pooling and Dense modules)")
+        return dim if self.dimensions is None else self.dimensions
 
     def tokenize(self, tokenizer: Tokenizer, texts: Sequence[str], first_index: int = 0) -> list[TokenizedText]:
         """Tokenize (prompt prepended, lower-cased if asked, truncated to ``max_seq_length``).
@@ -451,7 +465,12 @@ class SentenceOptions:
                 w = torch.arange(start + 1, start + len(kept) + 1, dtype=kept.dtype).unsqueeze(-1)  # (n, 1)
                 out.append((kept * w).sum(dim=0) / w.sum())
         v = out[0] if len(out) == 1 else torch.cat(out, dim=-1)
-        for step in self.steps:
+        before, after = self._split_steps()
+        for step in before:
+            v = step(v)
+        if self.dimensions is not None:
+            v = v[..., :self.dimensions]
+        for step in after:
             v = step(v)
         return v
 
@@ -460,7 +479,7 @@ def resolve_sentence_options(modules: SentenceModules | None, tokenizer: Tokeniz
                              normalize: bool | None = None, layers: Sequence[int] | str | None = None,
                              layer_pooling: str | None = None, layer_weights: Sequence[float] | None = None,
                              max_seq_length: int | None = None, prompt: str | None = None,
-                             prompt_name: str | None = None) -> SentenceOptions:
+                             prompt_name: str | None = None, dimensions: int | None = None) -> SentenceOptions:
     """The sentence options of one call: each argument given wins; the others come from the s-t modules (or, for a
     model without them, are the Embedder's: mean pooling, its configured layers, no normalisation, windows for
     long texts). The choice is logged (once per distinct choice) when the modules supply part of it.
@@ -473,6 +492,7 @@ def resolve_sentence_options(modules: SentenceModules | None, tokenizer: Tokeniz
         layers, layer_pooling, layer_weights: as in :meth:`~ctxemb.embedding.Embedder.embed_words`.
         max_seq_length: truncate inputs to this many tokens (special tokens included), >= 3.
         prompt: a text prepended to every input; prompt_name: the name of one of the model's prompts (not both).
+        dimensions: the Embedder's ``dimensions`` (see :attr:`SentenceOptions.dimensions`).
 
     Raises:
         TypeError, ValueError: a bad argument, naming it; an unknown prompt name, naming the model's.
@@ -508,7 +528,7 @@ def resolve_sentence_options(modules: SentenceModules | None, tokenizer: Tokeniz
     if modules is None:
         return SentenceOptions((pooling or "mean",), layers, layer_pooling, layer_weights,
                                (NormalizeStep(),) if normalize else (), max_seq_length, prompt,
-                               0, False)
+                               0, False, dimensions)
     steps = list(modules.steps)
     if normalize is False:
         steps = [s for s in steps if not isinstance(s, NormalizeStep)]
@@ -532,7 +552,7 @@ def resolve_sentence_options(modules: SentenceModules | None, tokenizer: Tokeniz
     _log_choice(modules.path, modules.describe(), "+".join(mode), str(shown), str(layer_pooling),
                 str([type(s).__name__ for s in steps]), limit, given)
     return SentenceOptions(mode, layers, layer_pooling, layer_weights, tuple(steps), limit, prompt,
-                           prompt_length, modules.do_lower_case)
+                           prompt_length, modules.do_lower_case, dimensions)
 
 
 @functools.lru_cache(maxsize=64)

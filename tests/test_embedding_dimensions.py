@@ -94,3 +94,40 @@ def test_an_index_with_its_own_layer_choice_keeps_the_dimensions(model_dir):
     index = build_sentence_index(cut, TEXTS, layers=[-2, -1], layer_pooling="concat", show_progress_bar=False)
     assert index.dim == 16 and index.embedder_config["layers"] == [-2, -1]
     assert query_sentences(index, cut, TEXTS[2], k=1)[0].id == "2"
+
+
+@pytest.mark.parity
+@pytest.mark.parametrize("normalize", [False, True])
+def test_sentence_vectors_of_a_dense_model_are_cut_after_the_modules_as_sentence_transformers(model_dir, tmp_path,
+                                                                                            normalize):
+    """A Dense layer (32 -> 24) mixes the hidden components: the cut comes after it (then a Normalize module, so that
+    the vectors are unit vectors again), as sentence-transformers' ``truncate_dim``; word vectors keep the cut of the
+    hidden size."""
+    import torch
+
+    st = pytest.importorskip("sentence_transformers")
+    from sentence_transformers import models
+
+    torch.manual_seed(0)
+    dense = models.Dense(32, 24, activation_function=torch.nn.Tanh())
+    mods = [models.Transformer(str(model_dir)), models.Pooling(32, pooling_mode="mean"), dense]
+    if normalize:
+        mods.append(models.Normalize())
+    st.SentenceTransformer(modules=mods, device="cpu").save(str(tmp_path / "st"))
+    k = 10
+    theirs = st.SentenceTransformer(str(tmp_path / "st"), device="cpu", truncate_dim=k)
+    ours = Embedder.from_pretrained(tmp_path / "st", dimensions=k)
+    assert ours.sentence_dim() == k
+    got = ours.embed_sentences(TEXTS, show_progress_bar=False)
+    # s-t cuts after its Normalize module and renormalises only when asked; ctxemb renormalises what it normalises
+    want = theirs.encode(TEXTS, convert_to_numpy=True, normalize_embeddings=normalize)
+    assert got.shape == want.shape == (len(TEXTS), k)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+    if normalize:
+        np.testing.assert_allclose(np.linalg.norm(got, axis=1), 1.0, atol=1e-5)
+    full = Embedder.from_pretrained(tmp_path / "st")
+    words = ours.embed_words(SENTENCES, show_progress_bar=False)
+    assert all(w.shape[1] == k for w in words)
+    np.testing.assert_allclose(words[1], full.embed_words(SENTENCES, show_progress_bar=False)[1][:, :k], atol=1e-6)
+    with pytest.raises(ValueError, match=r"dimensions=30 exceeds the width of the sentence vectors \(24"):
+        Embedder.from_pretrained(tmp_path / "st", dimensions=30).embed_sentences(TEXTS, show_progress_bar=False)

@@ -1,19 +1,25 @@
-"""Pretraining heads over the encoder's last layer: masked LM (J&M 11.2.1), next-sentence prediction (11.2.2)
-and SpanBERT's span-boundary objective (11.5.1, eq. 11.17-11.20).
+"""The base of every task model: the encoder under its checkpoint's base-model prefix, its modules by depth for
+freezing and layer-wise learning rates (each family's own: BERT's ``encoder.layer``, ModernBERT's ``layers``,
+ELECTRA's ``embeddings_project``), and ModernBERT's per-token prediction ``head`` that its token classification and
+question-answering models share.
 
-Parameter names are the checkpoints': ``cls.predictions.transform.dense``, ``cls.predictions.transform.LayerNorm``,
-``cls.predictions.decoder`` (tied to the word embeddings), ``cls.predictions.bias`` and ``cls.seq_relationship``
-(RoBERTa/MPNet checkpoints say ``lm_head.*``; :mod:`ctxemb.modeling.checkpoint` maps the two).
-
-Shapes: B batch, T tokens, M masked (predicted) rows, H hidden size, V vocabulary, P span positions.
+Shapes: B batch, T tokens, H hidden size, L layers.
 """
 
 from __future__ import annotations
 
+import logging
+from typing import Mapping
+
+import torch
 from torch import nn
 
 from ctxemb.config import EncoderConfig
+from ctxemb.modeling.checkpoint import load_weights_into
 from ctxemb.modeling.encoder import Encoder
+from ctxemb.modeling.family_heads import ModernBertPredictionHead, check_modernbert_head_config
+
+logger = logging.getLogger(__name__)
 
 
 class EncoderWithHeads(nn.Module):
@@ -42,12 +48,46 @@ class EncoderWithHeads(nn.Module):
 
     def encoder_depth_modules(self) -> list[tuple[int, str, nn.Module]]:
         """The encoder's part of :meth:`depth_modules`: embeddings at depth 0, layer i at depth i + 1."""
-        enc, pre = self.encoder, self.base_model_prefix
-        out: list[tuple[int, str, nn.Module]] = [(0, f"{pre}.embeddings", enc.embeddings)]
-        if enc.encoder.relative_attention_bias is not None:
-            out.append((0, f"{pre}.encoder.relative_attention_bias", enc.encoder.relative_attention_bias))
-        out += [(i + 1, f"{pre}.encoder.layer.{i}", layer) for i, layer in enumerate(enc.encoder.layer)]
-        return out
+        return encoder_depth_modules(self.encoder, self.base_model_prefix)
+
+    def freeze_unused_pooler(self) -> None:
+        """Set the pooler's parameters to ``requires_grad=False`` (saved unchanged) for heads that never read it, so
+        optimizers and DDP skip it; nothing for families without a pooler (DistilBERT, ELECTRA, ModernBERT)."""
+        if getattr(self.encoder, "pooler", None) is not None:
+            self.encoder.pooler.requires_grad_(False)
+
+    # ---- ModernBERT's per-token ``head`` (token classification, QA): transformers puts norm(gelu(dense(z)))
+    # between the encoder and the linear map; the other families put nothing there.
+    def _init_token_head(self) -> None:
+        """Set ``self.head``: a :class:`ModernBertPredictionHead` for ModernBERT, else None."""
+        self.head = ModernBertPredictionHead(self.config) if self.config.model_type == "modernbert" else None
+        if self.head is not None:
+            self.head.apply(self.encoder._init_weights)
+
+    def _token_head(self, z: torch.Tensor) -> torch.Tensor:
+        """(B, T, H) what the linear map reads: ``z`` itself, or ModernBERT's ``head(z)``."""
+        return z if self.head is None else self.head(z)
+
+    def _token_head_tensors(self) -> dict[str, torch.Tensor]:
+        """The ``head.*`` tensors to save (none outside ModernBERT)."""
+        return {} if self.head is None else {"head." + k: v for k, v in self.head.state_dict().items()}
+
+    def _token_head_depth(self) -> list[tuple[int, str, nn.Module]]:
+        return [] if self.head is None else [(self.encoder.num_layers + 1, "head", self.head)]
+
+    def _load_token_head(self, heads: Mapping[str, torch.Tensor], raw: Mapping, source: str) -> None:
+        """Load ModernBERT's ``head.*`` from a checkpoint's head tensors (rebuilt with a bias when it has one);
+        a checkpoint without them keeps the fresh head (logged)."""
+        if self.head is None:
+            return
+        saved = {k[len("head."):]: v for k, v in heads.items() if k.startswith("head.")}
+        if not saved:
+            logger.info("%s has no head.* weights: ModernBERT's prediction head is initialised fresh", source)
+            return
+        check_modernbert_head_config(raw, source)
+        if ("dense.bias" in saved) != self.head.bias:
+            self.head = ModernBertPredictionHead(self.config, bias="dense.bias" in saved).train(self.training)
+        load_weights_into(self.head, saved, strict=True, source=f"{source} (head)")
 
     def freeze_encoder(self):
         """Train the head only (feature extraction): embeddings and every layer get ``requires_grad=False``
@@ -67,3 +107,25 @@ class EncoderWithHeads(nn.Module):
         for depth, _, module in self.depth_modules():
             module.requires_grad_(depth > L - k)
         return self
+
+
+def encoder_depth_modules(encoder: Encoder, prefix: str) -> list[tuple[int, str, nn.Module]]:
+    """(depth, name, module) of an encoder of any native family, names under ``prefix``: depth 0 the embeddings
+    (with ELECTRA's projection to the hidden size and MPNet's shared relative position bias), depth i + 1 block i
+    (BERT's ``encoder.layer.i``, ModernBERT's ``layers.i``; ModernBERT's final LayerNorm goes with the last block).
+
+    Raises:
+        TypeError: an encoder that is not a native one (the transformers backend has no fine-tuning heads).
+    """
+    if not isinstance(encoder, Encoder):
+        raise TypeError(f"fine-tuning needs a native ctxemb Encoder, got {type(encoder).__name__}")
+    names = {id(m): n for n, m in encoder.named_modules()}
+    out: list[tuple[int, str, nn.Module]] = [(0, f"{prefix}.embeddings", encoder.embeddings)]
+    stack = getattr(encoder, "encoder", None)
+    extras = [encoder.embeddings_project, getattr(stack, "relative_attention_bias", None)]
+    out += [(0, f"{prefix}.{names[id(m)]}", m) for m in extras if m is not None]
+    out += [(i + 1, f"{prefix}.{names[id(block)]}", block) for i, block in enumerate(encoder.blocks)]
+    final = getattr(encoder, "final_norm", None)
+    if final is not None:
+        out.append((encoder.num_layers, f"{prefix}.final_norm", final))
+    return out

@@ -40,9 +40,16 @@ class EncoderForMultipleChoice(EncoderWithHeads):
     Args:
         encoder: a pretrained (or fresh) encoder; the model owns it from now on.
         classifier_dropout: dropout on the pooled vector (the encoder's ``hidden_dropout_prob`` when None).
+
+    Raises:
+        ValueError: an encoder without BERT's pooler (DistilBERT, ELECTRA, ModernBERT), whose transformers
+            multiple-choice heads differ (not built here).
     """
 
     def __init__(self, encoder: Encoder, *, classifier_dropout: float | None = None):
+        if getattr(encoder, "pooler", None) is None:
+            raise ValueError(f"multiple choice reads BERT's pooler, which a {encoder.config.model_type!r} encoder "
+                             "has not; it is available for bert, roberta, xlm-roberta and mpnet")
         super().__init__(encoder)
         p = encoder.config.hidden_dropout_prob if classifier_dropout is None else classifier_dropout
         self.dropout = nn.Dropout(p)

@@ -39,16 +39,44 @@ IGNORE_INDEX = -100  # label of positions that carry no loss
 
 
 class PredictionHeadTransform(nn.Module):
-    """h -> LayerNorm(act(W h + b)): the transform in front of the tied decoder."""
+    """h -> LayerNorm(act(W h + b)): the transform in front of the tied decoder. Its width is the hidden size, or
+    ELECTRA's ``embedding_size`` (the generator's head maps H -> E, the embeddings' width); ELECTRA and ModernBERT use
+    GELU whatever the encoder's activation, ModernBERT without the dense bias (``classifier_bias``) and with the
+    LayerNorm bias only when ``norm_bias``."""
 
     def __init__(self, config: EncoderConfig):
         super().__init__()
-        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
-        self.act = ACTIVATIONS[config.hidden_act]
-        self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        width = config.embedding_size or config.hidden_size
+        modern = config.model_type == "modernbert"
+        self.dense = nn.Linear(config.hidden_size, width, bias=not modern)
+        self.act = ACTIVATIONS["gelu" if config.model_type in ("electra", "modernbert") else config.hidden_act]
+        self.LayerNorm = nn.LayerNorm(width, eps=config.layer_norm_eps, bias=config.norm_bias if modern else True)
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
         return self.LayerNorm(self.act(self.dense(hidden)))
+
+
+# The MLM head's names in the checkpoints of the families whose transformers class does not say ``cls.predictions``
+# (names relative to ``cls.``; RoBERTa/MPNet's ``lm_head`` is mapped in ctxemb.modeling.checkpoint).
+_MLM_HEAD_NAMES: dict[str, list[tuple[str, str]]] = {
+    "distilbert": [("predictions.transform.dense.", "vocab_transform."),
+                   ("predictions.transform.LayerNorm.", "vocab_layer_norm."),
+                   ("predictions.bias", "vocab_projector.bias"), ("predictions.decoder.weight", "vocab_projector.weight")],
+    "electra": [("predictions.transform.dense.", "generator_predictions.dense."),
+                ("predictions.transform.LayerNorm.", "generator_predictions.LayerNorm."),
+                ("predictions.bias", "generator_lm_head.bias"), ("predictions.decoder.weight", "generator_lm_head.weight")],
+    "modernbert": [("predictions.transform.dense.", "head.dense."), ("predictions.transform.LayerNorm.", "head.norm."),
+                   ("predictions.bias", "decoder.bias"), ("predictions.decoder.weight", "decoder.weight")],
+}
+
+
+def _rename(key: str, table: list[tuple[str, str]], reverse: bool = False) -> str | None:
+    """``key`` renamed by the first matching prefix of ``table`` (ours -> theirs, or back), None if none matches."""
+    for ours, theirs in table:
+        src, dst = (theirs, ours) if reverse else (ours, theirs)
+        if key.startswith(src):
+            return dst + key[len(src):]
+    return None
 
 
 class MaskedLMHead(nn.Module):
@@ -61,7 +89,7 @@ class MaskedLMHead(nn.Module):
     def __init__(self, config: EncoderConfig, word_embeddings: nn.Embedding):
         super().__init__()
         self.transform = PredictionHeadTransform(config)
-        self.decoder = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self.decoder = nn.Linear(config.embedding_size or config.hidden_size, config.vocab_size, bias=False)
         self.decoder.weight = word_embeddings.weight  # tied: the output layer is E^T
         self.bias = nn.Parameter(torch.zeros(config.vocab_size))
 
@@ -171,6 +199,13 @@ class EncoderForPretraining(EncoderWithHeads):
     def __init__(self, encoder: Encoder, *, nsp: bool = False, nsp_input: NspInput = "pooled", sbo: bool = False,
                  max_span_length: int = 64, sparse_prediction: bool = True):
         check_choice(nsp_input, "nsp_input", NSP_INPUTS)
+        mt = encoder.config.model_type
+        if nsp and nsp_input == "pooled" and getattr(encoder, "pooler", None) is None:
+            raise ValueError(f"nsp_input='pooled' reads BERT's pooler, which a {mt!r} encoder has not; pass "
+                             "nsp_input='cls'")
+        if sbo and (encoder.config.embedding_size or encoder.config.hidden_size) != encoder.config.hidden_size:
+            raise ValueError(f"sbo decodes hidden-size vectors with the MLM decoder, whose input is this {mt!r} "
+                             f"encoder's embedding_size {encoder.config.embedding_size}: not available")
         super().__init__(encoder)
         self.cls = PretrainingHeads(encoder.config, encoder.embeddings.word_embeddings, nsp=nsp, sbo=sbo,
                                     max_span_length=max_span_length)
@@ -275,6 +310,10 @@ class EncoderForPretraining(EncoderWithHeads):
             kwargs: ``nsp_input``, ``sbo``, ``max_span_length``, ``sparse_prediction`` (see the class).
         """
         encoder, heads = load_encoder_dir(model_dir, strict=strict)
+        table = _MLM_HEAD_NAMES.get(encoder.config.model_type)
+        if table is not None:  # the family's names -> cls.*
+            heads = {**{k: v for k, v in heads.items() if k.startswith("cls.")},
+                     **{"cls." + new: v for k, v in heads.items() if (new := _rename(k, table, True)) is not None}}
         heads = {k[len("cls."):]: v for k, v in heads.items()
                  if k.startswith("cls.") and k != "cls.predictions.decoder.weight"}
         if nsp is None:
@@ -300,7 +339,13 @@ class EncoderForPretraining(EncoderWithHeads):
         and so do :func:`ctxemb.loading.load_encoder` and the ``Embedder``."""
         mt = self.config.model_type
         arch = architecture_name(mt, "pretraining" if self.has_nsp and mt == "bert" else "masked_lm")
-        return save_pretrained(self.encoder, out_dir, extra_tensors=self.head_state_dict(), architectures=[arch])
+        heads = self.head_state_dict()
+        table = _MLM_HEAD_NAMES.get(mt)
+        if table is not None:  # cls.predictions.* under the family's names (NSP/SBO heads, ctxemb's own, stay cls.*)
+            heads = {("cls." + k[4:] if (new := _rename(k[4:], table)) is None else new): v for k, v in heads.items()}
+            if mt == "modernbert":  # transformers' ModernBERT ties the decoder in its own name
+                heads["decoder.weight"] = self.encoder.embeddings.word_embeddings.weight
+        return save_pretrained(self.encoder, out_dir, extra_tensors=heads, architectures=[arch])
 
 
 def _mean_cross_entropy(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:

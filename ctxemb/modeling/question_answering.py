@@ -14,10 +14,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ctxemb._validation import read_json_file
 from ctxemb.modeling.architectures import architecture_name
 from ctxemb.modeling.base import EncoderWithHeads
 from ctxemb.modeling.checkpoint import load_encoder_dir, load_weights_into, save_pretrained
 from ctxemb.modeling.encoder import Encoder
+from ctxemb.modeling.family_heads import modernbert_head_config
 from ctxemb.modeling.token_classification import IGNORE_INDEX, TokenTaskOutput, _heads_with_prefix
 
 logger = logging.getLogger(__name__)
@@ -29,9 +31,10 @@ class EncoderForQuestionAnswering(EncoderWithHeads):
 
     def __init__(self, encoder: Encoder):
         super().__init__(encoder)
+        self._init_token_head()  # ModernBERT: norm(gelu(dense(z))) before qa_outputs, as transformers has it
         self.qa_outputs = nn.Linear(encoder.config.hidden_size, 2)
         self.qa_outputs.apply(encoder._init_weights)
-        encoder.pooler.requires_grad_(False)
+        self.freeze_unused_pooler()
         self.train(encoder.training)
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
@@ -46,7 +49,7 @@ class EncoderForQuestionAnswering(EncoderWithHeads):
             attention_mask = torch.ones_like(input_ids)
         z = self.encoder(input_ids, attention_mask, token_type_ids, output_hidden_states=False,
                          compute_pooler=False).last_hidden_state
-        logits = self.qa_outputs(z)  # (B, T, 2)
+        logits = self.qa_outputs(self._token_head(z))  # (B, T, 2)
         if start_positions is None or end_positions is None:
             return TokenTaskOutput(loss=None, logits=logits)
         T = input_ids.shape[1]
@@ -58,12 +61,20 @@ class EncoderForQuestionAnswering(EncoderWithHeads):
         hit = (lf[..., 0].argmax(-1) == start) & (lf[..., 1].argmax(-1) == end)
         return TokenTaskOutput(loss=loss, logits=logits, metrics={"span_accuracy": float(hit.float().mean())})
 
+    @property
+    def checkpoint_name(self) -> str:
+        """The name of ``qa_outputs`` in checkpoints: ``classifier`` in ModernBERT's (after its ``head``)."""
+        return "classifier" if self.config.model_type == "modernbert" else "qa_outputs"
+
     def depth_modules(self) -> list[tuple[int, str, nn.Module]]:
-        return self.encoder_depth_modules() + [(self.encoder.num_layers + 1, "qa_outputs", self.qa_outputs)]
+        return (self.encoder_depth_modules() + self._token_head_depth()
+                + [(self.encoder.num_layers + 1, "qa_outputs", self.qa_outputs)])
 
     def save_pretrained(self, out_dir: str | os.PathLike) -> Path:
-        heads = {"qa_outputs." + k: v for k, v in self.qa_outputs.state_dict().items()}
-        return save_pretrained(self.encoder, out_dir, extra_tensors=heads,
+        heads = {f"{self.checkpoint_name}." + k: v for k, v in self.qa_outputs.state_dict().items()}
+        heads.update(self._token_head_tensors())
+        extra = modernbert_head_config(self.head) if self.head is not None else None
+        return save_pretrained(self.encoder, out_dir, extra_tensors=heads, config_extra=extra,
                                architectures=[architecture_name(self.config.model_type, "question_answering")])
 
     @classmethod
@@ -72,7 +83,8 @@ class EncoderForQuestionAnswering(EncoderWithHeads):
         model_dir = Path(model_dir)
         encoder, heads = load_encoder_dir(model_dir, strict=strict)
         model = cls(encoder)
-        saved = _heads_with_prefix(heads, "qa_outputs.")
+        model._load_token_head(heads, read_json_file(model_dir / "config.json", "config file"), str(model_dir))
+        saved = _heads_with_prefix(heads, f"{model.checkpoint_name}.")
         if saved:
             load_weights_into(model.qa_outputs, saved, strict=True, source=f"{model_dir} (qa_outputs)")
         else:

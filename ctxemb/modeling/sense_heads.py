@@ -33,7 +33,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ctxemb._validation import check_choice
-from ctxemb.modeling.base import EncoderWithHeads
+from ctxemb.modeling.base import EncoderWithHeads, encoder_depth_modules
 from ctxemb.modeling.encoder import Encoder
 
 logger = logging.getLogger(__name__)
@@ -236,7 +236,7 @@ class _SenseModule(EncoderWithHeads):
         self.layers = _check_layers(encoder, layers)
         self.layer_pooling = layer_pooling
         self.chunk_tokens = chunk_tokens
-        encoder.pooler.requires_grad_(False)  # no objective here reads the pooler; it is saved unchanged
+        self.freeze_unused_pooler()  # no objective here reads the pooler; it is saved unchanged
 
     def target_vectors(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, target_rows: torch.Tensor,
                        target_weights: torch.Tensor) -> torch.Tensor:
@@ -279,7 +279,8 @@ class ContextGlossBiEncoder(_SenseModule):
                 raise ValueError(f"the gloss encoder's hidden size ({gloss_encoder.config.hidden_size}) differs from "
                                  f"the context encoder's ({encoder.config.hidden_size})")
             _check_layers(gloss_encoder, layers)
-            gloss_encoder.pooler.requires_grad_(False)
+            if gloss_encoder.pooler is not None:
+                gloss_encoder.pooler.requires_grad_(False)
         self.gloss_encoder = gloss_encoder
         self.score = score
         self.temperature = float(temperature)
@@ -299,11 +300,7 @@ class ContextGlossBiEncoder(_SenseModule):
     def depth_modules(self) -> list[tuple[int, str, nn.Module]]:
         out = self.encoder_depth_modules()
         if self.gloss_encoder is not None:
-            g = self.gloss_encoder
-            out += [(0, "gloss_encoder.embeddings", g.embeddings)]
-            if g.encoder.relative_attention_bias is not None:
-                out.append((0, "gloss_encoder.encoder.relative_attention_bias", g.encoder.relative_attention_bias))
-            out += [(i + 1, f"gloss_encoder.encoder.layer.{i}", layer) for i, layer in enumerate(g.encoder.layer)]
+            out += encoder_depth_modules(self.gloss_encoder, "gloss_encoder")
         return out
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, target_rows: torch.Tensor,

@@ -5,7 +5,9 @@ Three heads map the encoder output to C logits:
 - ``"checkpoint"``: what transformers' ``*ForSequenceClassification`` computes, with its tensor names, so saved
   models load in ``AutoModelForSequenceClassification`` and fine-tuned checkpoints from the hub load here.
   BERT: ``classifier(dropout(pooler(h)))`` with the tanh pooler ``bert.pooler.dense``; RoBERTa, XLM-R and MPNet:
-  ``classifier.out_proj(dropout(tanh(classifier.dense(dropout(h_CLS)))))`` (their checkpoints have no pooler).
+  ``classifier.out_proj(dropout(tanh(classifier.dense(dropout(h_CLS)))))`` (their checkpoints have no pooler);
+  ELECTRA the same with GELU; DistilBERT ``classifier(dropout(relu(pre_classifier(h_CLS))))``; ModernBERT
+  ``classifier(drop(head(pooled)))`` (:mod:`ctxemb.modeling.family_heads`).
 - ``"cls"``: the book's y = softmax(W_C z_CLS) (eq. 11.13): ``classifier(dropout(h_CLS))`` on the raw [CLS] output.
 - ``"mean"``: ``classifier(dropout(mean of h over the non-padding tokens))``, for encoders trained as sentence
   embedders with mean pooling (all-MiniLM-L6-v2, all-mpnet-base-v2), whose [CLS] vector was never trained alone.
@@ -50,6 +52,9 @@ from ctxemb.modeling.architectures import architecture_name
 from ctxemb.modeling.base import EncoderWithHeads
 from ctxemb.modeling.checkpoint import load_encoder_dir, load_weights_into, save_pretrained
 from ctxemb.modeling.encoder import Encoder
+from ctxemb.modeling.family_heads import (ClassificationHead, check_modernbert_head_config,  # noqa: F401 (re-export)
+                                          checkpoint_sequence_head, from_checkpoint_names, modernbert_head_config,
+                                          sequence_head_names, to_checkpoint_names)
 
 logger = logging.getLogger(__name__)
 
@@ -81,20 +86,6 @@ class SequenceClassifierOutput:
     loss: torch.Tensor | None
     logits: torch.Tensor
     metrics: dict[str, float] = field(default_factory=dict)
-
-
-class ClassificationHead(nn.Module):
-    """RoBERTa/XLM-R/MPNet's ``classifier``: dropout, ``dense`` (H, H), tanh, dropout, ``out_proj`` (H, C) on [CLS]."""
-
-    def __init__(self, hidden_size: int, num_labels: int, dropout: float):
-        super().__init__()
-        self.dense = nn.Linear(hidden_size, hidden_size)
-        self.dropout = nn.Dropout(dropout)
-        self.out_proj = nn.Linear(hidden_size, num_labels)
-
-    def forward(self, h_cls: torch.Tensor) -> torch.Tensor:
-        x = torch.tanh(self.dense(self.dropout(h_cls)))
-        return self.out_proj(self.dropout(x))
 
 
 class EncoderForSequenceClassification(EncoderWithHeads):
@@ -165,12 +156,12 @@ class EncoderForSequenceClassification(EncoderWithHeads):
         p = config.hidden_dropout_prob if classifier_dropout is None else classifier_dropout
         self.dropout = nn.Dropout(p)
         if head == "checkpoint" and config.model_type != "bert":
-            self.classifier: nn.Module = ClassificationHead(config.hidden_size, num_labels, p)
+            self.classifier: nn.Module = checkpoint_sequence_head(config, num_labels, p)
         else:
             self.classifier = nn.Linear(config.hidden_size, num_labels)
         self.classifier.apply(encoder._init_weights)
         if not self.uses_pooler:
-            encoder.pooler.requires_grad_(False)
+            self.freeze_unused_pooler()
         self.train(encoder.training)  # one mode for the whole model: that of the encoder it was given
 
     @property
@@ -211,7 +202,7 @@ class EncoderForSequenceClassification(EncoderWithHeads):
         if self.uses_pooler:
             logits = self.classifier(self.dropout(out.pooler_output))
         elif self.head == "checkpoint":
-            logits = self.classifier(z[:, 0])  # ClassificationHead applies its own dropouts
+            logits = self.classifier(z, attention_mask)  # the family's head applies its own dropouts
         elif self.head == "cls":
             logits = self.classifier(self.dropout(z[:, 0]))
         else:
@@ -248,6 +239,8 @@ class EncoderForSequenceClassification(EncoderWithHeads):
                  "problem_type": _PROBLEM_TYPES[self.problem], HEAD_CONFIG_KEY: self.head}
         if self.classifier_dropout is not None:
             extra["classifier_dropout"] = self.classifier_dropout
+        if self.head == "checkpoint" and self.config.model_type == "modernbert":
+            extra.update(modernbert_head_config(self.classifier.head, self.classifier.pooling))
         if self.regression_loss != "mse":
             extra.update({REGRESSION_LOSS_KEY: self.regression_loss, SCORE_SCALE_KEY: self.score_scale,
                           # sentence-transformers' CrossEncoder applies this to the logit: scores in [0, 1]
@@ -257,14 +250,15 @@ class EncoderForSequenceClassification(EncoderWithHeads):
     def save_pretrained(self, out_dir: str | os.PathLike) -> Path:
         """Write ``config.json`` (with ``id2label``, ``label2id``, ``problem_type``) and ``model.safetensors``.
 
-        A ``"checkpoint"`` head is saved as ``BertForSequenceClassification`` / ``RobertaForSequenceClassification``
-        / ``XLMRobertaForSequenceClassification`` / ``MPNetForSequenceClassification``, which transformers'
+        A ``"checkpoint"`` head is saved as the family's ``*ForSequenceClassification`` (``Bert``, ``Roberta``,
+        ``XLMRoberta``, ``MPNet``, ``DistilBert``, ``Electra``, ``ModernBert``), which transformers'
         ``AutoModelForSequenceClassification`` loads with equal logits; ``"cls"`` and ``"mean"`` heads name the bare
         encoder class. :meth:`from_pretrained` and :func:`ctxemb.loading.load_encoder` load either.
         """
         mt = self.config.model_type
         arch = architecture_name(mt, "sequence_classification" if self.head == "checkpoint" else "bare")
-        heads = {"classifier." + k: v for k, v in self.classifier.state_dict().items()}
+        heads = to_checkpoint_names({"classifier." + k: v for k, v in self.classifier.state_dict().items()},
+                                    sequence_head_names(mt, self.head))
         return save_pretrained(self.encoder, out_dir, extra_tensors=heads, architectures=[arch],
                                config_extra=self._config_extra())
 
@@ -298,11 +292,13 @@ class EncoderForSequenceClassification(EncoderWithHeads):
         """
         model_dir = Path(model_dir)
         encoder, heads = load_encoder_dir(model_dir, strict=strict)
-        saved = {k[len("classifier."):]: v for k, v in heads.items() if k.startswith("classifier.")}
-        others = sorted(k for k in heads if not k.startswith("classifier."))
+        raw = read_json_file(model_dir / "config.json", "config file")
+        saved_head = raw.get(HEAD_CONFIG_KEY, "checkpoint")
+        saved, others = {}, sorted(heads)
+        if any(k.startswith("classifier.") for k in heads):
+            saved, others = from_checkpoint_names(heads, sequence_head_names(encoder.config.model_type, saved_head))
         if others:
             logger.info("%s: %d pretraining-head tensors ignored", model_dir, len(others))
-        raw = read_json_file(model_dir / "config.json", "config file")
 
         if not saved:
             if num_labels is None and id2label is not None:
@@ -319,7 +315,6 @@ class EncoderForSequenceClassification(EncoderWithHeads):
             return model
 
         saved_labels = _saved_num_labels(raw)
-        saved_head = raw.get(HEAD_CONFIG_KEY, "checkpoint")
         problem_type = raw.get("problem_type")
         saved_problem = {v: k for k, v in _PROBLEM_TYPES.items()}.get(problem_type)
         if problem_type is not None and saved_problem is None:
@@ -347,6 +342,12 @@ class EncoderForSequenceClassification(EncoderWithHeads):
         model = cls(encoder, num_labels=num_labels, problem=problem or saved_problem, head=head or saved_head,
                     classifier_dropout=classifier_dropout, id2label=id2label,
                     regression_loss=saved_loss, score_scale=saved_scale)
+        if model.head == "checkpoint" and encoder.config.model_type == "modernbert":
+            check_modernbert_head_config(raw, str(model_dir))
+            model.classifier = checkpoint_sequence_head(
+                encoder.config, num_labels, model.dropout.p, pooling=raw.get("classifier_pooling", "cls"),
+                bias="head.dense.bias" in saved)
+            model.classifier.train(model.training)
         load_weights_into(model.classifier, saved, strict=True, source=f"{model_dir} (classifier)")
         return model
 
@@ -376,7 +377,7 @@ class EncoderForPairSimilarity(EncoderWithHeads):
             raise ValueError(f"score_scale must be a positive finite number, got {score_scale!r}")
         super().__init__(encoder)
         self.score_scale = float(score_scale)
-        encoder.pooler.requires_grad_(False)
+        self.freeze_unused_pooler()
         self.train(encoder.training)
 
     def embed(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,

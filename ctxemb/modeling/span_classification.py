@@ -114,7 +114,7 @@ class EncoderForSpanClassification(EncoderWithHeads):
         self.span_classifier = SpanClassifierHead(config.hidden_size, self.num_labels, boundary=boundary,
                                                   summary=summary, dropout=p, activation=nn.GELU())
         self.span_classifier.apply(encoder._init_weights)
-        encoder.pooler.requires_grad_(False)
+        self.freeze_unused_pooler()
         self.train(encoder.training)
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,

@@ -38,6 +38,7 @@ from ctxemb.modeling.base import EncoderWithHeads
 from ctxemb.modeling.checkpoint import load_encoder_dir, load_weights_into, save_pretrained
 from ctxemb.modeling.crf import LinearChainCRF, bio_transition_mask
 from ctxemb.modeling.encoder import Encoder
+from ctxemb.modeling.family_heads import modernbert_head_config
 
 logger = logging.getLogger(__name__)
 
@@ -143,6 +144,7 @@ class EncoderForTokenClassification(EncoderWithHeads):
         self.num_labels = len(id2label)
         self.classifier_dropout = classifier_dropout
         self.dropout = nn.Dropout(config.hidden_dropout_prob if classifier_dropout is None else classifier_dropout)
+        self._init_token_head()  # ModernBERT: norm(gelu(dense(z))) before the classifier, as transformers has it
         self.classifier = nn.Linear(config.hidden_size, self.num_labels)
         self.classifier.apply(encoder._init_weights)
         self.crf: LinearChainCRF | None = None
@@ -150,7 +152,7 @@ class EncoderForTokenClassification(EncoderWithHeads):
             allowed, allowed_start = (bio_transition_mask(id2label) if is_bio_label_set(id2label.values())
                                       else (None, None))
             self.crf = LinearChainCRF(self.num_labels, allowed_transitions=allowed, allowed_start=allowed_start)
-        encoder.pooler.requires_grad_(False)
+        self.freeze_unused_pooler()
         self.train(encoder.training)
 
     @property
@@ -178,7 +180,7 @@ class EncoderForTokenClassification(EncoderWithHeads):
             attention_mask = torch.ones_like(input_ids)
         z = self.encoder(input_ids, attention_mask, token_type_ids, output_hidden_states=False,
                          compute_pooler=False).last_hidden_state  # (B, T, H)
-        logits = self.classifier(self.dropout(z))  # (B, T, C)
+        logits = self.classifier(self.dropout(self._token_head(z)))  # (B, T, C)
         if self.crf is not None:
             if word_labels is None:
                 return TokenTaskOutput(loss=None, logits=logits)
@@ -238,6 +240,7 @@ class EncoderForTokenClassification(EncoderWithHeads):
         L + 1; for freezing and layer-wise learning rates."""
         out = self.encoder_depth_modules()
         L = self.encoder.num_layers
+        out += self._token_head_depth()
         out.append((L + 1, "classifier", self.classifier))
         if self.crf is not None:
             out.append((L + 1, "crf", self.crf))
@@ -250,12 +253,15 @@ class EncoderForTokenClassification(EncoderWithHeads):
         ``AutoModelForTokenClassification`` loads with equal logits.
         """
         heads = {"classifier." + k: v for k, v in self.classifier.state_dict().items()}
+        heads.update(self._token_head_tensors())
         if self.crf is not None:
             heads.update({"crf." + k: v.float() for k, v in self.crf.state_dict().items()})
         extra = {"id2label": {str(k): v for k, v in self.id2label.items()}, "label2id": self.label2id,
                  CRF_CONFIG_KEY: self.crf is not None}
         if self.classifier_dropout is not None:
             extra["classifier_dropout"] = self.classifier_dropout
+        if self.head is not None:
+            extra.update(modernbert_head_config(self.head))
         return save_pretrained(self.encoder, out_dir, extra_tensors=heads,
                                architectures=[architecture_name(self.config.model_type, "token_classification")], config_extra=extra)
 
@@ -278,7 +284,9 @@ class EncoderForTokenClassification(EncoderWithHeads):
             if id2label is None:
                 raise ValueError(f"{model_dir} has no token classifier (it is a bare encoder): pass id2label")
             logger.info("%s has no classifier weights: a new token head with %d labels", model_dir, len(id2label))
-            return cls(encoder, id2label=id2label, crf=bool(crf), classifier_dropout=classifier_dropout)
+            model = cls(encoder, id2label=id2label, crf=bool(crf), classifier_dropout=classifier_dropout)
+            model._load_token_head(heads, raw, str(model_dir))  # ModernBERT MLM checkpoints have the same head
+            return model
         saved_labels = _saved_id2label(raw, model_dir)
         saved_crf = bool(raw.get(CRF_CONFIG_KEY, False))
         if id2label is not None and saved_labels is not None and _check_id2label(id2label) != saved_labels:
@@ -291,6 +299,7 @@ class EncoderForTokenClassification(EncoderWithHeads):
         model = cls(encoder, id2label=labels, crf=saved_crf,
                     classifier_dropout=raw.get("classifier_dropout", classifier_dropout))
         load_weights_into(model.classifier, saved, strict=True, source=f"{model_dir} (classifier)")
+        model._load_token_head(heads, raw, str(model_dir))
         if model.crf is not None:
             load_weights_into(model.crf, _heads_with_prefix(heads, "crf."), strict=True, source=f"{model_dir} (crf)")
         return model
