@@ -85,6 +85,27 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    "(default 128)")
     t.add_argument("--max-query-length", type=positive_int, default=None, help="default 64")
     t.add_argument("--max-answer-length", type=positive_int, default=None, help="default 30")
+    k = p.add_argument_group("contrastive tasks (contrastive, allnli, xquad-retrieval)")
+    k.add_argument("--anchor", default=None, help="contrastive: the anchor column (default 'anchor')")
+    k.add_argument("--positive", default=None, help="contrastive: the positive column (default 'positive')")
+    k.add_argument("--negatives", nargs="+", default=None, help="contrastive: hard-negative columns (default none)")
+    k.add_argument("--scale", type=float, default=None, help="inverse temperature of the loss (default 20 = 0.05)")
+    k.add_argument("--symmetric", action="store_const", const=True, default=None,
+                   help="add the positive -> anchor direction to the loss")
+    k.add_argument("--matryoshka-dims", type=positive_int, nargs="+", default=None,
+                   help="nested dimensions trained together, decreasing (e.g. 384 256 128 64 32)")
+    k.add_argument("--matryoshka-weights", type=non_negative_float, nargs="+", default=None,
+                   help="one loss weight per Matryoshka dimension (default 1 each)")
+    k.add_argument("--cache-batch-size", type=positive_int, default=None,
+                   help="GradCache: embed the batch in mini-batches of this many texts (same gradients, memory of "
+                        "one mini-batch; for batches of 512)")
+    k.add_argument("--mine-hard-negatives", type=int, default=None,
+                   help="hard negatives per row mined with the model before training (default 0)")
+    k.add_argument("--mine-range", type=positive_int, default=None, help="candidates read per anchor (default 50)")
+    k.add_argument("--mine-margin", type=float, default=None,
+                   help="leave out mined candidates scoring above cos(anchor, positive) - margin (default: off)")
+    k.add_argument("--mine-duplicate-threshold", type=float, default=None,
+                   help="leave out candidates with cos(candidate, positive) >= this (default 0.95)")
     p.set_defaults(func=run_finetune)
 
     q = subparsers.add_parser("predict", help=command_help("predict"))
@@ -107,7 +128,9 @@ _RECIPE_FLAGS = ("model", "head", "regime", "last_k", "layerwise_lr_decay", "epo
                  "max_train_examples", "train_split", "eval_split", "train_file", "dev_file", "text_a", "text_b",
                  "label", "label_names",
                  "regression", "label_subwords", "decoding", "max_span_length", "span_boundary", "span_summary",
-                 "target_precision", "doc_stride", "max_query_length", "max_answer_length")
+                 "target_precision", "doc_stride", "max_query_length", "max_answer_length",
+                 "anchor", "positive", "negatives", "scale", "symmetric", "matryoshka_dims", "matryoshka_weights",
+                 "cache_batch_size", "mine_hard_negatives", "mine_range", "mine_margin", "mine_duplicate_threshold")
 
 
 def finetune_config_from_args(args: argparse.Namespace):
