@@ -23,6 +23,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from ctxemb._validation import check_choice
 from ctxemb.finetuning.config import FinetuneRunConfig
 from ctxemb.finetuning.contrastive_data import (ContrastiveCollator, ContrastiveExample, allnli_examples,
                                                 embed_texts, encode_contrastive, read_contrastive_table,
@@ -88,8 +89,7 @@ class ContrastiveConfig(FinetuneRunConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.task not in CONTRASTIVE_TASKS:
-            raise ValueError(f"task must be one of {CONTRASTIVE_TASKS} for a ContrastiveConfig; got {self.task!r}")
+        check_choice(self.task, "task of a ContrastiveConfig", CONTRASTIVE_TASKS)
         _check_scale(self.scale)
         if not isinstance(self.symmetric, bool):
             raise ValueError(f"symmetric must be True or False; got {self.symmetric!r}")
@@ -112,10 +112,9 @@ class ContrastiveConfig(FinetuneRunConfig):
             raise ValueError("task 'contrastive' needs train_file and dev_file (TSV or JSONL tables with the columns "
                              f"anchor={self.anchor!r}, positive={self.positive!r}, negatives={self.negatives!r})")
         if self.task == "xquad-retrieval":
-            for name in ("train_split", "eval_split"):
-                if getattr(self, name) not in _XQUAD_PARTS:
-                    raise ValueError(f"{name} of xquad-retrieval must be one of {_XQUAD_PARTS} (the held-out "
-                                     f"articles are never trained or selected on); got {getattr(self, name)!r}")
+            for name in ("train_split", "eval_split"):  # the held-out articles are never trained or selected on
+                check_choice(getattr(self, name), f"{name} of xquad-retrieval (held-out articles are refused)",
+                             _XQUAD_PARTS)
         if self.task == "allnli":
             parts = self.train_split.split("+")
             bad = [p for p in parts if p not in _SNLI_SPLITS]

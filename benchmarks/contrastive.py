@@ -1,0 +1,146 @@
+"""Contrastive training benchmark: all-MiniLM-L6-v2 trained as a sentence embedder on this CPU.
+
+Parts (each one run of ``ctxemb finetune``'s task through the run skeleton, under 15 minutes):
+
+- ``xquad-inbatch``: question -> passage on the XQuAD-en training articles, in-batch negatives only;
+- ``xquad-mined``: the same with hard negatives mined by the model before training;
+- ``allnli``: SNLI (dev + test: the shared folder holds no SNLI train) as AllNLI with Matryoshka dimensions
+  (384, 256, 128, 64, 32).
+
+Reported on dev only (XQuAD dev articles: MRR@10 and Recall@1 of the dev questions against the dev passages; STS-B
+dev Spearman, at full width and truncated to 64 dimensions), before and after training. The trained model
+directories are copied to ``--models-dir`` (default ``/work/notes/models``) for the retrieval benchmark on the
+held-out articles. Writes ``benchmarks/results/contrastive.{md,json}``.
+
+    OMP_NUM_THREADS=2 python benchmarks/contrastive.py --parts xquad-inbatch xquad-mined allnli
+    python benchmarks/contrastive.py --parts          # rewrite the report from the saved rows
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks._common import RESULTS, markdown_table, write_results  # noqa: E402
+from benchmarks.pretrain import cpu_name  # noqa: E402
+from ctxemb.finetuning.contrastive import ContrastiveConfig  # noqa: E402
+from ctxemb.finetuning.registry import get_task  # noqa: E402
+from ctxemb.finetuning.runner import run_task  # noqa: E402
+from ctxemb.loading import load_tokenizer  # noqa: E402
+from ctxemb.modeling.bi_encoder import EncoderForContrastive  # noqa: E402
+from ctxemb.registry import resolve_model_dir  # noqa: E402
+from ctxemb.training.config import TrainConfig  # noqa: E402
+
+MODEL = "all-MiniLM-L6-v2"
+WORK = Path("/tmp/ctxemb-contrastive-bench")
+MATRYOSHKA = [384, 256, 128, 64, 32]
+# part -> (task, recipe settings, loop settings)
+PARTS = {
+    "xquad-inbatch": ("xquad-retrieval", dict(epochs=1.0, batch_size=24, max_length=256, max_train_examples=288),
+                      dict(learning_rate=5e-5)),
+    "xquad-mined": ("xquad-retrieval", dict(epochs=1.0, batch_size=24, max_length=256, max_train_examples=288,
+                                            mine_hard_negatives=1, mine_range=20), dict(learning_rate=5e-5)),
+    "allnli": ("allnli", dict(epochs=1.0, batch_size=64, max_length=64, train_split="dev+test",
+                              max_train_examples=1536, matryoshka_dims=MATRYOSHKA), dict(learning_rate=3e-5)),
+}
+
+
+def _evaluate_base(task, config: ContrastiveConfig) -> dict[str, float]:
+    """The dev metrics of the model before training (the task's own evaluator)."""
+    data = task.read(ContrastiveConfig(**{**config.__dict__, "mine_hard_negatives": 0}))
+    tokenizer = load_tokenizer(config.model)
+    features, collate = task.encode(config, tokenizer, data.eval, data)
+    model = EncoderForContrastive.from_pretrained(resolve_model_dir(config.model)).eval()
+    return dict(task.evaluator(config, tokenizer, data, features, collate)(model))
+
+
+def run_part(name: str, models_dir: Path) -> dict:
+    task_name, recipe, loop = PARTS[name]
+    out = WORK / name
+    shutil.rmtree(out, ignore_errors=True)
+    config = ContrastiveConfig(task=task_name, model=MODEL, **recipe, train=TrainConfig(
+        out_dir=str(out), warmup_ratio=0.1, seed=0, progress_bar=False, keep_best=True, precision="fp32",
+        log_every=5, **loop))
+    task = get_task(task_name)
+    t0 = time.perf_counter()
+    before = _evaluate_base(task, config)
+    t_before = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    done = run_task(task, config)
+    seconds = time.perf_counter() - t0
+    target = models_dir / f"contrastive-{name}"
+    shutil.rmtree(target, ignore_errors=True)
+    shutil.copytree(done.model_dir, target)
+    record = json.loads((done.model_dir / "run.json").read_text())
+    row = {"part": name, "task": task_name, "settings": {**recipe, **loop}, "before": before,
+           "after": done.final_metrics, "history": done.run.eval_history, "best_step": done.run.best_step,
+           "steps": done.run.train.step, "train_examples": record["data"]["train_examples"],
+           "mining": record.get("mining") or json.loads((done.model_dir / "finetune_config.json").read_text()).get(
+               "mining"),
+           "run_seconds": round(seconds, 1), "eval_before_seconds": round(t_before, 1),
+           "train_seconds": round(record["training"]["train_seconds"], 1), "model_dir": str(target),
+           "training_run": done.run.training_run}
+    print(json.dumps({k: row[k] for k in ("part", "before", "after", "run_seconds")}, indent=1), flush=True)
+    return row
+
+
+def report(rows: dict) -> str:
+    lines = ["# Contrastive training (all-MiniLM-L6-v2)", "",
+             f"Machine: {cpu_name()}, torch {torch.__version__}, fp32, OMP threads {torch.get_num_threads()}.",
+             "Each run: `ctxemb finetune <task>` through the run skeleton, evaluated on dev after each epoch, the best "
+             "dev epoch kept (MRR@10 for retrieval, STS-B Spearman for allnli). Numbers x 100, dev only.", ""]
+    retrieval = [r for r in rows.values() if r["task"] == "xquad-retrieval"]
+    if retrieval:
+        lines += ["## XQuAD-en question -> passage (dev: 126 questions, 30 passages of 6 articles)", "",
+                  "Trained on the 30 training articles (713 questions, 150 passages); held-out articles untouched.", ""]
+        table = []
+        for r in retrieval:
+            table.append({"run": r["part"], "MRR@10 before": r["before"]["mrr@10"], "MRR@10 after": r["after"]["mrr@10"],
+                          "R@1 before": r["before"]["recall@1"], "R@1 after": r["after"]["recall@1"],
+                          "R@10 after": r["after"]["recall@10"], "steps": r["steps"],
+                          "run s": r["run_seconds"], "settings": json.dumps(r["settings"])})
+        lines += [markdown_table(table, list(table[0])), ""]
+        for r in retrieval:
+            if r.get("mining"):
+                lines.append(f"Mining ({r['part']}): {json.dumps(r['mining'])}")
+        lines += ["", "Model directories (for the held-out retrieval benchmark): "
+                  + ", ".join(f"`{r['model_dir']}`" for r in retrieval), ""]
+    if "allnli" in rows:
+        r = rows["allnli"]
+        b, a = r["before"], r["after"]
+        lines += ["## SNLI as AllNLI with Matryoshka (384, 256, 128, 64, 32) -> STS-B dev", "",
+                  f"Trained on {r['train_examples']} AllNLI rows from SNLI dev + test (the shared data folder holds no "
+                  "SNLI train), contradiction of the same premise as hard negative.", ""]
+        table = [{"model": name, "Spearman (384)": m["spearman"], "Spearman (64)": m["spearman_64"],
+                  "Spearman (32)": m["spearman_32"], "64 / full": m["spearman_64"] / m["spearman"]}
+                 for name, m in (("all-MiniLM-L6-v2", b), ("trained (Matryoshka)", a))]
+        lines += [markdown_table(table, list(table[0])), "",
+                  f"Steps {r['steps']}, run {r['run_seconds']} s, settings {json.dumps(r['settings'])}; model "
+                  f"`{r['model_dir']}`.", ""]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--parts", nargs="*", default=list(PARTS), choices=list(PARTS))
+    parser.add_argument("--models-dir", type=Path, default=Path("/work/notes/models"))
+    args = parser.parse_args()
+    saved = RESULTS / "contrastive.json"
+    rows = json.loads(saved.read_text())["runs"] if saved.is_file() else {}
+    args.models_dir.mkdir(parents=True, exist_ok=True)
+    for part in args.parts:
+        rows[part] = run_part(part, args.models_dir)
+        payload = {"machine": cpu_name(), "torch": torch.__version__, "model": MODEL, "runs": rows}
+        write_results("contrastive", payload, report(rows))
+
+
+if __name__ == "__main__":
+    main()
