@@ -14,6 +14,8 @@ held-out articles. Writes ``benchmarks/results/contrastive.{md,json}``.
 
     OMP_NUM_THREADS=2 python benchmarks/contrastive.py --parts xquad-inbatch xquad-mined allnli
     python benchmarks/contrastive.py --parts          # rewrite the report from the saved rows
+    python benchmarks/contrastive.py --parts allnli --name contrastive_allnli    # a part in a second process
+    python benchmarks/contrastive.py --parts --merge benchmarks/results/contrastive_allnli.json
 """
 
 from __future__ import annotations
@@ -132,14 +134,22 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--parts", nargs="*", default=list(PARTS), choices=list(PARTS))
     parser.add_argument("--models-dir", type=Path, default=Path("/work/notes/models"))
+    parser.add_argument("--name", default="contrastive", help="results file name (benchmarks/results/NAME.*)")
+    parser.add_argument("--merge", nargs="*", default=[], type=Path,
+                        help="result JSON files of other runs of this script whose rows to add (parts run in "
+                             "parallel processes write to their own --name)")
     args = parser.parse_args()
-    saved = RESULTS / "contrastive.json"
+    saved = RESULTS / f"{args.name}.json"
     rows = json.loads(saved.read_text())["runs"] if saved.is_file() else {}
+    for other in args.merge:
+        rows.update(json.loads(other.read_text())["runs"])
     args.models_dir.mkdir(parents=True, exist_ok=True)
+    payload = {"machine": cpu_name(), "torch": torch.__version__, "model": MODEL, "runs": rows}
     for part in args.parts:
         rows[part] = run_part(part, args.models_dir)
-        payload = {"machine": cpu_name(), "torch": torch.__version__, "model": MODEL, "runs": rows}
-        write_results("contrastive", payload, report(rows))
+        write_results(args.name, payload, report(rows))
+    if not args.parts:
+        write_results(args.name, payload, report(rows))
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -180,6 +181,9 @@ class ContrastiveTask(Task):
     def build_model(self, config: ContrastiveConfig, data: TaskData) -> EncoderForContrastive:
         if config.regime == "frozen":
             raise ValueError("a bi-encoder has no head: regime 'frozen' would train nothing")
+        if config.cache_batch_size is not None and int(os.environ.get("WORLD_SIZE", "1")) > 1:
+            raise ValueError("cache_batch_size (GradCache) runs in a single process; under torchrun "
+                             f"(WORLD_SIZE={os.environ['WORLD_SIZE']}) use the plain loss (cache_batch_size=None)")
         model = EncoderForContrastive.from_pretrained(
             resolve_model_dir(config.model), scale=config.scale, symmetric=config.symmetric,
             matryoshka_dims=config.matryoshka_dims, matryoshka_weights=config.matryoshka_weights,
@@ -191,17 +195,20 @@ class ContrastiveTask(Task):
             ContrastiveCollator(tokenizer.pad_token_id)
 
     def evaluator(self, config: ContrastiveConfig, tokenizer, data: TaskData, features, collate):
-        dims = tuple(config.matryoshka_dims or ())[1:] if config.matryoshka_dims else ()
         embed = dict(max_length=config.max_length, batch_size=config.eval_batch_size)
+
+        def dims(m) -> tuple[int, ...]:  # the truncated Matryoshka widths, each also evaluated ("spearman_64")
+            return tuple(d for d in config.matryoshka_dims or () if d < m.config.hidden_size)
+
         if data.info["eval_kind"] == "stsb":
             a = [ex.anchor for ex in data.eval]
             b = [ex.positive for ex in data.eval]
             scores = [ex.score for ex in data.eval]
             return lambda m: stsb_metrics(embed_texts(m, tokenizer, a, **embed), embed_texts(m, tokenizer, b, **embed),
-                                          scores, dims=dims)
+                                          scores, dims=dims(m))
         queries, corpus, relevant = retrieval_corpus(data.eval)
         return lambda m: retrieval_metrics(embed_texts(m, tokenizer, queries, **embed),
-                                           embed_texts(m, tokenizer, corpus, **embed), relevant, dims=dims)
+                                           embed_texts(m, tokenizer, corpus, **embed), relevant, dims=dims(m))
 
     # ---- saving, loading, predicting
     def save(self, model, directory, config: ContrastiveConfig, data: TaskData, tokenizer, *, train_config) -> None:

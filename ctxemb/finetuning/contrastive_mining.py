@@ -23,7 +23,6 @@ import logging
 from dataclasses import dataclass, replace
 from typing import Sequence
 
-import faiss
 import numpy as np
 
 from ctxemb._validation import unit_rows
@@ -94,6 +93,8 @@ def mine_hard_negatives(anchor_vectors: np.ndarray, corpus_vectors: np.ndarray, 
     if pos.size and (pos.min() < 0 or pos.max() >= c.shape[0]):
         raise ValueError(f"positive_index must index the {c.shape[0]} corpus rows; got values in "
                          f"[{pos.min()}, {pos.max()}]")
+    import faiss  # imported when mining, not when the task registry is
+
     index = faiss.IndexFlatIP(c.shape[1])
     index.add(c)
     r = min(mine_range + 1, c.shape[0])  # +1: the positive itself is usually the first hit
