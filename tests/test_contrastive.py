@@ -275,7 +275,6 @@ def _write_pairs(path, n, seed):
     return path
 
 
-@pytest.mark.slow
 def test_a_tiny_model_learns_recoverable_positives_and_saves_a_sentence_transformers_directory(tmp_path):
     from ctxemb.embedding import Embedder
 
