@@ -198,6 +198,16 @@ def _flag_kind(hint) -> tuple[Any, bool]:
     return hint, False
 
 
+def column_mapping(text: str) -> dict[str, str]:
+    """argparse type of a ``ROLE=COLUMN,...`` column mapping (``--columns``)."""
+    from ctxemb.finetuning.tables import parse_columns
+
+    try:
+        return parse_columns(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
 # argument types a field may name in metadata["type"] (a string: the configuration layer imports no argparse)
 _ARG_TYPES: dict[str, Callable[[str], Any]] = {}
 
@@ -234,7 +244,8 @@ def add_dataclass_flags(group, cls, *, skip: Sequence[str] = (), aliases: Mappin
     import typing
 
     if not _ARG_TYPES:
-        _ARG_TYPES.update(positive_int=positive_int, positive_float=positive_float, fraction=fraction,
+        _ARG_TYPES.update(columns=column_mapping, positive_int=positive_int, positive_float=positive_float,
+                          fraction=fraction,
                           non_negative_float=non_negative_float)
     hints = typing.get_type_hints(cls, include_extras=False)
     aliases = aliases or {}

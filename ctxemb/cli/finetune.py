@@ -23,9 +23,11 @@ import logging
 
 from pathlib import Path
 
-from ctxemb.cli._common import (UsageError, add_dataclass_flags, add_train_flags, command_help, dataclass_overrides,
-                                default_preset, load_preset, non_negative_float, positive_int, train_overrides)
+from ctxemb.cli._common import (UsageError, add_dataclass_flags, add_train_flags, column_mapping, command_help,
+                                dataclass_overrides, default_preset, load_preset, non_negative_float, positive_int,
+                                train_overrides)
 from ctxemb.finetuning.config import FinetuneRunConfig
+from ctxemb.finetuning.contrastive import ContrastiveConfig
 from ctxemb.finetuning.predictor import load_predictor, model_kind
 from ctxemb.finetuning.readers import TASKS
 from ctxemb.finetuning.registry import get_task, task_names
@@ -64,12 +66,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     add_dataclass_flags(p, FinetuneRunConfig)
     add_train_flags(p, shown_defaults={"learning_rate": "2e-5 for sentence tasks, 5e-5 for token and span tasks",
                                        "warmup_ratio": 0.1})
-    c = p.add_argument_group("a custom task (a table with named columns)")
-    c.add_argument("--columns", type=_columns, default=None, metavar="ROLE=COLUMN,...",
-                   help="the table's column for each role: custom tasks text (or text_a), text_b, label, id (e.g. "
-                        "text=sentence,label=score); conll-file tables tokens, tags (e.g. tags=ner_tags); "
-                        "squad-file tables id, title, context, question, answers")
-    add_dataclass_flags(c, FinetuneConfig, skip=_SHARED)
+    add_dataclass_flags(p.add_argument_group("a custom task (a table with named columns)"), FinetuneConfig,
+                        skip=_SHARED)
     add_dataclass_flags(p.add_argument_group("token and span tasks"), TokenFinetuneConfig, skip=_SHARED)
     r = p.add_argument_group("several runs: a search on dev, repeated seeds")
     r.add_argument("--search", nargs="+", metavar="NAME=V1,V2", default=None,
@@ -81,6 +79,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     r.add_argument("--seeds", type=positive_int, default=None, metavar="K",
                    help="run the recipe with K seeds (--seed, --seed + 1, ...) and report each run's dev metrics "
                         "with their mean and standard deviation (seeds.json)")
+    add_dataclass_flags(p.add_argument_group("contrastive tasks (contrastive, allnli, xquad-retrieval)"),
+                        ContrastiveConfig, skip=_SHARED)
     p.set_defaults(func=run_finetune)
 
     q = subparsers.add_parser("predict", help=command_help("predict"))
@@ -103,7 +103,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                         "--format), written atomically: a run that stops leaves no partial file")
     f.add_argument("--format", choices=("jsonl", "csv"), default=None,
                    help="the output format (default: from the --output extension)")
-    f.add_argument("--columns", type=_columns, default=None, metavar="ROLE=COLUMN,...",
+    f.add_argument("--columns", type=column_mapping, default=None, metavar="ROLE=COLUMN,...",
                    help="input columns for the model's roles when they are not named as in training: text, text_b "
                         "(pairs), tokens (pre-tokenized words for taggers), question, context (QA); e.g. "
                         "text=review")
@@ -114,16 +114,6 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     f.add_argument("--no-progress-bar", action="store_true", help="do not show the progress bar on stderr")
     q.set_defaults(func=run_predict)
     return p
-
-
-def _columns(text: str) -> dict[str, str]:
-    """argparse type of --columns: ROLE=COLUMN items separated by commas."""
-    from ctxemb.finetuning.tables import parse_columns
-
-    try:
-        return parse_columns(text)
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 
@@ -151,11 +141,9 @@ def finetune_config_from_args(args: argparse.Namespace):
         raise UsageError("give the run directory: --out-dir DIR")
     fields = {f.name for f in dataclasses.fields(task.config_class)}
     given = {**dataclass_overrides(args, cls=FinetuneRunConfig), **dataclass_overrides(args, cls=FinetuneConfig),
-             **dataclass_overrides(args, cls=TokenFinetuneConfig)}
+             **dataclass_overrides(args, cls=TokenFinetuneConfig), **dataclass_overrides(args, cls=ContrastiveConfig)}
     if args.head is not None:
         given["head"] = args.head
-    if args.columns is not None:
-        given["columns"] = args.columns
     for name, value in given.items():
         if name not in fields:
             raise UsageError(f"--{name.replace('_', '-')} does not apply to task {args.task!r} "

@@ -92,9 +92,10 @@ class FinetuneRunConfig:
     dev_file: Any = field(default=None, metadata=_meta(
         "the dev data evaluated each epoch (any format --train-file takes; a saved DatasetDict gives its "
         "--eval-split, 'dev' falling back to 'validation')"))
-    # its flag (--columns ROLE=COLUMN,...) is declared by the command, which parses the mapping
     columns: dict[str, Any] | None = field(default=None, metadata=_meta(
-        "the table's column for each role", cli=False))
+        "the table's column for each role, ROLE=COLUMN,...: custom tasks text (or text_a), text_b, label, id (e.g. "
+        "text=sentence,label=score); conll-file tables tokens, tags (e.g. tags=ner_tags); squad-file tables id, "
+        "title, context, question, answers", type="columns"))
     group_by_length: bool = field(default=True, metadata=_meta(
         "batch training examples of similar length together (sorted within mega-batches of 50 batches, the "
         "batches shuffled): less padding"))

@@ -8,6 +8,7 @@ The built-in tasks are registered at the bottom of this module, one line per tas
 
 from __future__ import annotations
 
+from ctxemb.finetuning.contrastive import CONTRASTIVE_TASKS, ContrastiveTask
 from ctxemb.finetuning.task import Task, TaskData
 from ctxemb.finetuning.tasks import TASKS, SequenceTask
 from ctxemb.finetuning.token_tasks import TOKEN_TASKS, TokenTask
@@ -71,3 +72,5 @@ for _name in TOKEN_TASKS:
     register_task(TokenTask(_name))
 for _task in PRETRAINING_TASKS.values():
     register_task(_task)
+for _name in CONTRASTIVE_TASKS:
+    register_task(ContrastiveTask(_name))

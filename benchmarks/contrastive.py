@@ -1,0 +1,166 @@
+"""Contrastive training benchmark: all-MiniLM-L6-v2 trained as a sentence embedder on this CPU.
+
+Parts (each one run of ``ctxemb finetune``'s task through the run skeleton, under 15 minutes):
+
+- ``xquad-inbatch``: question -> passage on the XQuAD-en training articles, in-batch negatives only;
+- ``xquad-mined``: the same with hard negatives mined by the model before training;
+- ``allnli``: SNLI (dev + test: the shared folder holds no SNLI train) as AllNLI with Matryoshka dimensions
+  (384, 256, 128, 64, 32).
+
+Reported on dev only (XQuAD dev articles: MRR@10 and Recall@1 of the dev questions against the dev passages; STS-B
+dev Spearman, at full width and truncated to 64 dimensions), before and after training. The trained model
+directories are copied to ``--models-dir`` (default ``/work/notes/models``) for the retrieval benchmark on the
+held-out articles. Writes ``benchmarks/results/contrastive.{md,json}``.
+
+    OMP_NUM_THREADS=2 python benchmarks/contrastive.py --parts xquad-inbatch xquad-mined allnli
+    python benchmarks/contrastive.py --parts          # rewrite the report from the saved rows
+    python benchmarks/contrastive.py --parts allnli --name contrastive_allnli    # a part in a second process
+    python benchmarks/contrastive.py --parts --merge benchmarks/results/contrastive_allnli.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks._common import RESULTS, markdown_table, write_results  # noqa: E402
+from benchmarks.pretrain import cpu_name  # noqa: E402
+from ctxemb.finetuning.contrastive import ContrastiveConfig  # noqa: E402
+from ctxemb.finetuning.registry import get_task  # noqa: E402
+from ctxemb.finetuning.runner import run_task  # noqa: E402
+from ctxemb.loading import load_tokenizer  # noqa: E402
+from ctxemb.modeling.bi_encoder import EncoderForContrastive  # noqa: E402
+from ctxemb.registry import resolve_model_dir  # noqa: E402
+from ctxemb.training.config import TrainConfig  # noqa: E402
+
+MODEL = "all-MiniLM-L6-v2"
+WORK = Path("/tmp/ctxemb-contrastive-bench")
+MATRYOSHKA = [384, 256, 128, 64, 32]
+# part -> (task, recipe settings, loop settings)
+PARTS = {
+    "xquad-inbatch": ("xquad-retrieval", dict(epochs=1.0, batch_size=24, max_length=256, max_train_examples=288),
+                      dict(learning_rate=5e-5)),
+    "xquad-mined": ("xquad-retrieval", dict(epochs=1.0, batch_size=24, max_length=256, max_train_examples=288,
+                                            mine_hard_negatives=1, mine_range=20), dict(learning_rate=5e-5)),
+    "allnli": ("allnli", dict(epochs=1.0, batch_size=64, max_length=64, train_split="dev+test",
+                              max_train_examples=1536, matryoshka_dims=MATRYOSHKA), dict(learning_rate=3e-5)),
+}
+
+
+def _evaluate_base(task, config: ContrastiveConfig) -> dict[str, float]:
+    """The dev metrics of the model before training (the task's own evaluator)."""
+    data = task.read(ContrastiveConfig(**{**config.__dict__, "mine_hard_negatives": 0}))
+    tokenizer = load_tokenizer(config.model)
+    features, collate = task.encode(config, tokenizer, data.eval, data)
+    model = EncoderForContrastive.from_pretrained(resolve_model_dir(config.model)).eval()
+    return dict(task.evaluator(config, tokenizer, data, features, collate)(model))
+
+
+def run_part(name: str, models_dir: Path) -> dict:
+    task_name, recipe, loop = PARTS[name]
+    out = WORK / name
+    shutil.rmtree(out, ignore_errors=True)
+    config = ContrastiveConfig(task=task_name, model=MODEL, **recipe, train=TrainConfig(
+        out_dir=str(out), warmup_ratio=0.1, seed=0, progress_bar=False, keep_best=True, precision="fp32",
+        log_every=5, **loop))
+    task = get_task(task_name)
+    t0 = time.perf_counter()
+    before = _evaluate_base(task, config)
+    t_before = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    done = run_task(task, config)
+    seconds = time.perf_counter() - t0
+    target = models_dir / f"contrastive-{name}"
+    shutil.rmtree(target, ignore_errors=True)
+    shutil.copytree(done.model_dir, target)
+    record = json.loads((done.model_dir / "run.json").read_text())
+    row = {"part": name, "task": task_name, "settings": {**recipe, **loop}, "before": before,
+           "after": done.final_metrics, "history": done.run.eval_history, "best_step": done.run.best_step,
+           "steps": done.run.train.step, "train_examples": record["data"]["train_examples"],
+           "mining": record.get("mining") or json.loads((done.model_dir / "finetune_config.json").read_text()).get(
+               "mining"),
+           "run_seconds": round(seconds, 1), "eval_before_seconds": round(t_before, 1),
+           "train_seconds": round(record["training"]["train_seconds"], 1), "model_dir": str(target),
+           "training_run": done.run.training_run}
+    print(json.dumps({k: row[k] for k in ("part", "before", "after", "run_seconds")}, indent=1), flush=True)
+    return row
+
+
+def _f(x: float) -> str:
+    return f"{x:.1f}"
+
+
+def report(rows: dict) -> str:
+    lines = ["# Contrastive training (all-MiniLM-L6-v2)", "",
+             f"Machine: {cpu_name()}, torch {torch.__version__}, fp32, OMP threads 2, shared with other jobs (load "
+             "average about 10 on 2 cores while these ran, so the times are several times a quiet machine's).",
+             "Each run: the task through `ctxemb finetune`'s run skeleton, evaluated on dev at the end of each epoch, "
+             "the best dev evaluation kept (MRR@10 for retrieval, STS-B Spearman for allnli). Numbers x 100, dev "
+             "only; before = all-MiniLM-L6-v2 as downloaded, through the same evaluator.", ""]
+    retrieval = [r for r in rows.values() if r["task"] == "xquad-retrieval"]
+    if retrieval:
+        r0 = retrieval[0]
+        lines += ["## XQuAD-en question -> passage (dev: 126 questions against the 30 passages of 6 articles)", "",
+                  f"Trained on the first {r0['train_examples']} questions (file order) of the 30 training articles "
+                  "(713 questions in all; a full epoch did not fit the 15-minute budget on the loaded machine); the "
+                  "12 held-out articles are untouched.", ""]
+        table = [{"run": "zero-shot", "MRR@10": _f(r0["before"]["mrr@10"]), "R@1": _f(r0["before"]["recall@1"]),
+                  "R@10": _f(r0["before"]["recall@10"]), "steps": "-", "run s": "-", "settings": "-"}]
+        for r in retrieval:
+            table.append({"run": r["part"], "MRR@10": _f(r["after"]["mrr@10"]), "R@1": _f(r["after"]["recall@1"]),
+                          "R@10": _f(r["after"]["recall@10"]), "steps": r["steps"], "run s": _f(r["run_seconds"]),
+                          "settings": json.dumps(r["settings"])})
+        lines += [markdown_table(table, list(table[0])), ""]
+        for r in retrieval:
+            if r.get("mining"):
+                lines.append(f"Mining ({r['part']}, with the model before training): {json.dumps(r['mining'])}")
+        lines += ["", "Model directories (for the held-out retrieval benchmark): "
+                  + ", ".join(f"`{r['model_dir']}`" for r in retrieval), ""]
+    if "allnli" in rows:
+        r = rows["allnli"]
+        b, a = r["before"], r["after"]
+        lines += ["## SNLI as AllNLI with Matryoshka (384, 256, 128, 64, 32) -> STS-B dev", "",
+                  f"Trained on {r['train_examples']} AllNLI rows from SNLI dev + test (the shared data folder holds no "
+                  "SNLI train), a contradiction of the same premise as the hard negative.", ""]
+        table = [{"model": name, "Spearman (384)": _f(m["spearman"]), "Spearman (128)": _f(m["spearman_128"]),
+                  "Spearman (64)": _f(m["spearman_64"]), "Spearman (32)": _f(m["spearman_32"]),
+                  "64 / full": f"{m['spearman_64'] / m['spearman']:.3f}"}
+                 for name, m in (("all-MiniLM-L6-v2", b), ("trained (Matryoshka)", a))]
+        lines += [markdown_table(table, list(table[0])), "",
+                  f"Steps {r['steps']}, run {_f(r['run_seconds'])} s, settings {json.dumps(r['settings'])}; model "
+                  f"`{r['model_dir']}`.", ""]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--parts", nargs="*", default=list(PARTS), choices=list(PARTS))
+    parser.add_argument("--models-dir", type=Path, default=Path("/work/notes/models"))
+    parser.add_argument("--name", default="contrastive", help="results file name (benchmarks/results/NAME.*)")
+    parser.add_argument("--merge", nargs="*", default=[], type=Path,
+                        help="result JSON files of other runs of this script whose rows to add (parts run in "
+                             "parallel processes write to their own --name)")
+    args = parser.parse_args()
+    saved = RESULTS / f"{args.name}.json"
+    rows = json.loads(saved.read_text())["runs"] if saved.is_file() else {}
+    for other in args.merge:
+        rows.update(json.loads(other.read_text())["runs"])
+    args.models_dir.mkdir(parents=True, exist_ok=True)
+    payload = {"machine": cpu_name(), "torch": torch.__version__, "model": MODEL, "runs": rows}
+    for part in args.parts:
+        rows[part] = run_part(part, args.models_dir)
+        write_results(args.name, payload, report(rows))
+    if not args.parts:
+        write_results(args.name, payload, report(rows))
+
+
+if __name__ == "__main__":
+    main()

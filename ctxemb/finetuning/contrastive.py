@@ -1,0 +1,248 @@
+"""Contrastive training of sentence embedders, a task family of the registry: ``ctxemb finetune contrastive`` (a
+user's table), ``allnli`` (SNLI as AllNLI is used) and ``xquad-retrieval`` (question -> passage on the XQuAD-en
+training articles).
+
+The model is a bi-encoder (:class:`~ctxemb.modeling.bi_encoder.EncoderForContrastive`: last-layer mean pooling,
+normalised, like all-MiniLM-L6-v2) trained with in-batch negatives (scale, symmetric option), hard negatives from
+columns or mined with the model before training (:mod:`ctxemb.finetuning.contrastive_mining`), an optional cached
+gradient (GradCache) for large batches, and Matryoshka dimensions. The run goes through the one run skeleton
+(:func:`ctxemb.finetuning.runner.run_task`) and saves a sentence-transformers directory: ``SentenceTransformer(dir)``
+and ``Embedder.from_pretrained(dir)`` give the trained vectors; ``config.json`` records the Matryoshka dimensions
+under ``ctxemb_contrastive``.
+
+Model selection on dev: retrieval tasks (``contrastive``, ``xquad-retrieval``) by MRR@10 of the dev anchors against
+the distinct dev positives (and negatives); ``allnli`` by STS-B dev Spearman of the cosines.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import numpy as np
+
+from ctxemb._validation import check_choice
+from ctxemb.config import field_help as _meta
+from ctxemb.finetuning.config import FinetuneRunConfig
+from ctxemb.finetuning.contrastive_data import (ContrastiveCollator, ContrastiveExample, allnli_examples,
+                                                embed_texts, encode_contrastive, read_contrastive_table,
+                                                retrieval_corpus, retrieval_metrics, stsb_metrics,
+                                                xquad_retrieval_examples)
+from ctxemb.finetuning.contrastive_mining import add_mined_negatives, check_mining
+from ctxemb.finetuning.readers import load_task
+from ctxemb.finetuning.squad import load_xquad, xquad_split
+from ctxemb.finetuning.task import Task, TaskData, save_model_files
+from ctxemb.loading import load_tokenizer
+from ctxemb.modeling.bi_encoder import EncoderForContrastive
+from ctxemb.modeling.contrastive_loss import _check_scale, check_matryoshka
+from ctxemb.registry import resolve_model_dir
+from ctxemb.sentence_transformers_writer import write_sentence_transformers_modules
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["CONTRASTIVE_TASKS", "ContrastiveConfig", "ContrastiveTask"]
+
+CONTRASTIVE_TASKS: tuple[str, ...] = ("contrastive", "allnli", "xquad-retrieval")
+_SNLI_SPLITS = ("train", "dev", "test")
+_XQUAD_PARTS = ("train", "dev")  # "heldout" is for the final report only: never trained or selected on
+
+
+@dataclass
+class ContrastiveConfig(FinetuneRunConfig):
+    """A contrastive run: the shared settings (:class:`FinetuneRunConfig`) and these.
+
+    Attributes:
+        task: ``"contrastive"`` (``train_file``/``dev_file`` tables), ``"allnli"`` or ``"xquad-retrieval"``.
+        anchor, positive, negatives: a table's columns (``negatives``: hard-negative columns, possibly none).
+        scale: the inverse temperature (20 = temperature 0.05).
+        symmetric: add the positive -> anchor direction to the loss.
+        matryoshka_dims, matryoshka_weights: nested dimensions trained together (e.g. 384 256 128 64 32), weights
+            (default 1 each); also evaluated at each dimension.
+        cache_batch_size: GradCache mini-batch size in texts (None: the plain loss). Gradients equal the plain
+            loss's; memory holds one mini-batch, so ``batch_size`` can be 512.
+        mine_hard_negatives: hard negatives per row mined with the model before training (0: none).
+        mine_range: candidates read per anchor when mining.
+        mine_margin: None, or leave out mined candidates scoring above ``cos(anchor, positive) - mine_margin``.
+        mine_duplicate_threshold: leave out candidates with ``cos(candidate, positive)`` at least this.
+        eval_batch_size: texts per batch when embedding for the dev evaluation and mining.
+
+    Splits: ``allnli`` trains on SNLI ``train_split`` (``train``, ``dev``, ``test`` or several joined by ``+``;
+    the shared data folder holds only SNLI dev and test) and always selects on STS-B dev. ``xquad-retrieval`` trains
+    on the ``train`` articles of :data:`~ctxemb.finetuning.squad.XQUAD_ARTICLE_SPLIT` and selects on ``dev``; the
+    held-out articles are refused.
+    """
+
+    anchor: str = field(default="anchor", metadata=_meta("contrastive: the anchor column"))
+    positive: str = field(default="positive", metadata=_meta("contrastive: the positive column"))
+    negatives: list[str] | None = field(default=None, metadata=_meta(
+        "contrastive: hard-negative columns (default none)"))
+    scale: float = field(default=20.0, metadata=_meta(
+        "inverse temperature of the loss (20 = temperature 0.05)", type="positive_float"))
+    symmetric: bool = field(default=False, metadata=_meta("add the positive -> anchor direction to the loss"))
+    matryoshka_dims: list[int] | None = field(default=None, metadata=_meta(
+        "nested dimensions trained together, decreasing (e.g. 384 256 128 64 32)", type="positive_int"))
+    matryoshka_weights: list[float] | None = field(default=None, metadata=_meta(
+        "one loss weight per Matryoshka dimension (default 1 each)", type="non_negative_float"))
+    cache_batch_size: int | None = field(default=None, metadata=_meta(
+        "GradCache: embed the batch in mini-batches of this many texts (same gradients, memory of one mini-batch; "
+        "for batches of 512)", type="positive_int"))
+    mine_hard_negatives: int = field(default=0, metadata=_meta(
+        "hard negatives per row mined with the model before training"))
+    mine_range: int = field(default=50, metadata=_meta("candidates read per anchor when mining", type="positive_int"))
+    mine_margin: float | None = field(default=None, metadata=_meta(
+        "leave out mined candidates scoring above cos(anchor, positive) - margin (default: off)"))
+    mine_duplicate_threshold: float = field(default=0.95, metadata=_meta(
+        "leave out mined candidates with cos(candidate, positive) >= this"))
+    eval_batch_size: int = field(default=64, metadata=_meta("texts per batch when evaluating on dev",
+                                                            type="positive_int"))
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_choice(self.task, "task of a ContrastiveConfig", CONTRASTIVE_TASKS)
+        _check_scale(self.scale)
+        if not isinstance(self.symmetric, bool):
+            raise ValueError(f"symmetric must be True or False; got {self.symmetric!r}")
+        check_matryoshka(self.matryoshka_dims, self.matryoshka_weights)
+        if self.matryoshka_dims:
+            self.matryoshka_dims = [int(d) for d in self.matryoshka_dims]
+        if self.cache_batch_size is not None:
+            if isinstance(self.cache_batch_size, bool) or not isinstance(self.cache_batch_size, int) \
+                    or self.cache_batch_size < 1:
+                raise ValueError(f"cache_batch_size must be a positive int (texts per GradCache mini-batch) or None; "
+                                 f"got {self.cache_batch_size!r}")
+        check_mining(self.mine_hard_negatives, self.mine_range, self.mine_duplicate_threshold, self.mine_margin)
+        if isinstance(self.eval_batch_size, bool) or not isinstance(self.eval_batch_size, int) \
+                or self.eval_batch_size < 1:
+            raise ValueError(f"eval_batch_size must be a positive int; got {self.eval_batch_size!r}")
+        if self.batch_size < 2:
+            raise ValueError(f"batch_size must be at least 2: in-batch negatives need other rows; got "
+                             f"{self.batch_size}")
+        if self.task == "contrastive" and not (self.train_file and self.dev_file):
+            raise ValueError("task 'contrastive' needs train_file and dev_file (TSV or JSONL tables with the columns "
+                             f"anchor={self.anchor!r}, positive={self.positive!r}, negatives={self.negatives!r})")
+        if self.task == "xquad-retrieval":
+            for name in ("train_split", "eval_split"):  # the held-out articles are never trained or selected on
+                check_choice(getattr(self, name), f"{name} of xquad-retrieval (held-out articles are refused)",
+                             _XQUAD_PARTS)
+        if self.task == "allnli":
+            parts = self.train_split.split("+")
+            bad = [p for p in parts if p not in _SNLI_SPLITS]
+            if bad or len(set(parts)) != len(parts):
+                raise ValueError(f"train_split of allnli must be SNLI splits {_SNLI_SPLITS} joined by '+' (e.g. "
+                                 f"'dev+test'); got {self.train_split!r}")
+            if self.eval_split != "dev":
+                raise ValueError(f"allnli selects on STS-B dev: eval_split must be 'dev'; got {self.eval_split!r}")
+
+
+class ContrastiveTask(Task):
+    """A contrastive task (module docstring). Config: :class:`ContrastiveConfig`."""
+
+    family = "contrastive"
+    config_class = ContrastiveConfig
+    default_learning_rate = 2e-5
+
+    def __init__(self, name: str):
+        if name not in CONTRASTIVE_TASKS:
+            raise ValueError(f"a contrastive task is one of {CONTRASTIVE_TASKS}; got {name!r}")
+        self.name = name
+        self.description = {"contrastive": "contrastive training on a table of (anchor, positive[, negatives])",
+                            "allnli": "contrastive training on SNLI as AllNLI (selected on STS-B dev)",
+                            "xquad-retrieval": "question -> passage retrieval on the XQuAD-en training articles"}[name]
+
+    def primary(self, config: ContrastiveConfig) -> tuple[str, bool]:
+        return ("spearman" if config.task == "allnli" else "mrr@10"), True
+
+    # ---- data
+    def read(self, config: ContrastiveConfig) -> TaskData:
+        if config.task == "allnli":
+            pairs = [ex for split in config.train_split.split("+")
+                     for ex in load_task("snli", splits=[split]).splits[split]]
+            train = allnli_examples(pairs)
+            sts = load_task("stsb", splits=["dev"]).splits["dev"]
+            evaluation = [ContrastiveExample(ex.text_a, ex.text_b, (), ex.id, float(ex.label)) for ex in sts]
+            kind = "stsb"
+        elif config.task == "xquad-retrieval":
+            questions = load_xquad()
+            train = xquad_retrieval_examples(xquad_split(config.train_split, questions))
+            evaluation = xquad_retrieval_examples(xquad_split(config.eval_split, questions))
+            kind = "retrieval"
+        else:
+            columns = dict(anchor=config.anchor, positive=config.positive, negatives=tuple(config.negatives or ()))
+            train = read_contrastive_table(config.train_file, **columns)
+            evaluation = read_contrastive_table(config.dev_file, **columns)
+            kind = "retrieval"
+        if config.max_train_examples:
+            train = train[:config.max_train_examples]  # before mining: mine only the rows that are trained on
+        info: dict[str, Any] = {"eval_kind": kind}
+        if config.mine_hard_negatives:
+            base = EncoderForContrastive.from_pretrained(resolve_model_dir(config.model)).eval()
+            tokenizer = load_tokenizer(config.model)
+            train, stats = add_mined_negatives(
+                train, lambda texts: embed_texts(base, tokenizer, texts, max_length=config.max_length,
+                                                 batch_size=config.eval_batch_size),
+                k=config.mine_hard_negatives, mine_range=config.mine_range,
+                duplicate_threshold=config.mine_duplicate_threshold, margin=config.mine_margin)
+            info["mining"] = stats.to_dict()
+            del base
+        return TaskData(train=train, eval=evaluation, labels=None, info=info)
+
+    def build_model(self, config: ContrastiveConfig, data: TaskData) -> EncoderForContrastive:
+        if config.regime == "frozen":
+            raise ValueError("a bi-encoder has no head: regime 'frozen' would train nothing")
+        if config.cache_batch_size is not None and int(os.environ.get("WORLD_SIZE", "1")) > 1:
+            raise ValueError("cache_batch_size (GradCache) runs in a single process; under torchrun "
+                             f"(WORLD_SIZE={os.environ['WORLD_SIZE']}) use the plain loss (cache_batch_size=None)")
+        model = EncoderForContrastive.from_pretrained(
+            resolve_model_dir(config.model), scale=config.scale, symmetric=config.symmetric,
+            matryoshka_dims=config.matryoshka_dims, matryoshka_weights=config.matryoshka_weights,
+            cache_batch_size=config.cache_batch_size)
+        return config.apply_regime(model)
+
+    def encode(self, config: ContrastiveConfig, tokenizer, examples: Sequence[ContrastiveExample], data: TaskData):
+        return encode_contrastive(tokenizer, examples, max_length=config.max_length), \
+            ContrastiveCollator(tokenizer.pad_token_id)
+
+    def evaluator(self, config: ContrastiveConfig, tokenizer, data: TaskData, features, collate):
+        embed = dict(max_length=config.max_length, batch_size=config.eval_batch_size)
+
+        def dims(m) -> tuple[int, ...]:  # the truncated Matryoshka widths, each also evaluated ("spearman_64")
+            return tuple(d for d in config.matryoshka_dims or () if d < m.config.hidden_size)
+
+        if data.info["eval_kind"] == "stsb":
+            a = [ex.anchor for ex in data.eval]
+            b = [ex.positive for ex in data.eval]
+            scores = [ex.score for ex in data.eval]
+            return lambda m: stsb_metrics(embed_texts(m, tokenizer, a, **embed), embed_texts(m, tokenizer, b, **embed),
+                                          scores, dims=dims(m))
+        queries, corpus, relevant = retrieval_corpus(data.eval)
+        return lambda m: retrieval_metrics(embed_texts(m, tokenizer, queries, **embed),
+                                           embed_texts(m, tokenizer, corpus, **embed), relevant, dims=dims(m))
+
+    # ---- saving, loading, predicting
+    def save(self, model, directory, config: ContrastiveConfig, data: TaskData, tokenizer, *, train_config) -> None:
+        save_model_files(model, directory, config, tokenizer, train_config=train_config,
+                         contrastive=model.training_settings(), mining=data.info.get("mining"))
+        # what SentenceTransformer(dir) and Embedder.embed_sentences compute: last-layer mean, normalised
+        write_sentence_transformers_modules(directory, pooling="mean", layers=[-1], normalize=True,
+                                            max_seq_length=config.max_length, similarity_fn_name="cosine")
+
+    def load(self, model_dir) -> EncoderForContrastive:
+        return EncoderForContrastive.from_pretrained(resolve_model_dir(model_dir))
+
+    def predict(self, model, tokenizer, inputs: Sequence, saved: dict[str, Any]) -> list:
+        """One unit vector (a list of floats) per input text."""
+        texts = list(inputs)
+        bad = [i for i, t in enumerate(texts) if not isinstance(t, str) or not t.strip()]
+        if bad:
+            raise ValueError(f"inputs must be non-blank texts; input {bad[0]} is {texts[bad[0]]!r}")
+        vectors = embed_texts(model, tokenizer, texts, max_length=int(saved.get("max_length", 128)))
+        return [v.astype(np.float64).tolist() for v in vectors]
+
+
+def config_fields() -> tuple[str, ...]:
+    """The settings :class:`ContrastiveConfig` adds to :class:`FinetuneRunConfig` (for the CLI's flags)."""
+    shared = {f.name for f in dataclasses.fields(FinetuneRunConfig)}
+    return tuple(f.name for f in dataclasses.fields(ContrastiveConfig) if f.name not in shared)

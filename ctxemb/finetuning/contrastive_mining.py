@@ -1,0 +1,154 @@
+"""Hard negatives mined with the model before training: for each anchor, the corpus texts it scores highest that are
+not its positive.
+
+The corpus is every distinct positive and given negative of the training rows. Its vectors go into an exact FAISS
+inner-product index over unit vectors (cosine, as :class:`ctxemb.search.SemanticIndex`'s flat kind computes it; the
+search layer sits above fine-tuning, so this module builds the same FAISS structure itself). For each anchor the
+``mine_range`` best candidates are read in order and kept unless
+
+- it is the anchor's positive (the same text), the anchor itself, or a negative the row already has;
+- it is a near-duplicate of the positive: ``cos(candidate, positive) >= duplicate_threshold``;
+- with ``margin`` set, it scores too close to the positive to be a safe negative (a likely false negative):
+  ``cos(anchor, candidate) > cos(anchor, positive) - margin`` (NV-Retriever's positive-aware filter, and
+  sentence-transformers' ``absolute_margin``).
+
+The first ``k`` kept are the row's mined negatives (fewer when the range runs out; the collator pads).
+
+Shapes: A anchors, C corpus texts, H embedding size, R the range searched.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, replace
+from typing import Sequence
+
+import numpy as np
+
+from ctxemb._validation import unit_rows
+from ctxemb.finetuning.contrastive_data import ContrastiveExample
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["MiningStats", "add_mined_negatives", "check_mining", "mine_hard_negatives"]
+
+
+def check_mining(k: int, mine_range: int, duplicate_threshold: float, margin: float | None) -> None:
+    """Raises ValueError naming the setting when a mining setting is out of range."""
+    if isinstance(k, bool) or not isinstance(k, int) or k < 0:
+        raise ValueError(f"mine_hard_negatives must be an int >= 0 (negatives per row; 0 = no mining); got {k!r}")
+    if isinstance(mine_range, bool) or not isinstance(mine_range, int) or mine_range < max(k, 1):
+        raise ValueError(f"mine_range must be an int >= mine_hard_negatives ({k}): the candidates read per anchor; "
+                         f"got {mine_range!r}")
+    if not isinstance(duplicate_threshold, (int, float)) or not -1.0 < duplicate_threshold <= 1.0:
+        raise ValueError(f"mine_duplicate_threshold must be a cosine in (-1, 1]; got {duplicate_threshold!r}")
+    if margin is not None and (not isinstance(margin, (int, float)) or not -2.0 <= margin <= 2.0):
+        raise ValueError(f"mine_margin must be None or a cosine difference in [-2, 2]; got {margin!r}")
+
+
+@dataclass(frozen=True)
+class MiningStats:
+    """What the mining left out, for the run record."""
+
+    anchors: int
+    corpus: int
+    mined: int
+    short_rows: int  # rows that got fewer than k negatives
+    excluded_positive: int
+    excluded_duplicate: int
+    excluded_margin: int
+
+    def to_dict(self) -> dict[str, int]:
+        return {k: int(v) for k, v in self.__dict__.items()}
+
+
+def mine_hard_negatives(anchor_vectors: np.ndarray, corpus_vectors: np.ndarray, positive_index: Sequence[int], *,
+                        k: int, mine_range: int = 50, duplicate_threshold: float = 0.95, margin: float | None = None,
+                        exclude: Sequence[Sequence[int]] | None = None) -> tuple[list[list[int]], MiningStats]:
+    """Pick up to ``k`` hard negatives per anchor among the corpus (see the module docstring).
+
+    Args:
+        anchor_vectors: (A, H) anchor vectors (normalised here, on a copy).
+        corpus_vectors: (C, H) corpus vectors.
+        positive_index: (A,) the corpus index of each anchor's positive.
+        k: negatives per anchor.
+        mine_range: candidates read per anchor (the top ``mine_range`` by cosine).
+        duplicate_threshold: a candidate at least this similar to the positive is a near-duplicate, left out.
+        margin: None, or leave out candidates scoring above ``cos(anchor, positive) - margin``.
+        exclude: per anchor, further corpus indices never to pick (the anchor's own text, given negatives).
+
+    Returns:
+        (per anchor, the chosen corpus indices best first; the counts).
+
+    Raises:
+        ValueError: bad settings or shapes.
+    """
+    check_mining(k, mine_range, duplicate_threshold, margin)
+    a = unit_rows(np.asarray(anchor_vectors), "anchor_vectors", dtype=np.float32)
+    c = unit_rows(np.asarray(corpus_vectors), "corpus_vectors", dtype=np.float32)
+    pos = np.asarray(positive_index, dtype=np.int64)
+    if a.ndim != 2 or c.ndim != 2 or a.shape[1] != c.shape[1] or pos.shape != (a.shape[0],):
+        raise ValueError(f"anchor_vectors (A, H), corpus_vectors (C, H) and positive_index (A,) expected; got "
+                         f"{a.shape}, {c.shape}, {pos.shape}")
+    if pos.size and (pos.min() < 0 or pos.max() >= c.shape[0]):
+        raise ValueError(f"positive_index must index the {c.shape[0]} corpus rows; got values in "
+                         f"[{pos.min()}, {pos.max()}]")
+    import faiss  # imported when mining, not when the task registry is
+
+    index = faiss.IndexFlatIP(c.shape[1])
+    index.add(c)
+    r = min(mine_range + 1, c.shape[0])  # +1: the positive itself is usually the first hit
+    scores, found = index.search(a, r)  # (A, R)
+    pos_score = (a * c[pos]).sum(1)  # (A,) cos(anchor, positive)
+    stats = dict(positive=0, duplicate=0, margin=0)
+    chosen: list[list[int]] = []
+    for i in range(a.shape[0]):
+        skip = set(exclude[i]) if exclude is not None else set()
+        row: list[int] = []
+        for s, j in zip(scores[i], found[i]):
+            if len(row) == k or j < 0:
+                break
+            if j == pos[i] or j in skip:
+                stats["positive"] += int(j == pos[i])
+                continue
+            if float(c[j] @ c[pos[i]]) >= duplicate_threshold:
+                stats["duplicate"] += 1
+                continue
+            if margin is not None and s > pos_score[i] - margin:
+                stats["margin"] += 1
+                continue
+            row.append(int(j))
+        chosen.append(row)
+    out = MiningStats(anchors=a.shape[0], corpus=c.shape[0], mined=sum(map(len, chosen)),
+                      short_rows=sum(len(x) < k for x in chosen), excluded_positive=stats["positive"],
+                      excluded_duplicate=stats["duplicate"], excluded_margin=stats["margin"])
+    return chosen, out
+
+
+def add_mined_negatives(examples: Sequence[ContrastiveExample], embed, *, k: int, mine_range: int = 50,
+                        duplicate_threshold: float = 0.95, margin: float | None = None
+                        ) -> tuple[list[ContrastiveExample], MiningStats]:
+    """The rows with ``k`` mined negatives appended to their given ones (see :func:`mine_hard_negatives`).
+
+    Args:
+        examples: the training rows.
+        embed: ``embed(texts) -> (N, H)`` vectors (the model before training).
+    """
+    corpus: dict[str, int] = {}
+    for ex in examples:
+        for t in (ex.positive, *ex.negatives):
+            corpus.setdefault(t, len(corpus))
+    texts = list(corpus)
+    anchors = list(dict.fromkeys(ex.anchor for ex in examples))
+    corpus_vectors = embed(texts)
+    anchor_vectors = embed(anchors)
+    row_of = {t: i for i, t in enumerate(anchors)}
+    exclude = [[corpus[t] for t in ex.negatives] + ([corpus[ex.anchor]] if ex.anchor in corpus else [])
+               for ex in examples]
+    chosen, stats = mine_hard_negatives(anchor_vectors[[row_of[ex.anchor] for ex in examples]], corpus_vectors,
+                                        [corpus[ex.positive] for ex in examples], k=k, mine_range=mine_range,
+                                        duplicate_threshold=duplicate_threshold, margin=margin, exclude=exclude)
+    logger.info("mined %d hard negatives for %d rows from %d corpus texts (%d rows short of %d; left out: %d "
+                "positives, %d near-duplicates, %d within the margin)", stats.mined, stats.anchors, stats.corpus,
+                stats.short_rows, k, stats.excluded_positive, stats.excluded_duplicate, stats.excluded_margin)
+    return [replace(ex, negatives=ex.negatives + tuple(texts[j] for j in row)) for ex, row in zip(examples, chosen)], stats

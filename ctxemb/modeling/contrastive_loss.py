@@ -1,0 +1,151 @@
+"""Contrastive losses for sentence embedders: in-batch negatives (MultipleNegativesRankingLoss / InfoNCE) with
+explicit or mined hard negatives, a symmetric variant, and Matryoshka training over nested dimensions.
+
+In-batch negatives (van den Oord et al. 2018; Henderson et al. 2017; sentence-transformers'
+``MultipleNegativesRankingLoss``): anchor i is scored against every candidate of the batch by
+``scale * cos(a_i, c_j)``, and the loss is the cross-entropy of picking its own positive ``c_i``. The candidates
+are the B positives first, then K blocks of B hard negatives (block k, row i: the k-th hard negative of anchor i),
+so every anchor sees B - 1 + B * K negatives. ``scale`` is the inverse temperature (20 = temperature 0.05).
+
+The symmetric variant (``MultipleNegativesSymmetricRankingLoss``) adds the other direction, each positive picking its
+anchor among the B anchors, and averages the two.
+
+False negatives. In a batch drawn from a table, another row's positive can be this anchor's positive too (two
+questions about one passage), and a mined negative of another row can be this row's positive. With keys (an int per
+distinct text: ``anchor_keys`` for the anchors, ``candidate_keys`` for the candidates), a candidate is left out of
+anchor i's softmax when it is the same text as anchor i's positive, or when it is the positive of another row with
+the same anchor text; key -1 marks a padding candidate that no anchor sees. Without keys every other candidate is a
+negative, exactly as sentence-transformers computes it.
+
+Matryoshka (Kusupati et al. 2022; sentence-transformers' ``MatryoshkaLoss``): the same loss on the first d
+coordinates of every vector (renormalised, which the cosine does), summed over the nested ``dims`` with weights, so
+that a vector truncated to any of them stays a good embedding.
+
+Shapes: B anchors, N = B * (1 + K) candidates, D embedding size.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+import torch.nn.functional as F
+
+__all__ = ["check_matryoshka", "contrastive_loss", "false_negative_mask", "in_batch_negatives_loss",
+           "matryoshka_loss"]
+
+
+def _check_scale(scale: float) -> float:
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not (0 < scale < float("inf")):
+        raise ValueError(f"scale must be a positive finite number (the inverse temperature, e.g. 20 for "
+                         f"temperature 0.05); got {scale!r}")
+    return float(scale)
+
+
+def false_negative_mask(anchor_keys: torch.Tensor, candidate_keys: torch.Tensor) -> torch.Tensor:
+    """(B, N) bool: True where candidate j must not count as a negative of anchor i (see the module docstring).
+
+    Args:
+        anchor_keys: (B,) ints, equal for equal anchor texts.
+        candidate_keys: (N,) ints, equal for equal candidate texts (positives first); -1 for padding.
+
+    Raises:
+        ValueError: shapes that do not fit (N must be a multiple of B).
+    """
+    B, N = anchor_keys.shape[0], candidate_keys.shape[0]
+    if anchor_keys.dim() != 1 or candidate_keys.dim() != 1 or N % B or N < B:
+        raise ValueError(f"anchor_keys (B,) and candidate_keys (B * (1 + K),) expected; got "
+                         f"{tuple(anchor_keys.shape)} and {tuple(candidate_keys.shape)}")
+    positive = candidate_keys[:B]
+    same_text = candidate_keys.unsqueeze(0) == positive.unsqueeze(1)  # (B, N): the text of anchor i's positive
+    same_anchor = torch.zeros_like(same_text)
+    same_anchor[:, :B] = anchor_keys.unsqueeze(0) == anchor_keys.unsqueeze(1)  # another positive of this anchor
+    mask = same_text | same_anchor | (candidate_keys == -1).unsqueeze(0)
+    mask[torch.arange(B), torch.arange(B)] = False  # the own positive is the target, never masked
+    return mask
+
+
+def in_batch_negatives_loss(anchors: torch.Tensor, candidates: torch.Tensor, *, scale: float = 20.0,
+                            symmetric: bool = False, anchor_keys: torch.Tensor | None = None,
+                            candidate_keys: torch.Tensor | None = None) -> torch.Tensor:
+    """The in-batch negatives loss (module docstring), a scalar.
+
+    Args:
+        anchors: (B, D) anchor vectors (not necessarily normalised: the cosine normalises).
+        candidates: (N, D), N = B * (1 + K): the B positives, then K blocks of B hard negatives.
+        scale: the inverse temperature multiplying the cosines.
+        symmetric: average with the positive -> anchor direction.
+        anchor_keys, candidate_keys: (B,) and (N,) text keys to leave false negatives out (both or neither).
+
+    Raises:
+        ValueError: shapes that do not fit, or only one of the key tensors.
+    """
+    scale = _check_scale(scale)
+    if anchors.dim() != 2 or candidates.dim() != 2 or anchors.shape[1] != candidates.shape[1]:
+        raise ValueError(f"anchors (B, D) and candidates (N, D) expected; got {tuple(anchors.shape)} and "
+                         f"{tuple(candidates.shape)}")
+    B, N = anchors.shape[0], candidates.shape[0]
+    if B == 0 or N % B or N < B:
+        raise ValueError(f"candidates must hold the B={B} positives and K blocks of B hard negatives; got N={N}")
+    if (anchor_keys is None) != (candidate_keys is None):
+        raise ValueError("pass both anchor_keys and candidate_keys, or neither")
+    a = F.normalize(anchors.float(), dim=-1)
+    c = F.normalize(candidates.float(), dim=-1)
+    scores = scale * (a @ c.T)  # (B, N)
+    if anchor_keys is not None:
+        scores = scores.masked_fill(false_negative_mask(anchor_keys, candidate_keys), float("-inf"))
+    target = torch.arange(B, device=scores.device)
+    loss = F.cross_entropy(scores, target)
+    if symmetric:  # positive j picks its anchor among the B anchors (the mask of the B x B block is symmetric)
+        loss = (loss + F.cross_entropy(scores[:, :B].T, target)) / 2
+    return loss
+
+
+def check_matryoshka(dims: Sequence[int] | None, weights: Sequence[float] | None, width: int | None = None
+                     ) -> tuple[tuple[int, ...], tuple[float, ...]] | None:
+    """Checked Matryoshka dimensions (strictly decreasing, positive, at most ``width``) and weights (default 1 each);
+    None when ``dims`` is None or empty.
+
+    Raises:
+        ValueError: a dimension that is not a positive int, not decreasing, or wider than ``width``; weights of
+            another length, or negative, or all 0.
+    """
+    if not dims:
+        if weights:
+            raise ValueError(f"matryoshka_weights {list(weights)} given without matryoshka_dims")
+        return None
+    dims = tuple(dims)
+    for d in dims:
+        if isinstance(d, bool) or not isinstance(d, int) or d < 1:
+            raise ValueError(f"matryoshka_dims must be positive ints; got {list(dims)}")
+    if any(b >= a for a, b in zip(dims, dims[1:])):
+        raise ValueError(f"matryoshka_dims must be strictly decreasing (e.g. 384, 256, 128, 64, 32); got {list(dims)}")
+    if width is not None and dims[0] > width:
+        raise ValueError(f"matryoshka_dims {list(dims)} start above the embedding size {width}")
+    w = tuple(float(x) for x in weights) if weights else (1.0,) * len(dims)
+    if len(w) != len(dims) or any(x < 0 for x in w) or not any(w):
+        raise ValueError(f"matryoshka_weights must be one non-negative weight per dimension ({len(dims)}), not all "
+                         f"0; got {list(weights)}")
+    return dims, w
+
+
+def matryoshka_loss(anchors: torch.Tensor, candidates: torch.Tensor, dims: Sequence[int],
+                    weights: Sequence[float] | None = None, **loss_args) -> torch.Tensor:
+    """``sum_d w_d * in_batch_negatives_loss(anchors[:, :d], candidates[:, :d])`` over the nested ``dims``
+    (each prefix renormalised by the cosine). ``loss_args`` are :func:`in_batch_negatives_loss`'s."""
+    checked = check_matryoshka(dims, weights, anchors.shape[-1])
+    if checked is None:
+        raise ValueError("matryoshka_loss needs at least one dimension")
+    total = anchors.new_zeros((), dtype=torch.float32)
+    for d, w in zip(*checked):
+        if w:
+            total = total + w * in_batch_negatives_loss(anchors[:, :d], candidates[:, :d], **loss_args)
+    return total
+
+
+def contrastive_loss(anchors: torch.Tensor, candidates: torch.Tensor, *, matryoshka_dims: Sequence[int] | None = None,
+                     matryoshka_weights: Sequence[float] | None = None, **loss_args) -> torch.Tensor:
+    """:func:`matryoshka_loss` with ``matryoshka_dims``, else :func:`in_batch_negatives_loss`."""
+    if matryoshka_dims:
+        return matryoshka_loss(anchors, candidates, matryoshka_dims, matryoshka_weights, **loss_args)
+    return in_batch_negatives_loss(anchors, candidates, **loss_args)
