@@ -284,3 +284,66 @@ def test_a_model_that_does_not_match_the_store_is_refused(tiny_store, tmp_path):
             load_disambiguator(store)
     finally:
         store.metadata["embedder"] = recorded
+
+
+# ------------------------------------------------------------------------ the command line
+
+
+def test_predict_and_wsd_tag_write_what_tag_file_writes(tiny_store, tmp_path, capsys):
+    from ctxemb.cli import main
+
+    store_dir, _, _ = tiny_store
+    src = _jsonl(tmp_path / "in.jsonl", [{"text": t} for t in TEXTS])
+    tag_file(store_dir, src, tmp_path / "lib.csv", batch_size=4, progress_bar=False)
+    assert main(["predict", str(store_dir), "--input", str(src), "--output", str(tmp_path / "p.csv"),
+                 "--batch-size", "4", "--no-progress-bar"]) == 0
+    assert "tagged" in capsys.readouterr().out
+    assert main(["wsd", "tag", "--store", str(store_dir), "--input", str(src), "--output", str(tmp_path / "t.out"),
+                 "--format", "csv", "--batch-size", "4", "--no-progress"]) == 0
+    lib = (tmp_path / "lib.csv").read_text()
+    assert (tmp_path / "p.csv").read_text() == lib and (tmp_path / "t.out").read_text() == lib
+
+    # a Raganato data set to a key file, scored as `wsd eval` scores it
+    key = tmp_path / "tiny_eval.key"
+    assert main(["predict", str(store_dir), "--input", str(EVAL / "tiny_eval.data.xml"), "--output", str(key),
+                 "--no-progress-bar"]) == 0
+    assert "disambiguated 10 instance(s)" in capsys.readouterr().out
+    res = tmp_path / "res.json"
+    assert main(["wsd", "eval", str(store_dir), str(EVAL), "--json", str(res), "--no-progress"]) == 0
+    capsys.readouterr()
+    f1 = json.loads(res.read_text())["tiny_eval"]["F1"]
+    assert 100 * score_files(EVAL / "tiny_eval.gold.key.txt", key).f1 == pytest.approx(f1)
+
+
+def test_the_command_line_reports_skips_and_refuses_misuse(tiny_store, tmp_path, capsys):
+    from ctxemb.cli import main
+
+    store_dir, emb, _ = tiny_store
+    src = _jsonl(tmp_path / "in.jsonl", BAD_ROWS)
+    out = tmp_path / "out.jsonl"
+    assert main(["predict", str(store_dir), "--input", str(src), "--output", str(out), "--no-progress-bar"]) == 1
+    err = capsys.readouterr().err
+    assert f"{src} line 2: column 'text' must be a string" in err and not out.exists()
+    assert main(["wsd", "tag", "--store", str(store_dir), "--input", str(src), "--output", str(out),
+                 "--skip-bad-rows", "--no-progress"]) == 0
+    err = capsys.readouterr().err
+    assert f"{src} line 3: skipped: not valid JSON" in err and "skipped 4 bad row(s) of 6" in err
+    assert len(out.read_text().splitlines()) == 2
+    for argv, message in [
+        (["predict", str(store_dir), "the bank"], "is a sense store: give --input FILE --output FILE"),
+        (["predict", str(store_dir), "--input", str(src), "--output", str(out), "--json"], "drop --json"),
+        (["predict", str(store_dir), "--input", str(src)], "--input needs --output"),
+        (["wsd", "tag", "--store", str(store_dir), "--input", str(src), "--output", str(out), "the"], "drop text"),
+        (["wsd", "tag", "--store", str(store_dir), "--output", str(out), "the bank"], "--output go with --input"),
+        (["wsd", "tag", "--store", str(store_dir)], "give the text to tag"),
+        (["predict", str(store_dir), "--input", str(src), "--output", str(out), "--model", "all-MiniLM-L6-v2"],
+         "does not match the sense store"),
+        (["wsd", "tag", "--store", str(store_dir), "--model", "all-MiniLM-L6-v2", "the bank"],
+         "does not match the sense store"),
+        (["predict", str(tmp_path), "the bank", "--model", "all-MiniLM-L6-v2"], "--model goes with a sense store"),
+    ]:
+        assert main(argv) != 0, argv
+        assert message in capsys.readouterr().err, argv
+    # --model naming the recorded model is accepted
+    assert main(["wsd", "tag", "--store", str(store_dir), "--model", emb.config.model, "--json", "the bank"]) == 0
+    assert json.loads(capsys.readouterr().out.splitlines()[0])["word"] == "bank"

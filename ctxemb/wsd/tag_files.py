@@ -71,6 +71,7 @@ class TagFileResult:
         tagged: words tagged (a table) or instances answered with a sense key (a Raganato data set).
         skipped: the skipped table rows as (where, reason).
         output: the output file.
+        input_kind: ``"table"`` or ``"raganato"``.
     """
 
     rows: int = 0
@@ -78,6 +79,7 @@ class TagFileResult:
     tagged: int = 0
     skipped: list[tuple[str, str]] = field(default_factory=list)
     output: Path | None = None
+    input_kind: str = "table"
 
 
 class _BadInput(Exception):
@@ -192,15 +194,16 @@ def _cell(value: Any) -> Any:
 # --------------------------------------------------------------------------------------------------- entry point
 
 
-def tag_file(model: Disambiguator | str | os.PathLike, input: str | os.PathLike, output: str | os.PathLike, *,
+def tag_file(store: Disambiguator | str | os.PathLike, input: str | os.PathLike, output: str | os.PathLike, *,
              columns: Mapping[str, Any] | None = None, input_format: str | None = None, format: str | None = None,
              batch_size: int = 32, skip_bad_rows: bool = False, progress_bar: bool = True, device: str = "cpu",
-             on_skip: Callable[[str, str], None] | None = None) -> TagFileResult:
+             model: str | None = None, on_skip: Callable[[str, str], None] | None = None) -> TagFileResult:
     """Disambiguate a file of inputs and write the predictions to ``output`` (see the module docstring).
 
     Args:
-        model: a :class:`~ctxemb.wsd.disambiguate.Disambiguator`, or a sense store directory (loaded with
-            :func:`load_disambiguator`, its recorded embedder on ``device``).
+        store: a :class:`~ctxemb.wsd.disambiguate.Disambiguator`, or a sense store directory (loaded with
+            :func:`load_disambiguator` once the input and output are checked: its recorded embedder on ``device``,
+            embedding ``batch_size`` texts at a time).
         input: a Raganato data set (``.xml`` file or its folder) or a table of texts (JSONL, CSV, TSV, TXT, JSON,
             Parquet).
         output: the output file, written atomically.
@@ -211,7 +214,9 @@ def tag_file(model: Disambiguator | str | os.PathLike, input: str | os.PathLike,
         batch_size: table rows or data set sentences per embedder call (and per streamed chunk).
         skip_bad_rows: skip (and report) table rows whose text cannot be used instead of stopping at the first.
         progress_bar: show a tqdm bar on stderr.
-        device: torch device when ``model`` is a directory.
+        device: torch device when ``store`` is a directory.
+        model: when ``store`` is a directory, load this model instead of the one the store records (it must match
+            the store's configuration).
         on_skip: called with (where, reason) for each skipped row; default: a logged warning.
 
     Returns:
@@ -222,8 +227,11 @@ def tag_file(model: Disambiguator | str | os.PathLike, input: str | os.PathLike,
             an unknown format, ``format="key"`` for a table, ``columns`` or ``skip_bad_rows`` for a Raganato data
             set, an input column named ``predictions`` (JSONL output), ``output`` equal to ``input``, every row bad.
         FileNotFoundError: a missing input file or store.
+        TypeError: ``model`` with a Disambiguator (whose embedder is already chosen).
     """
     batch_size = check_int(batch_size, "batch_size", low=1)
+    if isinstance(store, Disambiguator) and model is not None:
+        raise TypeError("model applies to a store directory; a Disambiguator's embedder is already chosen")
     fmt = tag_output_format(output, format)
     input_path = Path(input)
     if Path(output).resolve() == input_path.resolve():
@@ -249,8 +257,9 @@ def tag_file(model: Disambiguator | str | os.PathLike, input: str | os.PathLike,
                                                    ", ".join(repr(c) for c in table.columns)))
     else:
         corpus = read_raganato(xml, key_path="")  # instances to answer; gold keys are not needed
-    dis = model if isinstance(model, Disambiguator) else load_disambiguator(model, device=device)
-    result = TagFileResult(output=Path(output))
+    dis = store if isinstance(store, Disambiguator) else load_disambiguator(store, model=model, device=device,
+                                                                             batch_size=batch_size)
+    result = TagFileResult(output=Path(output), input_kind="table" if xml is None else "raganato")
     with atomic_write(output, "w", encoding="utf-8", newline="") as f:
         if xml is None:
             _tag_table(dis, table, roles, f, fmt, batch_size, skip_bad_rows, progress_bar, on_skip, result)
