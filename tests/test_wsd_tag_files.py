@@ -347,3 +347,17 @@ def test_the_command_line_reports_skips_and_refuses_misuse(tiny_store, tmp_path,
     # --model naming the recorded model is accepted
     assert main(["wsd", "tag", "--store", str(store_dir), "--model", emb.config.model, "--json", "the bank"]) == 0
     assert json.loads(capsys.readouterr().out.splitlines()[0])["word"] == "bank"
+
+
+def test_input_format_overrides_the_extension(dis, tmp_path):
+    xml = tmp_path / "data.dat"
+    xml.write_bytes((EVAL / "tiny_eval.data.xml").read_bytes())
+    tag_file(dis, xml, tmp_path / "a.key", input_format="raganato", progress_bar=False)
+    tag_file(dis, EVAL / "tiny_eval.data.xml", tmp_path / "b.key", progress_bar=False)
+    assert (tmp_path / "a.key").read_text() == (tmp_path / "b.key").read_text()
+    lines = tmp_path / "lines.dat"
+    lines.write_text("\n".join(TEXTS) + "\n")
+    tag_file(dis, lines, tmp_path / "c.jsonl", input_format="txt", progress_bar=False)
+    assert len((tmp_path / "c.jsonl").read_text().splitlines()) == len(TEXTS)
+    with pytest.raises(ValueError, match="input format"):
+        tag_file(dis, lines, tmp_path / "d.jsonl", input_format="xls", progress_bar=False)

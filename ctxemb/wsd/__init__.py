@@ -8,6 +8,8 @@
 - :mod:`~ctxemb.wsd.glosses`: gloss embeddings combined with corpus vectors.
 - :mod:`~ctxemb.wsd.build`: :class:`BuildConfig` and :func:`build_sense_store` / :func:`build_from_embeddings`.
 - :mod:`~ctxemb.wsd.disambiguate`: :class:`Disambiguator` (nearest sense, first-sense back-off, raw-text tagging).
+- :mod:`~ctxemb.wsd.tag_files`: :func:`~ctxemb.wsd.tag_files.tag_file`, a store's predictions for a file (Raganato XML
+  or a table of texts) to JSONL, CSV or a key file.
 
 Scoring lives in :mod:`ctxemb.metrics.wsd` (``Scorer.java``-exact); running a disambiguator over a data set in
 :mod:`ctxemb.evaluation.wsd`.
