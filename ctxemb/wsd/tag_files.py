@@ -27,7 +27,8 @@ the output is written atomically (an error leaves an existing output file as it 
 used (its text missing, blank or not a string; a line that is not JSON; a wrong field count) stops the run with a
 ``ValueError`` naming the row (``FILE line N`` or ``FILE row I``); with ``skip_bad_rows=True`` it is reported
 through ``on_skip``, counted in :attr:`TagFileResult.skipped` and left out. A Raganato file is checked as a whole
-when read (:func:`~ctxemb.wsd.corpus.read_raganato` names the bad sentence).
+when read (:func:`~ctxemb.wsd.corpus.read_raganato` names the bad sentence); it is read whole before the first
+chunk (SemCor's 37k sentences take seconds), then disambiguated and written in chunks of ``batch_size`` sentences.
 """
 
 from __future__ import annotations
