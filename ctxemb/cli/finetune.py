@@ -12,6 +12,7 @@
     ctxemb finetune custom --train-file train.csv --dev-file dev.parquet --columns text=review,label=stars \
         --label-names bad good --out-dir runs/reviews
     ctxemb predict runs/reviews/model --input reviews.jsonl --output predicted.csv --skip-bad-rows
+    ctxemb predict stores/minilm --input semeval2007.data.xml --output semeval2007.key    # a WSD sense store
 """
 
 from __future__ import annotations
@@ -84,7 +85,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.set_defaults(func=run_finetune)
 
     q = subparsers.add_parser("predict", help=command_help("predict"))
-    q.add_argument("model_dir", help="a model directory written by `ctxemb finetune` (<out>/model)")
+    q.add_argument("model_dir", help="a model directory written by `ctxemb finetune` (<out>/model), or a sense "
+                   "store directory written by `ctxemb wsd build` (with --input/--output; see `ctxemb wsd tag`)")
     q.add_argument("text", nargs="*", help="texts (the first sentence of each pair; QA: the passages)")
     q.add_argument("--pair", nargs="+", default=None, help="second sentences, one per text")
     q.add_argument("--question", nargs="+", default=None, help="QA: one question per passage")
@@ -101,8 +103,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     f.add_argument("--output", default=None, metavar="FILE",
                    help="where the input rows go with their predictions appended (JSONL or CSV by extension or "
                         "--format), written atomically: a run that stops leaves no partial file")
-    f.add_argument("--format", choices=("jsonl", "csv"), default=None,
-                   help="the output format (default: from the --output extension)")
+    f.add_argument("--format", choices=("jsonl", "csv", "key"), default=None,
+                   help="the output format (default: from the --output extension); key: a Raganato key file, for a "
+                        "sense store given a Raganato XML data set")
     f.add_argument("--columns", type=column_mapping, default=None, metavar="ROLE=COLUMN,...",
                    help="input columns for the model's roles when they are not named as in training: text, text_b "
                         "(pairs), tokens (pre-tokenized words for taggers), question, context (QA); e.g. "
@@ -112,6 +115,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                         "counted) instead of stopping at the first with an error")
     f.add_argument("--batch-size", type=positive_int, default=32, help="rows per model batch (default %(default)s)")
     f.add_argument("--no-progress-bar", action="store_true", help="do not show the progress bar on stderr")
+    f.add_argument("--model", default=None,
+                   help="a sense store: load this model instead of the one the store records (refused unless it "
+                        "matches the store's embedder configuration)")
     q.set_defaults(func=run_predict)
     return p
 
@@ -244,6 +250,14 @@ def _predict_file(args: argparse.Namespace) -> int:
 
 
 def run_predict(args: argparse.Namespace) -> int:
+    from ctxemb.wsd.tag_files import is_sense_store
+
+    if is_sense_store(args.model_dir):  # WSD: the store's disambiguator over a Raganato data set or texts
+        from ctxemb.cli.wsd import predict_store_file
+
+        return predict_store_file(args)
+    if args.model is not None:
+        raise UsageError(f"--model goes with a sense store; {args.model_dir} is a fine-tuned model directory")
     if args.input is not None:
         return _predict_file(args)
     file_only = [name for name, value in (("--output", args.output), ("--format", args.format),

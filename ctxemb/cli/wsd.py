@@ -10,6 +10,9 @@ Examples::
     ctxemb wsd eval stores/minilm $CTXEMB_DATA/wsd/WSD_Evaluation_Framework/Evaluation_Datasets/semeval2007 \\
         --json results.json --predictions predictions/
     ctxemb wsd tag --store stores/minilm "He sat on the bank of the river."
+    ctxemb wsd tag --store stores/minilm --input sentences.jsonl --output tagged.csv --skip-bad-rows
+    ctxemb wsd tag --store stores/minilm --input semeval2007.data.xml --output semeval2007.key   # Scorer.java reads it
+    ctxemb predict stores/minilm --input sentences.txt --output tagged.jsonl        # the same, through predict
     ctxemb wsd train --recipe supcon --out runs/wsd-supcon --max-minutes 90       # SemCor training documents
     ctxemb wsd build $CTXEMB_DATA/.../SemCor stores/supcon --model runs/wsd-supcon/model --held-out-fraction 0.1
 """
@@ -20,6 +23,7 @@ import argparse
 import json
 import logging
 import math
+import sys
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -48,15 +52,14 @@ from ctxemb.wsd.disambiguate import BACK_OFFS, Disambiguator
 from ctxemb.wsd.glosses import GLOSS_MODES
 from ctxemb.wsd.propagation import PROPAGATION_SCOPES
 from ctxemb.wsd.sense_store import SenseStore
+from ctxemb.wsd.tag_files import INPUT_FORMATS, OUTPUT_FORMATS, store_embedder_config, tag_file
 from ctxemb.wsd.training import SenseTrainConfig, check_held_out_documents, run_sense_training
 
 logger = logging.getLogger(__name__)
 
-def _embedder_for_store(store, device: str):
-    emb = store.metadata.get("embedder")
-    if not emb:
-        raise ValueError("the store's metadata names no embedder configuration; cannot embed queries")
-    return load_embedder(device=device, config=emb)
+def _embedder_for_store(store, device: str, model: str | None = None):
+    """The embedder the store records (``model``: another copy of its model, checked against the store)."""
+    return load_embedder(device=device, config=store_embedder_config(store, model))
 
 
 def add_build_config_args(p: argparse.ArgumentParser) -> None:
@@ -139,11 +142,17 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     _add_common(e)
     e.set_defaults(func=run_eval)
 
-    t = sub.add_parser("tag", help="disambiguate every content word of raw text")
-    t.add_argument("text", nargs="+", help="the text (several arguments are joined with spaces)")
+    t = sub.add_parser("tag", help="disambiguate every content word of raw text, or a file of texts or instances",
+                       description="Tag the text given as arguments, or every row of --input FILE (a table of texts, "
+                                   "or a Raganato-format data set's instances) into --output FILE.")
+    t.add_argument("text", nargs="*", help="the text (several arguments are joined with spaces); none with --input")
     t.add_argument("--store", required=True, help="sense store directory")
     t.add_argument("--json", action="store_true", help="print JSON lines instead of a table")
+    t.add_argument("--model", default=None,
+                   help="load this model instead of the one the store records (refused unless it matches the "
+                        "store's embedder configuration)")
     _add_common(t)
+    add_tag_file_args(t, input_format=True)
     t.set_defaults(func=run_tag)
     _add_train_parser(sub)
     return wsd
@@ -258,9 +267,96 @@ def run_eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def add_tag_file_args(p: argparse.ArgumentParser, *, input_format: bool) -> None:
+    """``--input``, ``--output``, ``--format``, ``--columns``, ``--skip-bad-rows`` (and ``--input-format``) of
+    ``wsd tag``; ``ctxemb predict`` has its own of the same names, which a sense store reads the same way."""
+    f = p.add_argument_group("a file of inputs (ctxemb predict STORE --input FILE --output FILE does the same)")
+    f.add_argument("--input", default=None, metavar="FILE",
+                   help="tag every row of FILE instead of text arguments: a Raganato-format data set (.xml, or its "
+                        "folder: one row per <instance>, in document order) or a table of texts (JSONL, CSV, TSV, "
+                        "TXT with one text per line; also JSON and Parquet); needs --output")
+    f.add_argument("--output", default=None, metavar="FILE",
+                   help="where the predictions go, written atomically: .jsonl (one line per input row, its "
+                        "predictions in a list), .csv (one record per tagged word or instance) or .key (a Raganato "
+                        "key file that Scorer.java and ctxemb.metrics.wsd read; Raganato input only)")
+    f.add_argument("--format", choices=OUTPUT_FORMATS, default=None,
+                   help="the output format (default: from the --output extension)")
+    if input_format:
+        f.add_argument("--input-format", choices=INPUT_FORMATS, default=None,
+                       help="the input's format when its extension does not say it")
+    f.add_argument("--columns", type=_columns, default=None, metavar="ROLE=COLUMN,...",
+                   help="the table's columns: text (default 'text'), id (carried into CSV output); e.g. "
+                        "text=sentence,id=doc")
+    f.add_argument("--skip-bad-rows", action="store_true",
+                   help="skip table rows whose text cannot be used (each reported on stderr with its line or row, "
+                        "and counted) instead of stopping at the first with an error")
+
+
+def _columns(text: str) -> dict[str, str]:
+    """argparse type of --columns: ROLE=COLUMN items separated by commas."""
+    from ctxemb.finetuning.tables import parse_columns
+
+    try:
+        return parse_columns(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def run_tag_file(store: str, *, input: str, output: str | None, model: str | None = None, device: str = "cpu",
+                 batch_size: int = 32, format: str | None = None, input_format: str | None = None,
+                 columns=None, skip_bad_rows: bool = False, progress: bool = True) -> int:
+    """Tag a file with a sense store: ``ctxemb wsd tag --input`` and ``ctxemb predict STORE --input``."""
+    if output is None:
+        raise UsageError("--input needs --output FILE (.jsonl or .csv; .key for a Raganato data set)")
+
+    def report(where: str, reason: str) -> None:
+        print(f"{where}: skipped: {reason}", file=sys.stderr)
+
+    result = tag_file(store, input, output, columns=columns, input_format=input_format, format=format,
+                      batch_size=batch_size, skip_bad_rows=skip_bad_rows, progress_bar=progress, device=device,
+                      model=model, on_skip=report)
+    if result.skipped:
+        print(f"skipped {len(result.skipped)} bad row(s) of {result.rows}", file=sys.stderr)
+    if result.input_kind == "raganato":
+        print(f"disambiguated {result.rows} instance(s), {result.tagged} answered: {output}")
+    else:
+        print(f"tagged {result.tagged} word(s) in {result.written} row(s): {output}")
+    return 0
+
+
+def predict_store_file(args: argparse.Namespace) -> int:
+    """``ctxemb predict STORE --input FILE --output FILE`` for a sense store directory."""
+    if args.input is None:
+        raise UsageError(f"{args.model_dir} is a sense store: give --input FILE --output FILE, or tag text with "
+                         f"`ctxemb wsd tag --store {args.model_dir} TEXT`")
+    given = [name for name, value in (("texts", args.text), ("--pair", args.pair), ("--question", args.question),
+                                      ("--conll", args.conll), ("--out", args.out), ("--json", args.json))
+             if value]
+    if given:
+        raise UsageError(f"{args.model_dir} is a sense store and --input reads the inputs from a file: drop "
+                         f"{', '.join(given)}")
+    return run_tag_file(args.model_dir, input=args.input, output=args.output, model=args.model, device=args.device,
+                        batch_size=args.batch_size, format=args.format, columns=args.columns,
+                        skip_bad_rows=args.skip_bad_rows, progress=not args.no_progress_bar)
+
+
 def run_tag(args: argparse.Namespace) -> int:
+    if args.input is not None:
+        given = [name for name, value in (("text", args.text), ("--json", args.json)) if value]
+        if given:
+            raise UsageError(f"--input reads the texts from a file: drop {', '.join(given)}")
+        return run_tag_file(args.store, input=args.input, output=args.output, model=args.model, device=args.device,
+                            batch_size=args.batch_size, format=args.format, input_format=args.input_format,
+                            columns=args.columns, skip_bad_rows=args.skip_bad_rows, progress=not args.no_progress)
+    file_only = [name for name, value in (("--output", args.output), ("--format", args.format),
+                                          ("--input-format", args.input_format), ("--columns", args.columns),
+                                          ("--skip-bad-rows", args.skip_bad_rows)) if value]
+    if file_only:
+        raise UsageError(f"{', '.join(file_only)} go with --input FILE")
+    if not args.text:
+        raise UsageError("give the text to tag (or --input FILE --output FILE)")
     store = SenseStore.load(args.store)
-    dis = Disambiguator(store, _embedder_for_store(store, args.device), batch_size=args.batch_size)
+    dis = Disambiguator(store, _embedder_for_store(store, args.device, args.model), batch_size=args.batch_size)
     preds = dis.tag(" ".join(args.text))
     if args.json:
         import dataclasses

@@ -10,6 +10,8 @@
 - :mod:`~ctxemb.wsd.disambiguate`: :class:`Disambiguator` (nearest sense, first-sense back-off, raw-text tagging).
 - :mod:`~ctxemb.wsd.training`, :mod:`~ctxemb.wsd.sense_task`: sense training (BEM, SupCon) as tasks of the one
   registry (``wsd-bem``, ``wsd-supcon``), run by the one run skeleton.
+- :mod:`~ctxemb.wsd.tag_files`: :func:`~ctxemb.wsd.tag_files.tag_file`, a store's predictions for a file (Raganato XML
+  or a table of texts) to JSONL, CSV or a key file.
 
 Scoring lives in :mod:`ctxemb.metrics.wsd` (``Scorer.java``-exact); running a disambiguator over a data set in
 :mod:`ctxemb.evaluation.wsd`.

@@ -428,9 +428,39 @@ class Disambiguator:
         Returns:
             Predictions in text order; ``word`` is the (possibly multiword) token.
         """
+        return self.tag_texts([text], show_progress_bar=False)[0]
+
+    def tag_texts(self, texts: Sequence[str], *, show_progress_bar: bool = False) -> list[list[SensePrediction]]:
+        """:meth:`tag` for several texts, embedded together (one embedder call, batched by ``batch_size``).
+
+        Args:
+            texts: raw texts.
+            show_progress_bar: tqdm bar while embedding.
+
+        Returns:
+            Per text, its predictions in text order (an empty list for a text without a content word WordNet knows).
+
+        Raises:
+            TypeError: ``texts`` is a single str, or one of its items is not a str.
+        """
+        if isinstance(texts, str):
+            raise TypeError("texts must be a sequence of str, got a single str (use tag(), or wrap it in a list)")
+        prepared = [self._tag_targets(t) for t in texts]
+        todo = [i for i, (_, targets) in enumerate(prepared) if targets]
+        out: list[list[SensePrediction]] = [[] for _ in prepared]
+        if not todo:
+            return out
+        vectors = self._embed([prepared[i][0] for i in todo], show_progress_bar)
+        for i, vecs in zip(todo, vectors):
+            words, targets = prepared[i]
+            out[i] = self._targets_to_predictions(vecs, words, targets)
+        return out
+
+    def _tag_targets(self, text: str) -> tuple[list[str], list]:
+        """The words of raw text and its targets (see :meth:`tag`)."""
         tokens = tokenize(text)
         if not tokens:
-            return []
+            return [], []
         words = _join_multiwords(tokens)
         tags = pos_tag(words)
         targets = []
@@ -440,10 +470,7 @@ class Disambiguator:
             t = self._target(p, w, None, tag)
             if t[3]:
                 targets.append(t)
-        if not targets:
-            return []
-        vectors = self._embed([words], show_progress_bar=False)[0]
-        return self._targets_to_predictions(vectors, words, targets)
+        return words, targets
 
 
 def _join_multiwords(tokens: list[str], max_len: int = 4) -> list[str]:
