@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -59,14 +60,19 @@ def run_task(task: Task, config: FinetuneRunConfig, *,
     """
     if not isinstance(config, task.config_class):
         raise TypeError(f"task {task.name!r} takes a {task.config_class.__name__}, got {type(config).__name__}")
+    t = time.perf_counter()
     data = task.read(config)
+    timing = {"read": time.perf_counter() - t}
     if config.max_train_examples:
         data.train = data.train[:config.max_train_examples]
     primary, greater = task.primary(config)
     settings = {k: v for k, v in config.to_dict().items() if k != "train"}
     spec = RunSpec(recipe=f"finetune-{task.family}", label=f"finetune-{_label(task.name)}", settings=settings,
-                   train=config.train, epochs=config.epochs, primary_metric=primary, greater_is_better=greater)
+                   train=config.train, epochs=config.epochs, primary_metric=primary, greater_is_better=greater,
+                   timing=timing)
+    t = time.perf_counter()
     tokenizer = load_tokenizer(config.model)
+    timing["tokenizer"] = time.perf_counter() - t
 
     def make_data(model, ctx) -> RunData:
         train_features, collate = task.encode(config, tokenizer, data.train, data)

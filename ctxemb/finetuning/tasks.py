@@ -193,7 +193,11 @@ class SequenceTask(Task):
                             max_length=config.max_length)
 
     def evaluator(self, config: FinetuneConfig, tokenizer, data: TaskData, features, collate):
-        batches = EvalBatches(features, batch_size=max(config.batch_size, 64), collate=collate)
+        from ctxemb.finetuning.runner import feature_lengths
+
+        # visited longest first (fewer padded positions), outputs back in dev order
+        batches = EvalBatches(features, batch_size=max(config.batch_size, 64), collate=collate,
+                              lengths=feature_lengths(features))
         labels = np.array([ex.label for ex in data.eval])
         names = data.info["metrics"]
         return lambda m: task_metrics(names, labels, predict_outputs(m, batches))
