@@ -314,7 +314,7 @@ class PlannedBatches:
         for key in ("num_examples", "world_size", "seed"):
             if key in state and state[key] != getattr(self, key):
                 raise ValueError(f"cannot resume PlannedBatches: the saved state has {key}={state[key]!r} but this "
-                                 f"source has {key}={mine[key]!r}")
+                                 f"source has {key}={getattr(self, key)!r}")
         epoch, position = int(state["epoch"]), int(state["position"])
         if epoch < 0 or not 0 <= position <= len(self.epoch_batches(epoch)):
             raise ValueError(f"invalid PlannedBatches state: epoch {epoch}, position {position}")
