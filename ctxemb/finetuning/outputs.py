@@ -15,14 +15,15 @@ from ctxemb.finetuning.tagging import ScoredSpan, TaggedFeature, score_spans, st
 from ctxemb.modeling.base import EncoderWithHeads
 from ctxemb.modeling.span_classification import EncoderForSpanClassification
 from ctxemb.modeling.token_classification import EncoderForTokenClassification
-from ctxemb.training.data import move_to_device
+from ctxemb.training.data import move_to_device, restore_order
 
 __all__ = ["decode_tags", "model_logits", "predict_outputs", "scored_spans"]
 
 
 @torch.inference_mode()
 def predict_outputs(model: EncoderWithHeads, batches) -> np.ndarray:
-    """Logits (N, C), or scores (N,) in the labels' units for regression, over ``batches`` in order."""
+    """Logits (N, C), or scores (N,) in the labels' units for regression, over ``batches`` in dataset order (an
+    :class:`~ctxemb.training.data.EvalBatches` visiting its examples by length has them put back)."""
     device = next(model.parameters()).device
     was_training = model.training
     model.eval()
@@ -32,12 +33,15 @@ def predict_outputs(model: EncoderWithHeads, batches) -> np.ndarray:
         logits = model(**batch).logits.float().cpu()
         outs.append(model.regression_scores(logits) if model.problem == "regression" else logits)
     model.train(was_training)
-    return torch.cat(outs).numpy()
+    out = torch.cat(outs).numpy()
+    order = getattr(batches, "order", None)
+    return out if order is None else out[np.argsort(np.asarray(order), kind="stable")]
 
 
 @torch.inference_mode()
 def model_logits(model: EncoderWithHeads, batches) -> list[np.ndarray]:
-    """Per feature, its logits without padding: (T_i, C) tokens, (S_i, C) spans or (T_i, 2) QA scores."""
+    """Per feature, its logits without padding: (T_i, C) tokens, (S_i, C) spans or (T_i, 2) QA scores, in
+    dataset order (see :func:`predict_outputs`)."""
     device = next(model.parameters()).device
     was_training = model.training
     model.eval()
@@ -50,7 +54,8 @@ def model_logits(model: EncoderWithHeads, batches) -> list[np.ndarray]:
         lengths = (batch["span_mask"] if "span_mask" in batch else batch["attention_mask"]).sum(1).tolist()
         out.extend(row[:n].numpy() for row, n in zip(logits, lengths))
     model.train(was_training)
-    return out
+    order = getattr(batches, "order", None)
+    return out if order is None else restore_order(out, order)
 
 
 def decode_tags(model: EncoderForTokenClassification, features: Sequence[TaggedFeature],

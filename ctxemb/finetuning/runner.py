@@ -11,6 +11,7 @@ registered by a user.
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable
@@ -63,9 +64,13 @@ def run_task(task: Task, config, *,
     """
     if not isinstance(config, task.config_class):
         raise TypeError(f"task {task.name!r} takes a {task.config_class.__name__}, got {type(config).__name__}")
+    t = time.perf_counter()
     data = task.limit(config, task.read(config) if data is None else data)
     spec = task.run_spec(config, data)
+    spec.timing["read"] = time.perf_counter() - t  # recorded first in the run record's timing
+    t = time.perf_counter()
     tokenizer = task.load_tokenizer(config)
+    spec.timing["tokenizer"] = time.perf_counter() - t
 
     resolved: dict[str, Any] = {}  # the loop's settings as run (max_steps resolved), saved with the model
 

@@ -25,7 +25,7 @@ from ctxemb.finetuning.features import model_inputs
 from ctxemb.finetuning.outputs import predict_outputs
 from ctxemb.finetuning.readers import TASKS, TaskData as TableData, TextExample, load_task, read_table
 from ctxemb.finetuning.tables import class_names, is_path, resolve_columns
-from ctxemb.finetuning.task import Task, TaskData, save_model_files
+from ctxemb.finetuning.task import Task, TaskData, feature_lengths, save_model_files
 from ctxemb.metrics.classification import accuracy, binary_f1
 from ctxemb.metrics.correlation import pearson, spearman
 from ctxemb.modeling.sequence_classification import (PAIR_HEAD_CONFIG_KEY, REGRESSION_LOSSES,
@@ -218,7 +218,9 @@ class SequenceTask(Task):
                             max_length=config.max_length)
 
     def evaluator(self, config: FinetuneConfig, tokenizer, data: TaskData, features, collate):
-        batches = EvalBatches(features, batch_size=max(config.batch_size, 64), collate=collate)
+        # visited longest first (fewer padded positions), outputs back in dev order
+        batches = EvalBatches(features, batch_size=max(config.batch_size, 64), collate=collate,
+                              lengths=feature_lengths(features))
         labels = np.array([ex.label for ex in data.eval])
         names = data.info["metrics"]
         return lambda m: task_metrics(names, labels, predict_outputs(m, batches))

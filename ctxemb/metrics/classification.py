@@ -7,7 +7,6 @@ Shape legend: N examples.
 from __future__ import annotations
 
 import numpy as np
-from sklearn.metrics import accuracy_score, f1_score
 
 from ctxemb.metrics.correlation import _finite_vector
 
@@ -23,6 +22,8 @@ def accuracy(y_true, y_pred) -> float:
         raise ValueError("y_true and y_pred must be 1-D of the same length; got shapes %s and %s" % (t.shape, p.shape))
     if len(t) == 0:
         raise ValueError("accuracy needs at least one example")
+    from sklearn.metrics import accuracy_score  # imported when used: sklearn costs ~2 s at start-up
+
     return float(accuracy_score(t, p))
 
 
@@ -37,6 +38,8 @@ def binary_f1(y_true, y_pred, positive: int = 1) -> float:
     if t.ndim != 1 or p.ndim != 1 or len(t) != len(p) or len(t) == 0:
         raise ValueError("y_true and y_pred must be non-empty 1-D of the same length; got shapes %s and %s"
                          % (t.shape, p.shape))
+    from sklearn.metrics import f1_score
+
     return float(f1_score(t == positive, p == positive, zero_division=0.0))
 
 

@@ -13,7 +13,6 @@ import logging
 import math
 
 import numpy as np
-from scipy import stats
 
 logger = logging.getLogger(__name__)
 
@@ -52,6 +51,8 @@ def rankdata(x) -> np.ndarray:
     Raises:
         ValueError: if ``x`` is not 1-D, is empty, or holds NaN or infinity.
     """
+    from scipy import stats  # imported when used: scipy.stats costs ~1 s at start-up
+
     return np.asarray(stats.rankdata(_finite_vector(x, "x"), method="average"), dtype=np.float64)
 
 
@@ -64,6 +65,8 @@ def pearson(x, y) -> float:
     Raises:
         ValueError: if the lengths differ, N < 2, or a value is NaN or infinite.
     """
+    from scipy import stats
+
     return _correlation(x, y, "Pearson", stats.pearsonr)
 
 
@@ -77,6 +80,8 @@ def spearman(x, y) -> float:
     Raises:
         ValueError: if the lengths differ, N < 2, or a value is NaN or infinite.
     """
+    from scipy import stats
+
     return _correlation(x, y, "Spearman", stats.spearmanr)
 
 

@@ -64,6 +64,8 @@ class TrainResult:
         checkpoint: the last checkpoint written, or None.
         elapsed: training seconds, including those before a resume.
         stopped_early: a callback stopped the run before ``max_steps``.
+        timing: wall seconds of this call by phase: ``setup`` (device, optimizer, resume), ``first_step`` (the
+            first optimizer step), ``steps`` (the others), ``eval``, ``checkpoints`` (writing them), ``loss_plot``.
     """
 
     step: int
@@ -74,6 +76,7 @@ class TrainResult:
     checkpoint: Path | None = None
     elapsed: float = 0.0
     stopped_early: bool = False
+    timing: dict[str, float] = field(default_factory=dict)
 
 
 

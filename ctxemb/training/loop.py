@@ -230,6 +230,7 @@ def train(model: nn.Module, train_data: Any, config: TrainConfig, *, eval_data: 
 def _train(model: nn.Module, train_data: Any, config: TrainConfig, ctx: DistributedContext,
            eval_data: Iterable[Batch] | None, eval_fn: Callable | None, callbacks: list[Callback],
            groups: Iterable[dict] | None) -> TrainResult:
+    t_setup = time.perf_counter()
     device = ctx.device
     chosen = explain_training_precision(config.precision, device)
     precision = chosen.resolved
@@ -277,6 +278,8 @@ def _train(model: nn.Module, train_data: Any, config: TrainConfig, ctx: Distribu
     writers = MetricWriters(config, ctx, start_step)
     result = TrainResult(step=start_step, start_step=start_step, elapsed=elapsed_before)
     t_start = time.perf_counter()
+    timing = result.timing
+    timing.update(setup=t_start - t_setup, first_step=0.0, steps=0.0, eval=0.0, checkpoints=0.0, loss_plot=0.0)
     last_log_time = t_start
     last_saved = start_step if loaded is not None else -1
     accum = config.grad_accumulation_steps
@@ -288,6 +291,7 @@ def _train(model: nn.Module, train_data: Any, config: TrainConfig, ctx: Distribu
 
     def save(step: int) -> None:
         nonlocal last_saved
+        t = time.perf_counter()
         rank_state = {
             "rng": capture_rng_state(device),
             "data": train_data.state_dict(),
@@ -306,11 +310,14 @@ def _train(model: nn.Module, train_data: Any, config: TrainConfig, ctx: Distribu
         result.checkpoint = path
         for cb in callbacks:
             cb.on_save(step, path)
+        timing["checkpoints"] += time.perf_counter() - t
 
     def run_eval(step: int) -> tuple[dict[str, float], bool]:
+        t = time.perf_counter()
         metrics = evaluate(raw, eval_data, eval_fn=eval_fn, device=device, precision=precision, ctx=ctx)
         result.eval_metrics = metrics
         stop = any([bool(cb.on_evaluate(step, metrics)) for cb in callbacks])
+        timing["eval"] += time.perf_counter() - t
         return {f"eval_{k}": v for k, v in metrics.items()}, stop
 
     def emit(record: dict[str, float]) -> None:
@@ -335,6 +342,7 @@ def _train(model: nn.Module, train_data: Any, config: TrainConfig, ctx: Distribu
         while step < config.max_steps:
             faults.kill_point("between_steps")
             step += 1
+            t_step = time.perf_counter()
             # ---- forward/backward over the micro-batches of one optimizer step
             step_loss = torch.zeros((), device=device)
             for micro in range(accum):
@@ -370,6 +378,7 @@ def _train(model: nn.Module, train_data: Any, config: TrainConfig, ctx: Distribu
             result.losses.append(loss_value)
             result.step = step
             writers.bar.update(1)
+            timing["first_step" if step == start_step + 1 else "steps"] += time.perf_counter() - t_step
             final = step == config.max_steps
 
             # ---- log / evaluate / save
@@ -412,7 +421,9 @@ def _train(model: nn.Module, train_data: Any, config: TrainConfig, ctx: Distribu
     finally:
         writers.close()
     if ctx.is_main and out_dir is not None and (out_dir / METRICS_FILE).exists():
+        t = time.perf_counter()
         write_loss_plot(out_dir / METRICS_FILE, out_dir / LOSS_PLOT_FILE)
+        timing["loss_plot"] = time.perf_counter() - t
     for cb in callbacks:
         cb.on_train_end(result)
     return result

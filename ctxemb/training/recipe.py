@@ -140,6 +140,8 @@ class RunSpec:
         primary_metric, greater_is_better: what model selection (``keep_best``, early stopping) optimises.
         card: model-card hints recorded in the run record (e.g. ``{"pipeline_tag": "sentence-similarity"}``; by
             default the card derives them from the recipe and its settings).
+        timing: wall seconds the recipe spent before :func:`run_training` by phase (e.g. ``{"read": 0.4}``),
+            recorded first in the run record's ``timing``.
     """
 
     recipe: str
@@ -152,6 +154,7 @@ class RunSpec:
     primary_metric: str | None = None
     greater_is_better: bool = True
     card: dict[str, Any] = field(default_factory=dict)
+    timing: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -207,8 +210,10 @@ def run_record(spec: RunSpec, train_config: TrainConfig, result: TrainResult, *,
                eval_history: list[dict[str, float]], final_metrics: Mapping[str, float], best_step: int | None,
                stats: Mapping[str, Any], total_seconds: float, world_size: int,
                extra: Mapping[str, Any] | None = None, best_checkpoint: str | None = None,
-               history_steps: list[int] | None = None) -> dict[str, Any]:
+               history_steps: list[int] | None = None, timing: Mapping[str, float] | None = None) -> dict[str, Any]:
     """The run record (``model/run.json``): one shape for every recipe (see the module docstring).
+
+    ``timing`` (wall seconds by phase, see :func:`run_training`) is recorded when given.
 
     ``metrics.best_checkpoint`` names the checkpoint directory of ``best_step`` (None where none was written at
     that step); ``metrics.history_steps`` the step of each evaluation in ``metrics.history``.
@@ -229,6 +234,7 @@ def run_record(spec: RunSpec, train_config: TrainConfig, result: TrainResult, *,
                     "final": dict(final_metrics), "history": eval_history, "history_steps": history_steps,
                     "best_step": best_step, "best_checkpoint": best_checkpoint, "loop_eval": result.eval_metrics},
         **({"card": card} if card else {}),
+        **({"timing": dict(timing)} if timing else {}),
         **dict(extra or {}),
     }
 
@@ -252,6 +258,12 @@ def run_training(spec: RunSpec, *, build_model: Callable[[], nn.Module],
         after_train: called with the result before saving (e.g. to calibrate a threshold on dev; may update
             ``final_metrics``).
 
+    The run record's ``timing`` says where the wall time went, in seconds: the recipe's own phases
+    (``spec.timing``), ``model`` (build_model), ``data`` (make_data: features and batches), the loop's ``setup``,
+    ``first_step``, ``steps``, ``eval``, ``checkpoints`` and ``loss_plot``, ``after_train``; and two wall-clock
+    times (Unix seconds): ``started_at`` (the recipe's start) and ``recorded_at`` (the record is written; the model
+    save follows, logged with its duration).
+
     Returns:
         A :class:`RunResult`.
 
@@ -260,6 +272,7 @@ def run_training(spec: RunSpec, *, build_model: Callable[[], nn.Module],
         ValueError: bad settings (see :func:`ctxemb.training.loop.train`).
     """
     t_start = time.perf_counter()
+    timing: dict[str, float] = {"started_at": time.time() - sum(spec.timing.values()), **spec.timing}
     if not spec.train.out_dir:
         raise ValueError("train.out_dir is required: checkpoints, metrics and the model go there")
     out_dir = Path(spec.train.out_dir)
@@ -271,8 +284,12 @@ def run_training(spec: RunSpec, *, build_model: Callable[[], nn.Module],
         if ctx.is_main:
             check_run_settings(out_dir, spec.settings, resume=spec.train.resume, resume_free=spec.resume_free)
         seed_everything(spec.train.seed)  # before the model: a fresh head (or a fresh model) belongs to the seed
+        t = time.perf_counter()
         model = build_model()
+        timing["model"] = time.perf_counter() - t
+        t = time.perf_counter()
         data = make_data(model, ctx)
+        timing["data"] = time.perf_counter() - t
         train_config = resolve_steps(spec.train, epochs=spec.epochs,
                                      batches_per_epoch=getattr(data.source, "batches_per_epoch", None),
                                      evaluate_each_epoch=spec.evaluate_each_epoch)
@@ -312,20 +329,27 @@ def run_training(spec: RunSpec, *, build_model: Callable[[], nn.Module],
         outcome = RunResult(train=result, train_config=train_config, model=model, model_dir=out_dir / MODEL_DIR,
                             training_run=None, eval_history=history, final_metrics=final, best_step=best_step,
                             eval_seconds=eval_seconds[0])
+        timing.update(result.timing)
+        t = time.perf_counter()
         if after_train is not None:
             after_train(outcome)
+        timing["after_train"] = time.perf_counter() - t
         if ctx.is_main:
+            timing["recorded_at"] = time.time()
             record = run_record(spec, train_config, result, device=ctx.device, eval_history=history,
                                 final_metrics=outcome.final_metrics, best_step=best_step, stats=data.stats,
                                 total_seconds=time.perf_counter() - t_start, world_size=ctx.world_size,
                                 extra=extra_record(outcome) if extra_record else None,
-                                best_checkpoint=best_checkpoint, history_steps=steps)
+                                best_checkpoint=best_checkpoint, history_steps=steps,
+                                timing={k: round(v, 3) for k, v in timing.items()})
+            t = time.perf_counter()
             if best is not None:
                 write_best(out_dir, best, final_metrics=outcome.final_metrics, best_checkpoint=best_checkpoint)
             outcome.training_run = save_run(outcome.model_dir, lambda d: save_files(model, d), label=spec.label,
                                             record=record)
             outcome.record = record
-            logger.info("saved the %s model (%s) to %s", spec.recipe, outcome.training_run, outcome.model_dir)
+            logger.info("saved the %s model (%s) to %s in %.1f s", spec.recipe, outcome.training_run,
+                        outcome.model_dir, time.perf_counter() - t)
         barrier(ctx)
     return outcome
 

@@ -1,0 +1,152 @@
+"""One fine-tuning step in fp32 and under bf16 autocast: time per step, and which ops run in which dtype.
+
+The step is the loop's (``ctxemb.training.loop``): forward under ``autocast(precision)``, backward, gradient
+clipping, AdamW, on all-MiniLM-L6-v2 with a fresh two-class head and a batch of real SST-2 training sentences
+(32 rows padded to T tokens; T = 32 is what length-grouped SST-2 batches look like, 128 the recipe's maximum).
+
+1. Wall time per step of each precision, alternating, median of ``--repeats`` timed steps after warm-up.
+2. One step of each under a ``TorchDispatchMode`` that times every aten op after autocast has rewritten it and
+   notes its floating-point input dtypes: the share of the step in bf16 ops, in fp32 ops, and in dtype
+   conversions (``_to_copy``/``copy_`` between dtypes), with the heaviest ops of each kind. The mode adds a
+   small cost per op; its totals are for shares, the wall times of (1) for speed.
+
+Writes ``results/finetune_step_profile.md`` and ``.json``.
+
+Usage::
+
+    OMP_NUM_THREADS=1 python benchmarks/finetune_step_profile.py --repeats 5
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import torch  # noqa: E402
+from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
+from torch.utils._pytree import tree_leaves  # noqa: E402
+
+from benchmarks._common import machine, markdown_table, write_results  # noqa: E402
+from ctxemb.finetuning.features import Collator, encode_examples  # noqa: E402
+from ctxemb.finetuning.readers import load_task  # noqa: E402
+from ctxemb.loading import load_tokenizer  # noqa: E402
+from ctxemb.modeling.sequence_classification import EncoderForSequenceClassification  # noqa: E402
+from ctxemb.registry import resolve_model_dir  # noqa: E402
+from ctxemb.training.optim import make_optimizer  # noqa: E402
+from ctxemb.training.precision import autocast  # noqa: E402
+
+CONVERSIONS = {"_to_copy", "copy_", "to"}
+
+
+class OpTimer(TorchDispatchMode):
+    """Times each aten op (after autocast) and keys it by name and floating-point input dtypes."""
+
+    def __init__(self):
+        super().__init__()
+        self.seconds: dict[tuple[str, str], float] = defaultdict(float)
+        self.calls: dict[tuple[str, str], int] = defaultdict(int)
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        t = time.perf_counter()
+        out = func(*args, **kwargs)
+        dt = time.perf_counter() - t
+        ins = sorted({str(a.dtype).replace("torch.", "") for a in tree_leaves((args, kwargs))
+                      if isinstance(a, torch.Tensor) and a.is_floating_point()})
+        outs = sorted({str(a.dtype).replace("torch.", "") for a in tree_leaves(out)
+                       if isinstance(a, torch.Tensor) and a.is_floating_point()})
+        name = func.overloadpacket.__name__
+        if name in CONVERSIONS and ins != outs and ins and outs:
+            kind = f"{'+'.join(ins)}->{'+'.join(outs)}"
+        else:
+            kind = "+".join(ins) or "-"
+        self.seconds[(name, kind)] += dt
+        self.calls[(name, kind)] += 1
+        return out
+
+
+def make_step(model, optimizer, batch, precision):
+    def step():
+        with autocast(precision, torch.device("cpu")):
+            loss = model(**batch).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], 1.0)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+    return step
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--model", default="all-MiniLM-L6-v2")
+    ap.add_argument("--batch-size", type=int, default=32)
+    ap.add_argument("--lengths", type=int, nargs="+", default=[32, 128])
+    ap.add_argument("--repeats", type=int, default=5)
+    args = ap.parse_args()
+
+    tok = load_tokenizer(args.model)
+    sents = load_task("sst2", splits=["train"]).splits["train"]
+    feats = encode_examples(tok, sents[:5000], max_length=max(args.lengths))
+    collate = Collator(tok.pad_token_id, regression=False)
+    results, md = {}, []
+    for T in args.lengths:  # the longest rows up to T tokens, cut at T: every batch is 32 x T
+        pool = sorted((f for f in feats if len(f.input_ids) <= T), key=lambda f: -len(f.input_ids))
+        batch = collate(pool[:args.batch_size])
+        assert batch["input_ids"].shape[1] <= T
+        timings, profiles = {}, {}
+        steps = {}
+        for precision in ("fp32", "bf16"):
+            torch.manual_seed(0)
+            model = EncoderForSequenceClassification.from_pretrained(resolve_model_dir(args.model), num_labels=2,
+                                                                     head="checkpoint").train()
+            opt = make_optimizer(model, lr=2e-5, weight_decay=0.01, betas=(0.9, 0.999), eps=1e-8)
+            steps[precision] = make_step(model, opt, batch, precision)
+            for _ in range(2):
+                steps[precision]()
+        times = {p: [] for p in steps}
+        for _ in range(args.repeats):
+            for p, fn in steps.items():
+                t = time.perf_counter()
+                fn()
+                times[p].append(time.perf_counter() - t)
+        for p, fn in steps.items():
+            timer = OpTimer()
+            with timer:
+                fn()
+            total = sum(timer.seconds.values())
+            shares = defaultdict(float)
+            for (name, kind), s in timer.seconds.items():
+                group = "conversion" if "->" in kind else ("bf16" if "bfloat16" in kind else "fp32/other")
+                shares[group] += s
+            top = sorted(timer.seconds.items(), key=lambda kv: -kv[1])[:12]
+            profiles[p] = {"op_seconds_total": total, "shares": {k: v / total for k, v in shares.items()},
+                           "conversions": {"calls": sum(c for (n, k), c in timer.calls.items() if "->" in k),
+                                           "seconds": shares["conversion"]},
+                           "top_ops": [{"op": n, "dtypes": k, "seconds": s, "calls": timer.calls[(n, k)]}
+                                       for (n, k), s in top]}
+            timings[p] = statistics.median(times[p])
+        results[T] = {"batch_shape": list(batch["input_ids"].shape), "step_seconds": timings, "profiles": profiles,
+                      "bf16_speedup": timings["fp32"] / timings["bf16"]}
+        md.append(f"## Batch {tuple(batch['input_ids'].shape)}\n")
+        md.append(f"Step (forward, backward, clip, AdamW): fp32 {timings['fp32']:.3f} s, bf16 autocast "
+                  f"{timings['bf16']:.3f} s: **{timings['fp32'] / timings['bf16']:.2f}x**.\n")
+        for p in steps:
+            pr = profiles[p]
+            md.append(f"{p}: op time by dtype: " + ", ".join(f"{k} {v:.0%}" for k, v in sorted(pr["shares"].items()))
+                      + f"; {pr['conversions']['calls']} conversions taking {pr['conversions']['seconds']:.3f} s.\n")
+            md.append(markdown_table(pr["top_ops"], ["op", "dtypes", "seconds", "calls"]) + "\n")
+    m = machine()
+    head = (f"# One fine-tuning step: fp32 against bf16 autocast\n\n{args.model}, a fresh 2-class head, "
+            f"{args.batch_size} SST-2 training sentences per batch. {m['cpu']}, torch {m['torch']}, "
+            f"{m['threads']} threads; {args.repeats} alternating timed steps, median.\n")
+    write_results("finetune_step_profile", {"machine": m, "results": results}, head + "\n" + "\n".join(md))
+    print(head + "\n" + "\n".join(md))
+
+
+if __name__ == "__main__":
+    main()
