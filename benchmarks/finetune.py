@@ -12,6 +12,11 @@ held-out articles. Writes ``benchmarks/results/finetune.{md,json}``.
 
 Protocol: tune on dev; SST-2's ``test`` split is GLUE's dev set (the split papers report), RTE is reported on dev
 (GLUE withholds its test labels), SNLI is trained on its dev split and reported on test (only those are shared).
+
+Each part runs through ``ctxemb finetune``'s code path with its own flags, so the task's default recipe (its shipped
+preset: keep the best dev epoch, length-grouped batches) applies beneath them; ``--cli-flags "--preset none
+--no-group-by-length"`` runs a part as it ran before the default recipes. The default recipes themselves, with no
+flag, are measured by ``benchmarks/default_recipes.py``.
 """
 
 from __future__ import annotations
