@@ -31,6 +31,10 @@ logger = logging.getLogger(__name__)
 LOAD_RETRY_SECONDS = 30.0
 
 
+# Seconds an on-disk change waits for the directory lock before refusing (see begin_on_disk_change).
+READER_CLEANUP_GRACE = 2.0
+
+
 def begin_on_disk_change(index) -> None:
     """Before an on-disk index changes its files: hold its directory's lock (kept until ``save``/``close``),
     check that no other writer saved the directory since this index read it, and copy inverted lists that a
@@ -42,7 +46,9 @@ def begin_on_disk_change(index) -> None:
     """
     if index._dir_lock is None or not index._dir_lock.held:
         lock = directory_lock(index._backend.directory)
-        lock.acquire(timeout=0)
+        # A reader opening the directory holds the lock for the milliseconds of its leftover clean-up; a writer
+        # holds it until it saves. Waiting a moment lets the first pass and still refuses the second.
+        lock.acquire(timeout=READER_CLEANUP_GRACE)
         try:
             current = manifest_generation(index._backend.directory)
             if current != (index._generation or 0):
