@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import sys
 import time
@@ -55,7 +56,11 @@ def run(task: str, extra: list[str]) -> dict:
            "best step": record["metrics"].get("best_step"), "steps": result.train.step if hasattr(result, "train")
            else record.get("steps"), "precision": record.get("precision", {}).get("resolved"),
            "padding": _percent(record.get("data", {}).get("padding_fraction")), "minutes": f"{seconds / 60:.1f}",
-           "held-out": _held_out(task, Path(result.model_dir)), "goal": GOALS[task], "anchor": ANCHORS[task]}
+           "held-out": _held_out(task, Path(result.model_dir)), "goal": GOALS[task], "anchor": ANCHORS[task],
+           "load": f"{os.getloadavg()[0]:.1f}"}
+    if (Path(result.model_dir) / "modules.json").is_file():  # a sentence-level model: check it travels
+        from benchmarks.finetune import _st_agreement
+        row["least cosine to SentenceTransformer(dir)"] = _st_agreement(str(result.model_dir))
     return row
 
 
@@ -111,10 +116,14 @@ def report(rows: list[dict]) -> None:
     order = {t: i for i, t in enumerate(TASKS)}
     rows = sorted(rows, key=lambda r: order[r["task"]])
     cols = ["task", "recipe"] + sorted({k for r in rows for k in r if k.startswith("dev ")}) + [
-        "best step", "held-out", "goal", "anchor", "precision", "padding", "minutes"]
+        "best step", "held-out", "goal", "anchor", "precision", "padding", "minutes", "load"]
+    if any("least cosine to SentenceTransformer(dir)" in r for r in rows):
+        cols.append("least cosine to SentenceTransformer(dir)")
     md = ["# Default recipes (`ctxemb finetune TASK`, no flags)", "",
           f"all-MiniLM-L6-v2 on {cpu_name()}; one seed each. Dev = the saved model (the best dev epoch). Held-out: "
-          "XQuAD-en's 12 held-out articles; SST-2's GLUE dev (alps_test.tsv). Other test splits are held back.", "",
+          "XQuAD-en's 12 held-out articles; SST-2's GLUE dev (alps_test.tsv). Other test splits are held back. "
+          "`minutes` is the wall time as the machine was; `load` is its 1-minute load average at the end (2 cores: "
+          "above 2, other jobs shared them, so the time is not a speed figure).", "",
           markdown_table([{c: r.get(c, "") for c in cols} for r in rows], cols)]
     write_results("default_recipes", {"rows": rows, "cpu": cpu_name()}, "\n".join(md))
 
