@@ -151,7 +151,13 @@ def test_taggers_write_entities_for_texts_and_tags_for_tokens(models, tmp_path, 
     inp.write_text("\n".join(texts) + "\n")
     got = _predict(dirs[head], inp, tmp_path / "out.jsonl")
     assert [r["text"] for r in got] == texts
-    assert [r["entities"] for r in got] == [[e.__dict__ for e in ents] for ents in predictor.entities(texts)]
+    expected = [[e.__dict__ for e in ents] for ents in predictor.entities(texts)]
+    # the same entities; scores equal up to float rounding (batches are padded differently, and with 2 threads the
+    # reductions may add in another order)
+    strip = [[{k: v for k, v in e.items() if k != "score"} for e in ents] for ents in expected]
+    assert [[{k: v for k, v in e.items() if k != "score"} for e in r["entities"]] for r in got] == strip
+    scores = zip([e["score"] for r in got for e in r["entities"]], [e["score"] for ents in expected for e in ents])
+    assert all(a == b if b is None else a == pytest.approx(b, rel=1e-5, abs=1e-6) for a, b in scores)
     assert any(r["entities"] for r in got)  # a model that finds something, so the comparison can fail
     words = [t.split() for t in texts]
     inp = _write_jsonl(tmp_path / "words.jsonl", [{"words": w} for w in words])
