@@ -354,7 +354,7 @@ def load_preset(name_or_path: str, recipe: str) -> dict[str, Any]:
     """
     import tomllib
 
-    presets = PRESETS_DIR
+    presets = PRESETS_DIR  # the package's ctxemb/presets
     path = Path(name_or_path)
     if not path.is_file():
         for candidate in (presets / f"{recipe}-{name_or_path}.toml", presets / f"{name_or_path}.toml"):

@@ -74,18 +74,20 @@ class _BadInput(Exception):
     """A row whose input cannot be used; its message is the reason."""
 
 
-def output_format(path: str | os.PathLike, format: str | None = None) -> str:
-    """The output format: ``format`` if given, else from the extension (``.jsonl``, ``.csv``).
+def output_format(path: str | os.PathLike, format: str | None = None,
+                  formats: tuple[str, ...] = OUTPUT_FORMATS) -> str:
+    """The output format: ``format`` if given, else from the extension (``.jsonl``, ``.csv``; a caller with more
+    ``formats``, such as a sense store's ``key``, passes them).
 
     Raises:
         ValueError: an unknown format, or an extension that names none.
     """
     if format is not None:
-        return check_choice(format, "output format", OUTPUT_FORMATS)
+        return check_choice(format, "output format", formats)
     suffix = Path(path).suffix.lower().lstrip(".")
-    if suffix not in OUTPUT_FORMATS:
+    if suffix not in formats:
         raise ValueError(f"cannot tell the output format of {path} from its extension {Path(path).suffix!r}: name "
-                         f"it .jsonl or .csv, or give the format ({', '.join(OUTPUT_FORMATS)})")
+                         f"it {', '.join('.' + f for f in formats)}, or give the format ({', '.join(formats)})")
     return suffix
 
 

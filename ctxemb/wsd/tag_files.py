@@ -44,6 +44,7 @@ from typing import Any, Callable, Mapping
 
 from ctxemb._validation import check_choice, check_int
 from ctxemb.atomic import atomic_write
+from ctxemb.finetuning.predict_files import output_format
 from ctxemb.finetuning.tables import FILE_FORMATS, BadRow, open_rows, resolve_columns
 from ctxemb.wsd.corpus import Corpus, read_raganato
 from ctxemb.wsd.disambiguate import Disambiguator, SensePrediction
@@ -158,13 +159,7 @@ def tag_output_format(path: str | os.PathLike, format: str | None = None) -> str
     Raises:
         ValueError: an unknown format, or an extension that names none.
     """
-    if format is not None:
-        return check_choice(format, "output format", OUTPUT_FORMATS)
-    suffix = Path(path).suffix.lower().lstrip(".")
-    if suffix not in OUTPUT_FORMATS:
-        raise ValueError("cannot tell the output format of %s from its extension %r: name it .jsonl, .csv or .key, "
-                         "or give the format (%s)" % (path, Path(path).suffix, ", ".join(OUTPUT_FORMATS)))
-    return suffix
+    return output_format(path, format, OUTPUT_FORMATS)
 
 
 def _raganato_xml(path: Path, input_format: str | None) -> Path | None:
