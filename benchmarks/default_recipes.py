@@ -89,9 +89,9 @@ def _held_out(task: str, model_dir: Path) -> str:
     if task == "sst2":
         from ctxemb.finetuning.predict import SequencePredictor
         from ctxemb.finetuning.readers import load_task
-        test = load_task("sst2", splits=["test"]).splits["test"]
+        data = load_task("sst2", splits=["test"])
+        test, names = data.splits["test"], data.label_names
         preds = SequencePredictor.from_pretrained(model_dir).predict([ex.text_a for ex in test])
-        names = load_task("sst2", splits=["test"]).label_names
         acc = sum(p.label == names[ex.label] for p, ex in zip(preds, test)) / len(test)
         return f"GLUE dev accuracy {100 * acc:.1f}"
     return "-"

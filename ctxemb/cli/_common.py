@@ -354,15 +354,14 @@ def load_preset(name_or_path: str, recipe: str) -> dict[str, Any]:
     """
     import tomllib
 
-    presets = PRESETS_DIR  # the package's ctxemb/presets
     path = Path(name_or_path)
     if not path.is_file():
-        for candidate in (presets / f"{recipe}-{name_or_path}.toml", presets / f"{name_or_path}.toml"):
+        for candidate in (PRESETS_DIR / f"{recipe}-{name_or_path}.toml", PRESETS_DIR / f"{name_or_path}.toml"):
             if candidate.is_file():
                 path = candidate
                 break
         else:
-            shipped = sorted(p.stem for p in presets.glob("*.toml"))
+            shipped = sorted(p.stem for p in PRESETS_DIR.glob("*.toml"))
             raise FileNotFoundError(f"preset {name_or_path!r} is neither a TOML file nor a shipped preset; shipped: "
                                     f"{', '.join(shipped)}")
     try:

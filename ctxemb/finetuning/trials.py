@@ -132,9 +132,11 @@ def _write_text(path: Path, text: str) -> None:
         f.write(text)
 
 
-def _append_row(out_dir: Path, row: TrialRow) -> None:
+def _append_row(out_dir: Path, row: TrialRow) -> list[dict[str, Any]]:
+    """Add ``row`` to ``trials.jsonl`` (rewritten atomically); returns every row now in it."""
     rows = _read_rows(out_dir) + [row.to_dict()]
     _write_text(out_dir / TRIALS_FILE, "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
+    return rows
 
 
 def _write_table(out_dir: Path, rows: list[dict[str, Any]], *, primary: str, greater_is_better: bool,
@@ -167,8 +169,8 @@ def _run_one(task, config, overrides: Mapping[str, Any], name: str, out_dir: Pat
     metrics = {k: float(v) for k, v in result.final_metrics.items()}
     if primary not in metrics:
         raise ValueError(f"trial {name}: the run reported {sorted(metrics)}, not its primary metric {primary!r}")
-    best_step = read_json_file(Path(result.model_dir) / "run.json", "run record").get(
-        "metrics", {}).get("best_step") if (Path(result.model_dir) / "run.json").is_file() else None
+    record = Path(result.model_dir) / "run.json"
+    best_step = read_json_file(record, "run record").get("metrics", {}).get("best_step") if record.is_file() else None
     return TrialRow(name=name, settings=dict(overrides), metrics=metrics, primary=metrics[primary],
                     best_step=best_step, seconds=seconds)
 
@@ -227,9 +229,8 @@ def run_grid(task, config, grid: Mapping[str, Sequence[Any]], *, train_fn: Calla
                            len(combos) - i, len(combos))
             break
         row = _run_one(task, config, combo, name, out_dir, train_fn)
-        _append_row(out_dir, row)
+        all_rows = _append_row(out_dir, row)
         rows.append(row.to_dict())
-        all_rows = _read_rows(out_dir)
         header["spent"] = f"{sum(r['seconds'] for r in all_rows) / 60:.1f} minutes of runs"
         _write_table(out_dir, all_rows, primary=primary, greater_is_better=greater, header=header)
         logger.info("trial %d/%d %s: dev %s %.2f", i + 1, len(combos), combo, primary, row.primary)
@@ -269,9 +270,9 @@ def run_seeds(task, config, k: int, *, train_fn: Callable) -> dict[str, Any]:
             rows.append(done[name])
             continue
         row = _run_one(task, config, {"train.seed": seed}, name, out_dir, train_fn)
-        _append_row(out_dir, row)
+        all_rows = _append_row(out_dir, row)
         rows.append(row.to_dict())
-        _write_table(out_dir, _read_rows(out_dir), primary=primary, greater_is_better=greater, header=header)
+        _write_table(out_dir, all_rows, primary=primary, greater_is_better=greater, header=header)
     names = sorted(set.intersection(*(set(r["metrics"]) for r in rows)))
     summary = {"task": task.name, "primary_metric": primary, "seeds": seeds,
                "runs": {r["name"]: r["metrics"] for r in rows},
