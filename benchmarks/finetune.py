@@ -124,7 +124,25 @@ def run_task(task: str, rows: list, **kw) -> Path:
     return result.model_dir
 
 
-def run_transformers_sst2(rows: list) -> None:
+def _trainer_args(output_dir: Path, *, lr: float, epochs: float, seed: int, bf16: bool, group_by_length: bool):
+    """The Trainer's arguments for our recipe (batch 32, 10% warm-up, weight decay 0.01, no checkpoints); ``bf16``
+    (autocast on the CPU) and ``group_by_length`` are the Trainer's own speed options."""
+    import transformers
+
+    return transformers.TrainingArguments(
+        output_dir=str(output_dir), per_device_train_batch_size=32, learning_rate=lr, num_train_epochs=epochs,
+        warmup_steps=0.1, weight_decay=0.01, save_strategy="no", report_to=[], use_cpu=True, seed=seed,
+        dataloader_num_workers=0, disable_tqdm=True, logging_steps=50, bf16=bf16, group_by_length=group_by_length)
+
+
+def _trainer_regime(bf16: bool, group_by_length: bool) -> str:
+    options = [name for name, on in (("bf16", bf16), ("group_by_length", group_by_length)) if on]
+    return "transformers Trainer" + (", " + " + ".join(options) if options else "")
+
+
+def run_transformers_sst2(rows: list, *, seed: int = 0, bf16: bool = False, group_by_length: bool = False) -> dict:
+    """transformers' Trainer + AutoModelForSequenceClassification on SST-2 with our recipe; appends and returns the
+    row ('train examples/s' from the Trainer's own train_runtime)."""
     import transformers
 
     train_split, report, epochs, cap, lr = RECIPES["sst2"]
@@ -133,20 +151,18 @@ def run_transformers_sst2(rows: list) -> None:
     tok = transformers.AutoTokenizer.from_pretrained(str(path))
     model = transformers.AutoModelForSequenceClassification.from_pretrained(str(path), num_labels=2)
     train = [dict(tok(ex.text_a, truncation=True, max_length=128), labels=ex.label) for ex in data.splits[train_split][:cap]]
-    args = transformers.TrainingArguments(
-        output_dir=str(WORK / "sst2_hf"), per_device_train_batch_size=32, learning_rate=lr, num_train_epochs=epochs,
-        warmup_steps=0.1, weight_decay=0.01, save_strategy="no", report_to=[], use_cpu=True, seed=0,
-        dataloader_num_workers=0, disable_tqdm=True, logging_steps=50)
+    args = _trainer_args(WORK / "sst2_hf", lr=lr, epochs=epochs, seed=seed, bf16=bf16, group_by_length=group_by_length)
     trainer = transformers.Trainer(model=model, args=args, train_dataset=train,
                                    data_collator=transformers.DataCollatorWithPadding(tok))
     t = time.perf_counter()
-    trainer.train()
+    output = trainer.train()
     seconds = time.perf_counter() - t
     model.eval()
-    row = {"task": "sst2", "regime": "full (transformers Trainer)", "train": f"{train_split} ({len(train):,})",
-           "epochs": epochs, "steps": trainer.state.global_step, "seconds": seconds,
-           "examples/s": len(train) * epochs / seconds, "train examples/s": len(train) * epochs / seconds,
-           "anchor": ANCHORS["sst2"]}
+    row = {"task": "sst2", "regime": f"full ({_trainer_regime(bf16, group_by_length)})",
+           "train": f"{train_split} ({len(train):,})", "epochs": epochs, "steps": trainer.state.global_step,
+           "seconds": seconds, "examples/s": len(train) * epochs / seconds,
+           "train examples/s": len(train) * epochs / output.metrics["train_runtime"],
+           "train seconds": output.metrics["train_runtime"], "anchor": ANCHORS["sst2"]}
     for split in report:
         preds = []
         with torch.inference_mode():
@@ -157,6 +173,7 @@ def run_transformers_sst2(rows: list) -> None:
         labels = np.array([ex.label for ex in data.splits[split]])
         row[f"{split} accuracy"] = round(100 * float((torch.cat(preds).numpy() == labels).mean()), 2)
     rows.append(row)
+    return row
 
 
 TOKEN_ANCHORS = {"conll2003-ner": "BERT-base test F1 92.4 (dev ~95)", "conll2003-pos": "-",
@@ -190,10 +207,10 @@ def run_token_part(part: str, rows: list) -> None:
     rows.append(row)
 
 
-def run_transformers_ner(rows: list) -> None:
+def run_transformers_ner(rows: list, *, seed: int = 0, bf16: bool = False, group_by_length: bool = False) -> dict:
     """transformers' Trainer + AutoModelForTokenClassification, our softmax recipe: every subword takes its word's
     tag, 1 epoch, batch 32, lr 5e-5, 10% warm-up, weight decay 0.01; words decoded from their first subword and
-    scored with our conlleval."""
+    scored with our conlleval. Appends and returns the row."""
     import transformers
 
     from ctxemb.finetuning.conll import NER_LABELS, load_conll2003
@@ -213,14 +230,11 @@ def run_transformers_ner(rows: list) -> None:
         return enc
 
     train = [encode(s) for s in data["train"]]
-    args = transformers.TrainingArguments(
-        output_dir=str(WORK / "ner_hf"), per_device_train_batch_size=32, learning_rate=5e-5, num_train_epochs=1,
-        warmup_steps=0.1, weight_decay=0.01, save_strategy="no", report_to=[], use_cpu=True, seed=0,
-        dataloader_num_workers=0, disable_tqdm=True, logging_steps=50)
+    args = _trainer_args(WORK / "ner_hf", lr=5e-5, epochs=1, seed=seed, bf16=bf16, group_by_length=group_by_length)
     trainer = transformers.Trainer(model=model, args=args, train_dataset=train,
                                    data_collator=transformers.DataCollatorForTokenClassification(tok))
     t = time.perf_counter()
-    trainer.train()
+    output = trainer.train()
     seconds = time.perf_counter() - t
     model.eval()
     gold, pred = [], []
@@ -238,11 +252,13 @@ def run_transformers_ner(rows: list) -> None:
                         firsts[w] = int(best[b, t_i])
                 gold.append(list(s.ner))
                 pred.append([NER_LABELS[firsts[w]] if w in firsts else "O" for w in range(len(s.words))])
-    row = {"task": "conll2003-ner", "head": "softmax (transformers Trainer)", "epochs": 1.0,
+    row = {"task": "conll2003-ner", "head": f"softmax ({_trainer_regime(bf16, group_by_length)})", "epochs": 1.0,
            "steps": trainer.state.global_step, "seconds": seconds,
-           "train examples/s": trainer.state.global_step * 32 / seconds, "anchor": TOKEN_ANCHORS["conll2003-ner"]}
+           "train examples/s": len(train) / output.metrics["train_runtime"],
+           "train seconds": output.metrics["train_runtime"], "anchor": TOKEN_ANCHORS["conll2003-ner"]}
     row.update({k: round(v, 2) for k, v in entity_metrics(gold, pred).items()})
     rows.append(row)
+    return row
 
 
 def run_stsb_embedder(model_dir: Path, label: str, rows: list) -> None:

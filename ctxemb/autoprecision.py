@@ -7,9 +7,11 @@ words; numbers, names, rare words split into several subwords) through every pat
   them alike); a path's time is its best round;
 - **accuracy**: the mean over the probe's words of the cosine between the path's word vector and the exact (fp32)
   one: the mean of the requested hidden states, subwords averaged. It must reach the path's bound
-  (:data:`ctxemb.precision.ACCURACY_BOUNDS`: 0.999 for bf16, 0.99 for int8, 0.9999 for onnx-fp32), and no word may
-  fall below :data:`LEAST_WORD_COSINE` (0.99: a path that is fine on average but loses some words is not chosen;
-  ONNX Runtime's per-batch int8 had a least word cosine of 0.986 on 60 WikiText-2 sentences with MiniLM).
+  (:data:`ctxemb.precision.ACCURACY_BOUNDS`: 0.999 for bf16, 0.99 for int8, 0.9999 for onnx-fp32) and, for
+  ``auto`` to choose it, :data:`LEAST_MEAN_COSINE` (0.999), and no word may fall below :data:`LEAST_WORD_COSINE`
+  (0.99: a path that is fine on average but loses some words is not chosen; ONNX Runtime's per-batch int8 had a
+  least word cosine of 0.986 on 60 WikiText-2 sentences with MiniLM, and a mean of 0.9945 on 2,000: usable when
+  asked for by name, not a default).
 
 The fastest path within its bound wins; paths less than ``min_speedup`` (5%) slower than it count as a tie, and the
 most accurate of those wins: fp32 stays unless another path is more than 5% faster (timing noise never buys a loss
@@ -56,11 +58,14 @@ logger = logging.getLogger(__name__)
 
 # Bumped whenever the probe (text, batches, statistic) or a path's kernel changes, so that cached choices are made
 # again (2: int8 with one activation scale per token instead of one per batch; 3, 4: outlier features in float32;
-# 5: the fused int8 kernel with outlier features calibrated once per model).
-_PROBE_VERSION = 5
+# 5: the fused int8 kernel with outlier features calibrated once per model; 6: the least mean cosine 0.999).
+_PROBE_VERSION = 6
 PROBE_BATCH_SIZE = 16
 #: The least per-word cosine to the exact vectors any path must keep on the probe (besides its mean bound).
 LEAST_WORD_COSINE = 0.99
+#: The least mean per-word cosine to the exact vectors a path must reach for ``auto`` to choose it, whatever its own
+#: (looser) bound in :data:`ctxemb.precision.ACCURACY_BOUNDS`: the default path may cost speed, not accuracy.
+LEAST_MEAN_COSINE = 0.999
 
 PROBE_SENTENCES: tuple[str, ...] = (
     "The central bank raised its benchmark rate by a quarter of a percentage point on Wednesday , the third increase "
@@ -333,7 +338,7 @@ def probe_precisions(encoder: Encoder, tokenizer: Tokenizer, *, layers: Sequence
     results = {}
     for p in backends:
         cos = F.cosine_similarity(vectors[p].double(), vectors["fp32"].double(), dim=-1)
-        bound = ACCURACY_BOUNDS[p]
+        bound = ACCURACY_BOUNDS[p] if p == "fp32" else max(ACCURACY_BOUNDS[p], LEAST_MEAN_COSINE)
         mean = 1.0 if p == "fp32" else float(cos.mean())
         results[p] = ProbeResult(precision=p, tokens_per_s=n_tokens / best[p], cosine_mean=mean,
                                  cosine_min=1.0 if p == "fp32" else float(cos.min()), bound=bound,

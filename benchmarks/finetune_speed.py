@@ -1,0 +1,145 @@
+"""Fine-tuning speed against transformers' Trainer, same recipe, same run, on this CPU.
+
+Two workloads (issue #28): SST-2, the first 10,000 training sentences, 1 epoch, the checkpoint's head; CoNLL-2003
+NER, the 14,041 training sentences, 1 epoch, a softmax per token (every subword takes its word's tag). Both: batch
+32, max length 128, lr 5e-5, 10% warm-up then linear decay, AdamW with weight decay 0.01. Rows per workload:
+
+- ``ctxemb finetune`` with ``--precision auto`` (what the CLI does by default; bf16 autocast where the CPU multiplies
+  bf16 in hardware) and its default length-grouped batches, once per seed (the spread of two seeds is the noise the
+  dev metrics are compared within);
+- ``ctxemb finetune --precision fp32`` (the quality reference);
+- the Trainer in fp32 (its defaults), and the Trainer with its own speed options, ``bf16=True`` and
+  ``group_by_length=True``.
+
+'train examples/s' counts training examples over the time spent in optimizer steps (ours: the run record's
+``first_step + steps``; the Trainer's own ``train_runtime``), so evaluation, start-up and saving are left out; they
+are reported apart as the run's fixed cost (the whole call's wall time minus steps and evaluation).
+
+    python benchmarks/finetune_speed.py                         # both workloads, every row
+    python benchmarks/finetune_speed.py --tasks sst2 --seeds 0  # one workload, one seed
+
+Writes ``benchmarks/results/finetune_speed.{md,json}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks import finetune as bench  # noqa: E402
+from benchmarks._common import markdown_table, write_results  # noqa: E402
+from benchmarks.pretrain import cpu_name  # noqa: E402
+
+WORKLOADS = {
+    # name -> (ctxemb task, head, extra flags, dev metric)
+    "sst2": ("sst2", "checkpoint", ["--max-train-examples", "10000", "--train-split", "train", "--eval-split", "dev"],
+             "accuracy"),
+    "conll2003-ner": ("conll2003-ner", "softmax", [], "f1"),
+}
+RESULTS = Path(__file__).resolve().parent / "results" / "finetune_speed.json"
+
+
+def run_ctxemb(workload: str, precision: str, seed: int) -> dict:
+    task, head, extra, metric = WORKLOADS[workload]
+    out = bench.WORK / f"speed_{workload}_{precision}_{seed}"
+    shutil.rmtree(out, ignore_errors=True)
+    flags = ["--model", bench.MODEL, "--head", head, "--epochs", "1", "--batch-size", "32", "--max-length", "128",
+             "--learning-rate", "5e-5", "--warmup-ratio", "0.1", "--precision", precision, "--seed", str(seed), *extra]
+    start = time.perf_counter()
+    config, result = bench.cli_run(task, out, flags)
+    seconds = time.perf_counter() - start
+    record = json.loads((Path(result.model_dir) / "run.json").read_text())
+    timing, data = record["timing"], record["data"]
+    step_seconds = timing["first_step"] + timing["steps"]
+    shutil.rmtree(out, ignore_errors=True)
+    return {"workload": workload, "implementation": f"ctxemb finetune --precision {precision}",
+            "resolved precision": record["precision"]["resolved"], "seed": seed, "steps": result.train.step,
+            "padding": f"{100 * data['padding_fraction']:.1f}%" if data.get("padding_fraction") is not None else "-",
+            "train examples/s": data["train_features"] / step_seconds, "step seconds": step_seconds,
+            "fixed seconds": seconds - step_seconds - result.eval_seconds, "eval seconds": result.eval_seconds,
+            f"dev {metric}": round(result.final_metrics[metric], 2)}
+
+
+def run_trainer(workload: str, *, bf16: bool, group_by_length: bool, seed: int = 0) -> dict:
+    start = time.perf_counter()
+    if workload == "sst2":
+        row = bench.run_transformers_sst2([], seed=seed, bf16=bf16, group_by_length=group_by_length)
+        metric, value = "dev accuracy", row["dev accuracy"]
+    else:
+        row = bench.run_transformers_ner([], seed=seed, bf16=bf16, group_by_length=group_by_length)
+        metric, value = "dev f1", row["f1"]
+    seconds = time.perf_counter() - start
+    step_seconds = row["train seconds"]
+    return {"workload": workload, "implementation": bench._trainer_regime(bf16, group_by_length),
+            "resolved precision": "bf16" if bf16 else "fp32", "seed": seed, "steps": row["steps"], "padding": "-",
+            "train examples/s": row["train examples/s"], "step seconds": step_seconds,
+            "fixed seconds": seconds - step_seconds, "eval seconds": None, metric: value}
+
+
+def _summary(rows: list[dict]) -> list[dict]:
+    out = []
+    for workload in WORKLOADS:
+        mine = [r for r in rows if r["workload"] == workload]
+        base = [r for r in mine if r["implementation"] == "transformers Trainer"]
+        auto = [r for r in mine if r["implementation"] == "ctxemb finetune --precision auto"]
+        fp32 = [r for r in mine if r["implementation"] == "ctxemb finetune --precision fp32"]
+        if not (base and auto):
+            continue
+        metric = next(k for k in auto[0] if k.startswith("dev "))
+        scores = [r[metric] for r in auto]
+        speed = statistics.mean(r["train examples/s"] for r in auto)
+        out.append({"workload": workload, "ctxemb auto train examples/s (mean over seeds)": f"{speed:.1f}",
+                    "Trainer fp32": f"{base[0]['train examples/s']:.1f}",
+                    "speed-up": f"{speed / base[0]['train examples/s']:.2f}x",
+                    f"auto {metric} per seed": ", ".join(f"{s:.2f}" for s in scores),
+                    "seed spread": f"{max(scores) - min(scores):.2f}" if len(scores) > 1 else "-",
+                    f"fp32 {metric}": f"{fp32[0][metric]:.2f}" if fp32 else "-",
+                    "ctxemb fixed seconds (median)": f"{statistics.median(r['fixed seconds'] for r in auto):.1f}"})
+    return out
+
+
+def report(rows: list[dict]) -> None:
+    cpu = cpu_name()
+    shown = [{k: (f"{v:.1f}" if isinstance(v, float) and k != "seed" else v) for k, v in r.items()} for r in rows]
+    md = ("# Fine-tuning speed: ctxemb against transformers' Trainer\n\n"
+          f"all-MiniLM-L6-v2 on {cpu}, {os.cpu_count()} cores. " + __doc__.split("\n\n")[1].replace("\n", " ") +
+          " 'train examples/s' leaves out evaluation, start-up and saving ('fixed seconds' is the rest of the call, "
+          "'eval seconds' the dev evaluation).\n\n" + markdown_table(_summary(rows)) + "\n\n" + markdown_table(shown)
+          + "\n")
+    write_results(RESULTS, {"cpu": cpu, "rows": rows, "summary": _summary(rows)}, md)
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--tasks", nargs="*", default=list(WORKLOADS), choices=list(WORKLOADS))
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1], help="seeds of the ctxemb auto rows")
+    parser.add_argument("--no-trainer", action="store_true", help="leave out the Trainer rows")
+    args = parser.parse_args(argv)
+    rows = json.loads(RESULTS.read_text())["rows"] if RESULTS.exists() else []
+
+    def land(row: dict) -> None:
+        rows[:] = [r for r in rows if (r["workload"], r["implementation"], r["seed"]) !=
+                   (row["workload"], row["implementation"], row["seed"])] + [row]
+        report(rows)
+        print(json.dumps(row), flush=True)
+
+    for workload in args.tasks:
+        for seed in args.seeds:
+            land(run_ctxemb(workload, "auto", seed))
+        land(run_ctxemb(workload, "fp32", args.seeds[0]))
+        if not args.no_trainer:
+            land(run_trainer(workload, bf16=False, group_by_length=False))
+            land(run_trainer(workload, bf16=True, group_by_length=True))
+    report(rows)
+
+
+if __name__ == "__main__":
+    main()
