@@ -172,16 +172,19 @@ def recommended_tokens_per_batch(config, cache_bytes: int | None = None) -> int:
     WikiText-2 sentences, in length-sorted batches limited by the budget alone, at 8,410 real tokens/s with 2,048
     (7% padding) against 4,461 with 8,192 (22% padding; the activations of 8,192 tokens, 6 KiB each, exceed the L3
     cache), and 8,365 with 1,024; ``benchmarks/encode_throughput.py --sweep-tokens`` measures the sweep on the machine
-    at hand.
+    at hand; with 2,000 sentences (``benchmarks/results/encode_throughput_all-MiniLM-L6-v2.md``, 2 threads) int8
+    ran at 15,823 / 15,540 / 16,266 / 9,411 tokens/s with 1,024 / 2,048 / 4,096 / 8,192 and fp32 at 6,962 / 6,839 /
+    6,718 / 5,313. :class:`~ctxemb.embedding.Embedder` takes this budget by default on the CPU.
 
     Args:
-        config: the encoder's configuration (its ``intermediate_size`` is used).
+        config: the encoder's configuration (its ``intermediate_size``, else 4 x ``hidden_size``).
         cache_bytes: the last-level cache size (default: :func:`last_level_cache_bytes`).
     """
     cache_bytes = last_level_cache_bytes() if cache_bytes is None else cache_bytes
+    width = getattr(config, "intermediate_size", None) or 4 * int(config.hidden_size)
     if not cache_bytes:
         return DEFAULT_TOKENS_PER_BATCH
-    per_token = 4 * int(config.intermediate_size)
+    per_token = 4 * int(width)
     budget = 512
     while budget * 2 <= 8192 and budget * 2 * per_token <= cache_bytes // 2:
         budget *= 2

@@ -133,8 +133,13 @@ def _check_weights(weights) -> tuple[float, ...]:
     return tuple(out)
 
 
-def _check_token_budget(value) -> int | None:
-    return None if value is None else check_int(value, "max_tokens_per_batch", low=1)
+def _check_token_budget(value) -> int | str | None:
+    """``max_tokens_per_batch``: an int >= 1, None (no budget) or "auto" (resolved by the Embedder)."""
+    if value is None or value == "auto":
+        return value
+    if isinstance(value, str):
+        raise ValueError(f"max_tokens_per_batch must be an int >= 1, None (no budget) or 'auto'; got {value!r}")
+    return check_int(value, "max_tokens_per_batch", low=1)
 
 
 def _text_batch(texts) -> list[str]:

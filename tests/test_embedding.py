@@ -143,3 +143,21 @@ def test_bf16_without_hardware_support_warns_once(emb, monkeypatch, caplog):
         bf16.embed_words(SENTS, show_progress_bar=False)
         bf16.embed_words(SENTS, show_progress_bar=False)
     assert sum("emulated" in r.getMessage() for r in caplog.records) == 1
+
+
+def test_token_budget_defaults_to_the_machines_and_keeps_a_given_one(tiny, monkeypatch):
+    from ctxemb import backends
+
+    emb = Embedder.from_pretrained(tiny)
+    assert emb.max_tokens_per_batch == backends.recommended_tokens_per_batch(emb.encoder.config)
+    monkeypatch.setattr(backends, "last_level_cache_bytes", lambda: 1 << 40)  # a huge cache: the largest budget
+    assert Embedder.from_pretrained(tiny).max_tokens_per_batch == 8192
+    monkeypatch.setattr(backends, "last_level_cache_bytes", lambda: None)  # unknown: the documented fallback
+    assert Embedder.from_pretrained(tiny).max_tokens_per_batch == backends.DEFAULT_TOKENS_PER_BATCH
+    assert Embedder.from_pretrained(tiny, max_tokens_per_batch=300).max_tokens_per_batch == 300
+    assert Embedder.from_pretrained(tiny, max_tokens_per_batch=None).max_tokens_per_batch is None
+    # the budget changes batching, never the vectors
+    words = [["a", "b", "c"] * k for k in range(1, 9)]
+    small = Embedder.from_pretrained(tiny, max_tokens_per_batch=16).embed_words(words)
+    for a, b in zip(small, emb.embed_words(words)):
+        np.testing.assert_allclose(a, b, atol=1e-5)

@@ -297,6 +297,7 @@ FROM_PRETRAINED_CASES = [
     ({"batch_size": 0}, ValueError, "batch_size must be >= 1"),
     ({"batch_size": None}, TypeError, "batch_size must be an int"),
     ({"max_tokens_per_batch": 0}, ValueError, "max_tokens_per_batch must be >= 1"),
+    ({"max_tokens_per_batch": "big"}, ValueError, "max_tokens_per_batch must be an int >= 1, None .* or 'auto'"),
     ({"device": "gpu9"}, ValueError, "device 'gpu9' is not a torch device"),
     ({"device": 0.5}, TypeError, "device must be a str"),
     ({"pooling": "mean"}, TypeError, r"unknown option\(s\) \['pooling'\]"),
