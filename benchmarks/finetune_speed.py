@@ -106,15 +106,21 @@ def _summary(rows: list[dict]) -> list[dict]:
     return out
 
 
+def _columns(rows: list[dict]) -> list[str]:
+    return list(dict.fromkeys(k for r in rows for k in r))
+
+
 def report(rows: list[dict]) -> None:
     cpu = cpu_name()
-    shown = [{k: (f"{v:.1f}" if isinstance(v, float) and k != "seed" else v) for k, v in r.items()} for r in rows]
+    shown = [{k: (f"{v:.1f}" if isinstance(v, float) else "-" if v is None else v) for k, v in r.items()} for r in rows]
+    summary = _summary(rows)
     md = ("# Fine-tuning speed: ctxemb against transformers' Trainer\n\n"
-          f"all-MiniLM-L6-v2 on {cpu}, {os.cpu_count()} cores. " + __doc__.split("\n\n")[1].replace("\n", " ") +
+          f"all-MiniLM-L6-v2 on {cpu}, {os.cpu_count()} cores. " + " ".join(__doc__.split("\n\n")[1:4]).replace("\n", " ") +
           " 'train examples/s' leaves out evaluation, start-up and saving ('fixed seconds' is the rest of the call, "
-          "'eval seconds' the dev evaluation).\n\n" + markdown_table(_summary(rows)) + "\n\n" + markdown_table(shown)
-          + "\n")
-    write_results(RESULTS, {"cpu": cpu, "rows": rows, "summary": _summary(rows)}, md)
+          "'eval seconds' the dev evaluation; the load average at the end of each run is in 'load').\n\n"
+          + (markdown_table(summary, _columns(summary)) + "\n\n" if summary else "")
+          + markdown_table(shown, _columns(shown)) + "\n")
+    write_results(RESULTS.stem, {"cpu": cpu, "rows": rows, "summary": summary}, md)
 
 
 def main(argv=None) -> None:
@@ -126,10 +132,11 @@ def main(argv=None) -> None:
     rows = json.loads(RESULTS.read_text())["rows"] if RESULTS.exists() else []
 
     def land(row: dict) -> None:
+        row["load"] = round(os.getloadavg()[0], 1)
+        print(json.dumps(row), flush=True)  # first, so that no measurement is lost
         rows[:] = [r for r in rows if (r["workload"], r["implementation"], r["seed"]) !=
                    (row["workload"], row["implementation"], row["seed"])] + [row]
         report(rows)
-        print(json.dumps(row), flush=True)
 
     for workload in args.tasks:
         for seed in args.seeds:
