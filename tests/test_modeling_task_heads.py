@@ -152,6 +152,19 @@ def test_a_bare_encoder_gets_a_fresh_head(tmp_path, caplog):
     assert not model.training and not model.classifier.training  # one mode: the loaded encoder's (eval)
 
 
+
+def test_new_head_puts_a_fresh_head_on_a_fine_tuned_encoder(tmp_path):
+    """Intermediate-task transfer: a 3-class model's encoder under a new 2-class head (its saved head ignored)."""
+    model = _model("bert", head="checkpoint", id2label={0: "a", 1: "b", 2: "c"})
+    model.save_pretrained(tmp_path / "m")
+    with pytest.raises(ValueError, match="num_labels=2 contradicts"):
+        EncoderForSequenceClassification.from_pretrained(tmp_path / "m", num_labels=2)
+    new = EncoderForSequenceClassification.from_pretrained(tmp_path / "m", num_labels=2, head="mean", new_head=True)
+    assert (new.num_labels, new.head) == (2, "mean")
+    ids, mask = _batch("bert")
+    torch.testing.assert_close(new.encoder(ids, mask).last_hidden_state, model.encoder(ids, mask).last_hidden_state,
+                               rtol=0, atol=0)
+
 # ---- fine-tuning regimes ------------------------------------------------------------------------------------
 
 def test_freeze_encoder_leaves_the_encoder_bit_identical():

@@ -124,6 +124,20 @@ def test_from_pretrained_refuses_contradicting_options(tmp_path):
         EncoderForTokenClassification.from_pretrained(tmp_path, id2label={0: "O", 1: "B-Z", 2: "I-Z"})
 
 
+
+def test_new_head_ignores_the_saved_head(tmp_path):
+    _tagger(crf=True).save_pretrained(tmp_path)
+    labels = {0: "O", 1: "B-Z", 2: "I-Z"}
+    tagger = EncoderForTokenClassification.from_pretrained(tmp_path, id2label=labels, crf=False, new_head=True)
+    assert tagger.id2label == labels and tagger.crf is None
+    span = EncoderForSpanClassification.from_pretrained(tmp_path, id2label={0: "NULL", 1: "Z"}, new_head=True)
+    qa = EncoderForQuestionAnswering.from_pretrained(tmp_path, new_head=True)
+    ids, mask = _batch()
+    for model in (tagger, span, qa):
+        torch.testing.assert_close(model.encoder(ids, mask).last_hidden_state,
+                                   EncoderForTokenClassification.from_pretrained(tmp_path).encoder(
+                                       ids, mask).last_hidden_state, rtol=0, atol=0)
+
 def test_constructor_errors():
     enc = Encoder(_config())
     with pytest.raises(ValueError, match="keys 0..1"):

@@ -41,6 +41,7 @@ class FinetuneRunConfig:
     Attributes:
         task: the task's name.
         model: the encoder to fine-tune (name or HF-format directory).
+        new_head: with a fine-tuned ``model``, ignore its head and start a new one on its encoder.
         regime: ``"full"``, ``"frozen"`` (head only) or ``"last_k"`` (the last ``last_k`` layers and the head).
         last_k: layers trained with ``regime="last_k"``.
         layerwise_lr_decay: each layer below the top gets this factor more of the learning rate (1 = off).
@@ -65,6 +66,9 @@ class FinetuneRunConfig:
         "the task's name", cli=False))
     model: str = field(default=DEFAULT_MODEL, metadata=_meta(
         'the encoder to start from'))
+    new_head: bool = field(default=False, metadata=_meta(
+        "start from the encoder of a fine-tuned model with a new head, its saved head ignored (intermediate-task "
+        "transfer: e.g. --model runs/snli/model --new-head for RTE); bi-encoders have no head"))
     regime: Regime = field(default="full", metadata=_meta(
         'full, frozen (the head only) or last_k (the top --last-k layers and the head); '
         '--trainable-layers says the same in one option'))
@@ -109,6 +113,8 @@ class FinetuneRunConfig:
         if isinstance(self.train, Mapping):
             self.train = TrainConfig.from_dict(dict(self.train))
         check_choice(self.regime, "regime", REGIMES)
+        if not isinstance(self.new_head, bool):
+            raise ValueError(f"new_head must be True or False; got {self.new_head!r}")
         if not (0 < self.layerwise_lr_decay <= 1):
             raise ValueError(f"layerwise_lr_decay must be in (0, 1]; got {self.layerwise_lr_decay}")
         if not (self.epochs > 0 and math.isfinite(self.epochs)):

@@ -177,7 +177,7 @@ def build_model(config: FinetuneConfig, task: TableData) -> EncoderForSequenceCl
     model = EncoderForSequenceClassification.from_pretrained(
         resolve_model_dir(config.model), num_labels=1 if regression else len(task.label_names),
         problem="regression" if regression else "classification", head=config.head,
-        id2label=None if regression else dict(enumerate(task.label_names)), **extra)
+        id2label=None if regression else dict(enumerate(task.label_names)), new_head=config.new_head, **extra)
     return config.apply_regime(model)
 
 

@@ -284,14 +284,14 @@ def build_model(config: TokenFinetuneConfig, labels: Sequence[str] | None) -> En
     path = resolve_model_dir(config.model)
     id2label = dict(enumerate(labels)) if labels is not None else None
     if config.head in ("softmax", "crf"):
-        model: EncoderWithHeads = EncoderForTokenClassification.from_pretrained(path, id2label=id2label,
-                                                                               crf=config.head == "crf")
+        model: EncoderWithHeads = EncoderForTokenClassification.from_pretrained(
+            path, id2label=id2label, crf=config.head == "crf", new_head=config.new_head)
     elif config.head == "span":
         model = EncoderForSpanClassification.from_pretrained(
             path, id2label=id2label, boundary=config.span_boundary, summary=config.span_summary,
-            max_span_length=config.max_span_length, null_weight=config.span_null_weight)
+            max_span_length=config.max_span_length, null_weight=config.span_null_weight, new_head=config.new_head)
     else:
-        model = EncoderForQuestionAnswering.from_pretrained(path)
+        model = EncoderForQuestionAnswering.from_pretrained(path, new_head=config.new_head)
     return config.apply_regime(model)
 
 

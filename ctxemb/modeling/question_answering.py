@@ -78,10 +78,15 @@ class EncoderForQuestionAnswering(EncoderWithHeads):
                                architectures=[architecture_name(self.config.model_type, "question_answering")])
 
     @classmethod
-    def from_pretrained(cls, model_dir: str | os.PathLike, *, strict: bool = True) -> "EncoderForQuestionAnswering":
+    def from_pretrained(cls, model_dir: str | os.PathLike, *, strict: bool = True,
+                        new_head: bool = False) -> "EncoderForQuestionAnswering":
         """Load a QA model (ours or transformers'), or an encoder with a fresh ``qa_outputs`` (logged)."""
         model_dir = Path(model_dir)
         encoder, heads = load_encoder_dir(model_dir, strict=strict)
+        if new_head and heads:
+            logger.info("%s: new_head=True: its %d head tensors are ignored, a new head is initialised", model_dir,
+                        len(heads))
+            heads = {}
         model = cls(encoder)
         model._load_token_head(heads, read_json_file(model_dir / "config.json", "config file"), str(model_dir))
         saved = _heads_with_prefix(heads, f"{model.checkpoint_name}.")

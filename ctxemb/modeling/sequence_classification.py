@@ -267,7 +267,7 @@ class EncoderForSequenceClassification(EncoderWithHeads):
                         problem: Problem | None = None, head: Head | None = None,
                         classifier_dropout: float | None = None, id2label: Mapping[int, str] | None = None,
                         regression_loss: str | None = None, score_scale: float | None = None,
-                        strict: bool = True) -> "EncoderForSequenceClassification":
+                        strict: bool = True, new_head: bool = False) -> "EncoderForSequenceClassification":
         """Load a fine-tuned classifier, or an encoder checkpoint with a fresh head (logged).
 
         A directory whose weights have ``classifier.*`` tensors is a fine-tuned model (ours or transformers'):
@@ -283,6 +283,8 @@ class EncoderForSequenceClassification(EncoderWithHeads):
             classifier_dropout, id2label, regression_loss, score_scale: as for the constructor (default: the saved
                 config's).
             strict: refuse checkpoints whose tensors do not match the configuration.
+            new_head: ignore a saved head: the encoder of a fine-tuned model with a new head (intermediate-task
+                transfer, e.g. an SNLI classifier's encoder trained on RTE).
 
         Raises:
             FileNotFoundError, CheckpointError: as for :func:`ctxemb.modeling.checkpoint.load_encoder_dir`.
@@ -292,6 +294,10 @@ class EncoderForSequenceClassification(EncoderWithHeads):
         """
         model_dir = Path(model_dir)
         encoder, heads = load_encoder_dir(model_dir, strict=strict)
+        if new_head and heads:
+            logger.info("%s: new_head=True: its %d head tensors are ignored, a new head is initialised", model_dir,
+                        len(heads))
+            heads = {}
         raw = read_json_file(model_dir / "config.json", "config file")
         saved_head = raw.get(HEAD_CONFIG_KEY, "checkpoint")
         saved, others = {}, sorted(heads)

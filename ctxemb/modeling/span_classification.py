@@ -166,7 +166,8 @@ class EncoderForSpanClassification(EncoderWithHeads):
 
     @classmethod
     def from_pretrained(cls, model_dir: str | os.PathLike, *, id2label: Mapping[int, str] | None = None,
-                        strict: bool = True, **head_options) -> "EncoderForSpanClassification":
+                        strict: bool = True, new_head: bool = False,
+                        **head_options) -> "EncoderForSpanClassification":
         """Load a saved span classifier, or an encoder with a new head (``id2label`` and the constructor's
         keyword options then apply).
 
@@ -175,6 +176,10 @@ class EncoderForSpanClassification(EncoderWithHeads):
         """
         model_dir = Path(model_dir)
         encoder, heads = load_encoder_dir(model_dir, strict=strict)
+        if new_head and heads:
+            logger.info("%s: new_head=True: its %d head tensors are ignored, a new head is initialised", model_dir,
+                        len(heads))
+            heads = {}
         saved = _heads_with_prefix(heads, "span_classifier.")
         raw = _read_config(model_dir)
         if not saved:

@@ -268,7 +268,7 @@ class EncoderForTokenClassification(EncoderWithHeads):
     @classmethod
     def from_pretrained(cls, model_dir: str | os.PathLike, *, id2label: Mapping[int, str] | None = None,
                         crf: bool | None = None, classifier_dropout: float | None = None,
-                        strict: bool = True) -> "EncoderForTokenClassification":
+                        strict: bool = True, new_head: bool = False) -> "EncoderForTokenClassification":
         """Load a fine-tuned tagger (ours or transformers'), or an encoder with a fresh head (``id2label``
         required then).
 
@@ -278,6 +278,10 @@ class EncoderForTokenClassification(EncoderWithHeads):
         """
         model_dir = Path(model_dir)
         encoder, heads = load_encoder_dir(model_dir, strict=strict)
+        if new_head and heads:
+            logger.info("%s: new_head=True: its %d head tensors are ignored, a new head is initialised", model_dir,
+                        len(heads))
+            heads = {}
         saved = _heads_with_prefix(heads, "classifier.")
         raw = _read_config(model_dir)
         if not saved:
