@@ -126,13 +126,15 @@ def run_task(task: str, rows: list, **kw) -> Path:
 
 def _trainer_args(output_dir: Path, *, lr: float, epochs: float, seed: int, bf16: bool, group_by_length: bool):
     """The Trainer's arguments for our recipe (batch 32, 10% warm-up, weight decay 0.01, no checkpoints); ``bf16``
-    (autocast on the CPU) and ``group_by_length`` are the Trainer's own speed options."""
+    (autocast on the CPU) and length grouping (``train_sampling_strategy="group_by_length"`` in transformers 5, the
+    ``group_by_length=True`` of 4.x) are the Trainer's own speed options."""
     import transformers
 
     return transformers.TrainingArguments(
         output_dir=str(output_dir), per_device_train_batch_size=32, learning_rate=lr, num_train_epochs=epochs,
         warmup_steps=0.1, weight_decay=0.01, save_strategy="no", report_to=[], use_cpu=True, seed=seed,
-        dataloader_num_workers=0, disable_tqdm=True, logging_steps=50, bf16=bf16, group_by_length=group_by_length)
+        dataloader_num_workers=0, disable_tqdm=True, logging_steps=50, bf16=bf16,
+        train_sampling_strategy="group_by_length" if group_by_length else "random")
 
 
 def _trainer_regime(bf16: bool, group_by_length: bool) -> str:

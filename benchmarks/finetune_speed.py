@@ -128,6 +128,7 @@ def main(argv=None) -> None:
     parser.add_argument("--tasks", nargs="*", default=list(WORKLOADS), choices=list(WORKLOADS))
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1], help="seeds of the ctxemb auto rows")
     parser.add_argument("--no-trainer", action="store_true", help="leave out the Trainer rows")
+    parser.add_argument("--no-fp32", action="store_true", help="leave out the ctxemb fp32 row")
     args = parser.parse_args(argv)
     rows = json.loads(RESULTS.read_text())["rows"] if RESULTS.exists() else []
 
@@ -141,7 +142,8 @@ def main(argv=None) -> None:
     for workload in args.tasks:
         for seed in args.seeds:
             land(run_ctxemb(workload, "auto", seed))
-        land(run_ctxemb(workload, "fp32", args.seeds[0]))
+        if not args.no_fp32:
+            land(run_ctxemb(workload, "fp32", args.seeds[0]))
         if not args.no_trainer:
             land(run_trainer(workload, bf16=False, group_by_length=False))
             land(run_trainer(workload, bf16=True, group_by_length=True))

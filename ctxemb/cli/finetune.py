@@ -32,10 +32,8 @@ from ctxemb.finetuning.contrastive import ContrastiveConfig
 from ctxemb.finetuning.predictor import load_predictor, model_kind
 from ctxemb.finetuning.readers import TASKS
 from ctxemb.finetuning.registry import get_task, task_names
-from ctxemb.finetuning.runner import run_task
-from ctxemb.finetuning.tasks import HEADS, FinetuneConfig, run_finetuning
-from ctxemb.finetuning.token_tasks import (TASK_HEADS, TOKEN_HEADS, TOKEN_TASKS, TokenFinetuneConfig,
-                                           run_token_finetuning)
+from ctxemb.finetuning.tasks import HEADS, FinetuneConfig
+from ctxemb.finetuning.token_tasks import TASK_HEADS, TOKEN_HEADS, TOKEN_TASKS, TokenFinetuneConfig
 from ctxemb.training.config import TrainConfig
 
 logger = logging.getLogger(__name__)
@@ -170,13 +168,11 @@ def finetune_config_from_args(args: argparse.Namespace):
 
 
 def train_task(task, config):
-    """Train a task from its config: what ``ctxemb finetune`` runs (``benchmarks/finetune.py`` too). Returns the
-    family's result (``FinetuneResult``, ``TokenFinetuneResult``, or the skeleton's ``TaskRun`` for a user's task)."""
-    if isinstance(config, TokenFinetuneConfig):
-        return run_token_finetuning(config)
-    if isinstance(config, FinetuneConfig):
-        return run_finetuning(config)
-    return run_task(task, config)  # a task registered by the user: the same skeleton
+    """Train a task from its config: what ``ctxemb finetune`` runs (``benchmarks/finetune.py`` too), an intermediate
+    stage first if the config has one (:func:`ctxemb.finetuning.intermediate.train`)."""
+    from ctxemb.finetuning.intermediate import train
+
+    return train(task, config)
 
 
 def run_finetune(args: argparse.Namespace) -> int:

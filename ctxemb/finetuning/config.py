@@ -42,6 +42,8 @@ class FinetuneRunConfig:
         task: the task's name.
         model: the encoder to fine-tune (name or HF-format directory).
         new_head: with a fine-tuned ``model``, ignore its head and start a new one on its encoder.
+        intermediate: None, or the settings of a first run on another task (``task``, that task's fields,
+            ``train``) whose encoder this run starts from (:mod:`ctxemb.finetuning.intermediate`).
         regime: ``"full"``, ``"frozen"`` (head only) or ``"last_k"`` (the last ``last_k`` layers and the head).
         last_k: layers trained with ``regime="last_k"``.
         layerwise_lr_decay: each layer below the top gets this factor more of the learning rate (1 = off).
@@ -69,6 +71,9 @@ class FinetuneRunConfig:
     new_head: bool = field(default=False, metadata=_meta(
         "start from the encoder of a fine-tuned model with a new head, its saved head ignored (intermediate-task "
         "transfer: e.g. --model runs/snli/model --new-head for RTE); bi-encoders have no head"))
+    intermediate: dict[str, Any] | None = field(default=None, metadata=_meta(
+        "an intermediate stage trained first (a preset's [intermediate] table: task, its settings, [train]); the "
+        "run then starts from its encoder with a new head (ctxemb.finetuning.intermediate)", cli=False))
     regime: Regime = field(default="full", metadata=_meta(
         'full, frozen (the head only) or last_k (the top --last-k layers and the head); '
         '--trainable-layers says the same in one option'))
@@ -113,6 +118,12 @@ class FinetuneRunConfig:
         if isinstance(self.train, Mapping):
             self.train = TrainConfig.from_dict(dict(self.train))
         check_choice(self.regime, "regime", REGIMES)
+        if self.intermediate is not None and not (isinstance(self.intermediate, Mapping)
+                                                  and isinstance(self.intermediate.get("task"), str)):
+            raise ValueError("intermediate must be None or a table of settings naming its task (e.g. {'task': "
+                             f"'snli', 'epochs': 1}}); got {self.intermediate!r}")
+        if self.intermediate is not None:
+            self.intermediate = dict(self.intermediate)
         if not isinstance(self.new_head, bool):
             raise ValueError(f"new_head must be True or False; got {self.new_head!r}")
         if not (0 < self.layerwise_lr_decay <= 1):

@@ -61,7 +61,12 @@ def run_task(task: Task, config, *,
 
     Raises:
         TypeError: ``config`` is not the task's ``config_class``.
+        ValueError: ``config.intermediate`` is set (train through :func:`ctxemb.finetuning.intermediate.train`).
     """
+    if getattr(config, "intermediate", None):
+        raise ValueError("config.intermediate is set: a run with an intermediate stage goes through "
+                         "ctxemb.finetuning.intermediate.train(task, config) (as ctxemb finetune does), which trains "
+                         "the stage first")
     if not isinstance(config, task.config_class):
         raise TypeError(f"task {task.name!r} takes a {task.config_class.__name__}, got {type(config).__name__}")
     t = time.perf_counter()
