@@ -62,7 +62,7 @@ def intermediate_run(config) -> tuple[Any, Any]:
         raise ValueError(f"intermediate.train must be a table of loop settings; got {type(loop).__name__}")
     train = {"learning_rate": task.default_learning_rate, "warmup_ratio": 0.1, **loop,
              **{k: getattr(config.train, k) for k in _SHARED_TRAIN},
-             "out_dir": str(Path(config.train.out_dir) / INTERMEDIATE_DIR), "resume": config.train.resume}
+             "out_dir": str(Path(config.train.out_dir) / INTERMEDIATE_DIR), "resume": bool(config.train.resume)}
     fields = {f.name for f in dataclasses.fields(task.config_class)}
     unknown = sorted(set(spec) - fields)
     if unknown:
