@@ -34,6 +34,11 @@ def test_finetune_presets_build_their_task_config(name, tmp_path):
         if key != "train":
             assert getattr(config, key) == value, key
     assert config.train.learning_rate == preset["train"]["learning_rate"] and config.train.seed == 3
+    if config.intermediate:  # a preset's intermediate stage builds its own task's config, with the run's seed
+        from ctxemb.finetuning.intermediate import intermediate_run
+
+        _, stage = intermediate_run(config)
+        assert stage.train.seed == 3 and stage.train.out_dir == str(tmp_path / "intermediate")
 
 
 def _finetune_config(tmp_path, *argv):
