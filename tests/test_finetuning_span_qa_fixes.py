@@ -199,7 +199,7 @@ def test_one_hot_span_scores_decode_back_to_the_gold_bio_tags():
 
 def _qa_config_from_cli(monkeypatch, tmp_path, *flags):
     """Run ``ctxemb finetune xquad ...`` up to the point where training would start; return the config."""
-    import ctxemb.cli.finetune as cli_finetune
+    import ctxemb.finetuning.token_tasks as token_tasks
     from ctxemb.cli import main
     captured = {}
 
@@ -207,22 +207,22 @@ def _qa_config_from_cli(monkeypatch, tmp_path, *flags):
         captured["config"] = config
         raise RuntimeError("resolved")
 
-    monkeypatch.setattr(cli_finetune, "run_token_finetuning", fake_run)
+    monkeypatch.setattr(token_tasks, "run_token_finetuning", fake_run)
     with pytest.raises(RuntimeError, match="resolved"):
         main(["--debug", "finetune", "xquad", "--out", str(tmp_path / "qa"), *flags])
     return captured["config"]
 
 
-def test_xquad_with_no_flags_takes_squad_windows(monkeypatch, tmp_path):
-    config = _qa_config_from_cli(monkeypatch, tmp_path)
-    assert (config.head, config.max_length, config.doc_stride, config.max_query_length) == ("qa", 384, 128, 64)
+def test_xquad_with_no_flags_takes_its_recipe_windows(monkeypatch, tmp_path):
+    config = _qa_config_from_cli(monkeypatch, tmp_path)  # the default recipe: 256-token windows, the QA stride
+    assert (config.head, config.max_length, config.doc_stride, config.max_query_length) == ("qa", 256, 128, 64)
     tok = load_tokenizer(config.model)  # and these windows are what encode_qa accepts for the default model
     from ctxemb.finetuning.qa import encode_qa
     from ctxemb.finetuning.squad import QAExample
     ex = QAExample("q", "t", "word " * 600, "what word?", (("word", 0),))
     feats = encode_qa(tok, [ex], max_length=config.max_length, doc_stride=config.doc_stride,
                       max_query_length=config.max_query_length)
-    assert len(feats) > 1 and all(len(f.input_ids) <= 384 for f in feats)
+    assert len(feats) > 1 and all(len(f.input_ids) <= 256 for f in feats)
 
 
 def test_explicit_qa_windows_win_and_inconsistent_ones_are_refused(monkeypatch, tmp_path):
@@ -232,16 +232,18 @@ def test_explicit_qa_windows_win_and_inconsistent_ones_are_refused(monkeypatch, 
     config = _qa_config_from_cli(monkeypatch, tmp_path, "--max-length", "128")
     assert config.max_length == 128 and 1 <= config.doc_stride <= 128 - 64 - 4
     config = _qa_config_from_cli(monkeypatch, tmp_path, "--doc-stride", "100")
-    assert (config.max_length, config.doc_stride) == (384, 100)
+    assert (config.max_length, config.doc_stride) == (256, 100)
+    config = _qa_config_from_cli(monkeypatch, tmp_path, "--preset", "none")  # the bare QA defaults: SQuAD's windows
+    assert (config.max_length, config.doc_stride) == (384, 128)
     with pytest.raises(ValueError, match=r"doc_stride 128 does not fit.*max_length 128.*max_query_length 64"):
         _qa_config_from_cli(monkeypatch, tmp_path, "--max-length", "128", "--doc-stride", "128")
 
 
 def test_tagging_tasks_keep_max_length_128(monkeypatch, tmp_path):
-    import ctxemb.cli.finetune as cli_finetune
+    import ctxemb.finetuning.token_tasks as token_tasks
     from ctxemb.cli import main
     captured = {}
-    monkeypatch.setattr(cli_finetune, "run_token_finetuning",
+    monkeypatch.setattr(token_tasks, "run_token_finetuning",
                         lambda config: captured.setdefault("c", config) and (_ for _ in ()).throw(RuntimeError("x")))
     with pytest.raises(RuntimeError):
         main(["--debug", "finetune", "conll2003-ner", "--out", str(tmp_path / "n")])
