@@ -191,6 +191,22 @@ def recommended_tokens_per_batch(config, cache_bytes: int | None = None) -> int:
     return budget
 
 
+#: The token budget on a GPU (and the Embedder's CPU default before "auto"): GPU memory, not a cache, bounds it there.
+GPU_TOKENS_PER_BATCH = 8192
+
+
+def resolve_tokens_per_batch(budget: int | str | None, encoder) -> int | None:
+    """An Embedder's ``max_tokens_per_batch`` as a number: "auto" -> on the CPU the budget that keeps a batch's
+    feed-forward activations within the last-level cache (:func:`recommended_tokens_per_batch`: 2,048 for MiniLM on
+    a 32 MiB L3, where 8,192-token batches encoded 42% slower), on a GPU :data:`GPU_TOKENS_PER_BATCH`; a number or
+    None (no budget) as given."""
+    if budget != "auto":
+        return budget
+    if next(encoder.parameters()).device.type != "cpu":
+        return GPU_TOKENS_PER_BATCH
+    return recommended_tokens_per_batch(encoder.config)
+
+
 # ---- ONNX export and ONNX Runtime ------------------------------------------------------------------------------
 def import_onnxruntime():
     """The ``onnxruntime`` module, or an ImportError that names the extra to install."""

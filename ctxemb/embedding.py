@@ -22,7 +22,7 @@ import torch
 
 from ctxemb._validation import check_bool, check_choice, check_int
 from ctxemb.autoprecision import PrecisionChoice, choose_precision
-from ctxemb.backends import encoder_fingerprint, import_onnxruntime, load_backend, recommended_tokens_per_batch
+from ctxemb.backends import encoder_fingerprint, import_onnxruntime, load_backend, resolve_tokens_per_batch
 from ctxemb.config import SUPPORTED_MODEL_TYPES
 from ctxemb.embedder_config import (LAYER_POOLINGS, OUTPUTS, SPAN_MODES,  # noqa: F401 (re-exported)
                                     SUBWORD_POOLINGS, EmbedderConfig, _as_list, _check_layer_args, _check_layer_list,
@@ -94,9 +94,7 @@ class Embedder:
         config: pooling choices; ``config.model`` is recorded, not loaded.
         batch_size: most texts (or windows) per forward pass, >= 1.
         max_tokens_per_batch: most padded tokens per forward pass, >= 1 (None: no budget); "auto" (the default):
-            on the CPU the budget that keeps a batch's feed-forward activations within the last-level cache
-            (:func:`ctxemb.backends.recommended_tokens_per_batch`: 2,048 for MiniLM on a 32 MiB L3; 8,192-token
-            batches encoded 42% slower there), on a GPU 8,192.
+            the machine's budget (:func:`ctxemb.backends.resolve_tokens_per_batch`).
 
     Every method checks all its arguments (and every text) before any work: None or a wrong type is a TypeError
     (``layers=-1`` says to pass a list; a single str says to wrap it), a bad value a ValueError naming the argument
@@ -130,7 +128,7 @@ class Embedder:
         if self.config.dimensions is not None:
             self._width(self.config.layers, self.config.layer_pooling)  # checks dimensions against the width
         self.batch_size = check_int(batch_size, "batch_size", low=1)
-        self.max_tokens_per_batch = _resolve_token_budget(_check_token_budget(max_tokens_per_batch), encoder)
+        self.max_tokens_per_batch = resolve_tokens_per_batch(_check_token_budget(max_tokens_per_batch), encoder)
         #: What ``precision="auto"`` chose and why (None when the configuration named a path).
         self.precision_choice: PrecisionChoice | None = None
         self._backend: EncoderBackend | None = None
@@ -583,19 +581,6 @@ class Embedder:
 
 
 # ---- pooling helpers ------------------------------------------------------------------------------------------
-# The budget on a GPU (and the CPU default before "auto"): GPU memory, not a cache, bounds a batch there.
-GPU_TOKENS_PER_BATCH = 8192
-
-
-def _resolve_token_budget(budget: int | str | None, encoder) -> int | None:
-    """``max_tokens_per_batch`` as a number: "auto" -> the machine's budget for ``encoder`` (see the Embedder)."""
-    if budget != "auto":
-        return budget
-    if next(encoder.parameters()).device.type != "cpu":
-        return GPU_TOKENS_PER_BATCH
-    return recommended_tokens_per_batch(encoder.config)
-
-
 def _convert(t: torch.Tensor, output: str):
     return t if output == "torch" else t.numpy().astype(np.float32, copy=False)
 
