@@ -236,12 +236,17 @@ def split_heads(state: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor]
     return trunk, heads
 
 
-def load_encoder_dir(model_dir: str | os.PathLike, *, strict: bool = True) -> tuple[Encoder, dict[str, torch.Tensor]]:
+def load_encoder_dir(model_dir: str | os.PathLike, *, strict: bool = True,
+                     new_head: bool = False) -> tuple[Encoder, dict[str, torch.Tensor]]:
     """Build an :class:`Encoder` from an HF-format directory.
+
+    Args:
+        new_head: leave the checkpoint's head tensors out (logged), so that the caller initialises a new head on a
+            fine-tuned encoder (intermediate-task transfer).
 
     Returns:
         (encoder in eval mode, head tensors found in the checkpoint with canonical names: pretraining ``cls.*``
-        and task ``classifier.*``; may be empty).
+        and task ``classifier.*``; may be empty, and is with ``new_head``).
 
     Raises:
         FileNotFoundError: the directory, its ``config.json`` or its weights are missing.
@@ -265,6 +270,10 @@ def load_encoder_dir(model_dir: str | os.PathLike, *, strict: bool = True) -> tu
         trunk.update({k: own[k] for k in ("pooler.dense.weight", "pooler.dense.bias")})
     load_weights_into(encoder, trunk, strict=strict, source=str(weights))
     encoder.eval()
+    if new_head and heads:
+        logger.info("%s: new_head=True: its %d head tensors are ignored, a new head is initialised", model_dir,
+                    len(heads))
+        heads = {}
     return encoder, heads
 
 

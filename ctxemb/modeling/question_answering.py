@@ -82,11 +82,7 @@ class EncoderForQuestionAnswering(EncoderWithHeads):
                         new_head: bool = False) -> "EncoderForQuestionAnswering":
         """Load a QA model (ours or transformers'), or an encoder with a fresh ``qa_outputs`` (logged)."""
         model_dir = Path(model_dir)
-        encoder, heads = load_encoder_dir(model_dir, strict=strict)
-        if new_head and heads:
-            logger.info("%s: new_head=True: its %d head tensors are ignored, a new head is initialised", model_dir,
-                        len(heads))
-            heads = {}
+        encoder, heads = load_encoder_dir(model_dir, strict=strict, new_head=new_head)
         model = cls(encoder)
         model._load_token_head(heads, read_json_file(model_dir / "config.json", "config file"), str(model_dir))
         saved = _heads_with_prefix(heads, f"{model.checkpoint_name}.")

@@ -293,11 +293,7 @@ class EncoderForSequenceClassification(EncoderWithHeads):
                 pass it to the constructor).
         """
         model_dir = Path(model_dir)
-        encoder, heads = load_encoder_dir(model_dir, strict=strict)
-        if new_head and heads:
-            logger.info("%s: new_head=True: its %d head tensors are ignored, a new head is initialised", model_dir,
-                        len(heads))
-            heads = {}
+        encoder, heads = load_encoder_dir(model_dir, strict=strict, new_head=new_head)
         raw = read_json_file(model_dir / "config.json", "config file")
         saved_head = raw.get(HEAD_CONFIG_KEY, "checkpoint")
         saved, others = {}, sorted(heads)

@@ -277,11 +277,7 @@ class EncoderForTokenClassification(EncoderWithHeads):
             ValueError: ``id2label`` missing for a new head, or ``id2label``/``crf`` contradicting the saved model.
         """
         model_dir = Path(model_dir)
-        encoder, heads = load_encoder_dir(model_dir, strict=strict)
-        if new_head and heads:
-            logger.info("%s: new_head=True: its %d head tensors are ignored, a new head is initialised", model_dir,
-                        len(heads))
-            heads = {}
+        encoder, heads = load_encoder_dir(model_dir, strict=strict, new_head=new_head)
         saved = _heads_with_prefix(heads, "classifier.")
         raw = _read_config(model_dir)
         if not saved:
