@@ -25,7 +25,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Mapping
 
 from ctxemb.finetuning.registry import get_task
 from ctxemb.training.config import TrainConfig
@@ -33,7 +33,7 @@ from ctxemb.training.recipe import MODEL_DIR
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["INTERMEDIATE_DIR", "intermediate_run", "run_with_intermediate", "train"]
+__all__ = ["INTERMEDIATE_DIR", "intermediate_run", "train"]
 
 INTERMEDIATE_DIR = "intermediate"
 # What the intermediate run takes from the target run's loop, whatever its own [train] says.
@@ -44,13 +44,11 @@ def intermediate_run(config) -> tuple[Any, Any]:
     """The intermediate run of ``config``: (its task, its config), validated; nothing is trained.
 
     Raises:
-        ValueError: ``config.intermediate`` has no ``task``, names an unknown task, nests another intermediate
-            stage, or has a setting the task's config refuses.
+        ValueError: ``config.intermediate`` names an unknown task, nests another intermediate stage, or has a
+            setting the task's config refuses.
     """
     spec = dict(config.intermediate)
-    name = spec.pop("task", None)
-    if not isinstance(name, str) or not name:
-        raise ValueError(f"intermediate must name its task (intermediate.task, e.g. 'snli'); got {name!r}")
+    name = spec.pop("task")  # a str: FinetuneRunConfig checks it
     if spec.get("intermediate"):
         raise ValueError("an intermediate stage cannot have its own intermediate stage")
     try:
@@ -75,11 +73,12 @@ def intermediate_run(config) -> tuple[Any, Any]:
         raise ValueError(f"intermediate ({name}): {e}") from None
 
 
-def run_with_intermediate(task, config, train_fn: Callable[[Any, Any], Any]):
-    """Train ``config``'s intermediate stage (if it has one and it has not finished yet) with ``train_fn``, then
-    the target task from its encoder with a new head; returns the target run's result."""
+def train(task, config):
+    """Train a task from its config, its intermediate stage first if it has one (and it has not finished yet), then
+    the target task from the stage's encoder with a new head: what ``ctxemb finetune`` runs. Returns the target
+    run's result (``FinetuneResult``, ``TokenFinetuneResult``, or the skeleton's ``TaskRun`` for a user's task)."""
     if not getattr(config, "intermediate", None):
-        return train_fn(task, config)
+        return _train_one(task, config)
     inter_task, inter_config = intermediate_run(config)  # checked before anything is trained
     model_dir = Path(inter_config.train.out_dir) / MODEL_DIR
     if (model_dir / "run.json").is_file():
@@ -87,17 +86,8 @@ def run_with_intermediate(task, config, train_fn: Callable[[Any, Any], Any]):
     else:
         logger.info("intermediate stage: %s into %s, then %s with a new head", inter_task.name,
                     inter_config.train.out_dir, task.name)
-        train_fn(inter_task, inter_config)
-    return train_fn(task, dataclasses.replace(config, model=str(model_dir), new_head=True, intermediate=None))
-
-
-def train(task, config):
-    """Train a task from its config, its intermediate stage first if it has one: what ``ctxemb finetune`` runs.
-    Returns the family's result (``FinetuneResult``, ``TokenFinetuneResult``, or the skeleton's ``TaskRun`` for a
-    user's task)."""
-    if getattr(config, "intermediate", None):
-        return run_with_intermediate(task, config, _train_one)
-    return _train_one(task, config)
+        _train_one(inter_task, inter_config)
+    return _train_one(task, dataclasses.replace(config, model=str(model_dir), new_head=True, intermediate=None))
 
 
 def _train_one(task, config):
