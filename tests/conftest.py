@@ -25,3 +25,15 @@ def wordnet():
         return wnu.get_wordnet()
     except wnu.WordNetNotFoundError as e:
         pytest.skip(str(e))
+
+
+@pytest.fixture(scope="module")
+def one_torch_thread():
+    """torch on one thread for a module (``pytestmark = pytest.mark.usefixtures("one_torch_thread")``): tiny
+    matrices gain nothing from more threads, the 2 test cores are shared, and torchrun ranks run one thread each."""
+    import torch
+
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)

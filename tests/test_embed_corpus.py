@@ -28,12 +28,7 @@ NO_BAR = {"show_progress_bar": False}
 WORDS = "the bank river money sat on of he she a mouse die cell plant bat".split()
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)  # the torchrun ranks below run one thread each too (--threads 1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # see conftest
 
 
 @pytest.fixture(scope="module")

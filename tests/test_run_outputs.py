@@ -27,12 +27,7 @@ from tests.test_training_resume import _run
 from tests.training_scripts.tiny import TinyOutput, make_examples, make_model
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # see conftest
 
 
 # ------------------------------------------------------------------------------------ safetensors checkpoints

@@ -19,12 +19,7 @@ SCRIPT = Path(__file__).parent / "training_scripts" / "ddp_train.py"
 REPO = Path(__file__).resolve().parent.parent
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # see conftest
 
 
 def _torchrun() -> str | None:

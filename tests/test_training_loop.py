@@ -14,13 +14,7 @@ from ctxemb.training.loop import write_loss_plot
 from tests.training_scripts.tiny import TinyOutput, make_examples, make_model
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    # Tiny matrices: extra threads only add synchronisation (and the 2 test cores are shared).
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # see conftest
 
 
 def _config(**kw):

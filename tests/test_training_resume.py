@@ -13,12 +13,7 @@ from ctxemb.training.state import latest_checkpoint, list_checkpoints, read_chec
 from tests.training_scripts.tiny import make_examples, make_model
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # see conftest
 
 
 class StopAt(Callback):

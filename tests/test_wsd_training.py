@@ -89,12 +89,7 @@ def config(recipe, out_dir, **kw) -> SenseTrainConfig:
     return SenseTrainConfig(train=TrainConfig(**train), **base)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # see conftest
 
 
 @pytest.fixture(scope="module")
