@@ -14,7 +14,8 @@ import torch.nn.functional as F
 
 from ctxemb.finetuning.contrastive import ContrastiveConfig, ContrastiveTask
 from ctxemb.finetuning.contrastive_data import (ContrastiveCollator, ContrastiveExample, allnli_examples,
-                                                encode_contrastive, read_contrastive_table, retrieval_metrics)
+                                                encode_contrastive, read_contrastive_table, retrieval_corpus,
+                                                retrieval_metrics)
 from ctxemb.finetuning.contrastive_mining import add_mined_negatives, mine_hard_negatives
 from ctxemb.finetuning.readers import TextExample
 from ctxemb.finetuning.registry import get_task
@@ -241,6 +242,31 @@ def test_retrieval_metrics_against_hand_counted_ranks():
     assert m["recall@1"] == pytest.approx(100 / 3)
     assert m["mrr@10"] == pytest.approx(100 * (1 + 1 / 2 + 1 / 3) / 3)
     assert m["recall@10"] == 100.0
+
+
+def test_retrieval_corpus_appends_distinct_distractors():
+    ex = [ContrastiveExample("q1", "P1", ("N1",)), ContrastiveExample("q2", "P2"), ContrastiveExample("q3", "P1")]
+    queries, corpus, relevant = retrieval_corpus(ex, ["D1", "P2", "D1", "D2"])
+    assert queries == ["q1", "q2", "q3"]
+    assert corpus == ["P1", "N1", "P2", "D1", "D2"]
+    assert relevant == [0, 2, 0]
+
+
+def test_xquad_retrieval_dev_ranks_against_dev_and_training_passages(tmp_path):
+    from ctxemb.finetuning.squad import load_xquad, xquad_split
+    try:
+        questions = load_xquad()
+    except FileNotFoundError:
+        pytest.skip("XQuAD-en is not in the shared data")
+    config = ContrastiveConfig(task="xquad-retrieval", max_train_examples=10,
+                               train=TrainConfig(learning_rate=2e-5, out_dir=str(tmp_path / "run")))
+    data = ContrastiveTask("xquad-retrieval").read(config)
+    _, corpus, relevant = retrieval_corpus(data.eval, data.info["eval_distractors"])
+    passages = {part: {q.context for q in xquad_split(part, questions)} for part in ("train", "dev", "heldout")}
+    assert len(data.train) == 10  # the distractors do not follow max_train_examples
+    assert set(corpus) == passages["train"] | passages["dev"] and len(corpus) == 180
+    assert not set(corpus) & passages["heldout"]
+    assert {corpus[i] for i in relevant} == passages["dev"]
 
 
 @pytest.mark.parametrize("kwargs, message", [

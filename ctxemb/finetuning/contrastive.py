@@ -163,20 +163,23 @@ class ContrastiveTask(Task):
             train = allnli_examples(pairs)
             sts = load_task("stsb", splits=["dev"]).splits["dev"]
             evaluation = [ContrastiveExample(ex.text_a, ex.text_b, (), ex.id, float(ex.label)) for ex in sts]
-            kind = "stsb"
+            kind, distractors = "stsb", []
         elif config.task == "xquad-retrieval":
             questions = load_xquad()
             train = xquad_retrieval_examples(xquad_split(config.train_split, questions))
             evaluation = xquad_retrieval_examples(xquad_split(config.eval_split, questions))
             kind = "retrieval"
+            # dev questions rank against the training articles' passages too (150 distractors, whatever
+            # max_train_examples keeps): 180 candidates tell recipes apart where the 30 dev passages saturate
+            distractors = [ex.positive for ex in xquad_retrieval_examples(xquad_split("train", questions))]
         else:
             columns = dict(anchor=config.anchor, positive=config.positive, negatives=tuple(config.negatives or ()))
             train = read_contrastive_table(config.train_file, **columns)
             evaluation = read_contrastive_table(config.dev_file, **columns)
-            kind = "retrieval"
+            kind, distractors = "retrieval", []
         if config.max_train_examples:
             train = train[:config.max_train_examples]  # before mining: mine only the rows that are trained on
-        info: dict[str, Any] = {"eval_kind": kind}
+        info: dict[str, Any] = {"eval_kind": kind, "eval_distractors": distractors}
         if config.mine_hard_negatives:
             base = EncoderForContrastive.from_pretrained(resolve_model_dir(config.model)).eval()
             tokenizer = load_tokenizer(config.model)
@@ -217,7 +220,7 @@ class ContrastiveTask(Task):
             scores = [ex.score for ex in data.eval]
             return lambda m: stsb_metrics(embed_texts(m, tokenizer, a, **embed), embed_texts(m, tokenizer, b, **embed),
                                           scores, dims=dims(m))
-        queries, corpus, relevant = retrieval_corpus(data.eval)
+        queries, corpus, relevant = retrieval_corpus(data.eval, data.info.get("eval_distractors", ()))
         return lambda m: retrieval_metrics(embed_texts(m, tokenizer, queries, **embed),
                                            embed_texts(m, tokenizer, corpus, **embed), relevant, dims=dims(m))
 

@@ -255,13 +255,16 @@ def retrieval_metrics(queries: np.ndarray, passages: np.ndarray, relevant: Seque
     return out
 
 
-def retrieval_corpus(examples: Sequence[ContrastiveExample]) -> tuple[list[str], list[str], list[int]]:
-    """The queries (anchors), the corpus (distinct positives and negatives, in first-seen order) and each query's
-    relevant passage index, for :func:`retrieval_metrics`."""
+def retrieval_corpus(examples: Sequence[ContrastiveExample], distractors: Sequence[str] = ()
+                     ) -> tuple[list[str], list[str], list[int]]:
+    """The queries (anchors), the corpus (distinct positives and negatives, in first-seen order, then the distinct
+    ``distractors`` not among them) and each query's relevant passage index, for :func:`retrieval_metrics`."""
     corpus: dict[str, int] = {}
     for ex in examples:
         for t in (ex.positive, *ex.negatives):
             corpus.setdefault(t, len(corpus))
+    for t in distractors:
+        corpus.setdefault(t, len(corpus))
     return [ex.anchor for ex in examples], list(corpus), [corpus[ex.positive] for ex in examples]
 
 
