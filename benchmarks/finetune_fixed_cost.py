@@ -139,9 +139,9 @@ def main() -> None:
           f"evaluation after the epoch; SST-2's dev split holds 6,735 sentences), {args.repeats} fresh processes, "
           f"median.\n",
           f"{m['lscpu'].get('model_name') or m['cpu']}, {m['lscpu'].get('cpus') or m['cpu_count']} CPUs, torch "
-          f"{m['torch']} with {m['threads']} threads. The machine is shared: 1-minute load average "
-          f"{m['load_avg_1min']['min']:.1f}-{m['load_avg_1min']['max']:.1f} during the runs, so compare rows of one "
-          f"file, not absolute seconds across files.\n",
+          f"{m['torch']} with {m['threads']} threads. 1-minute load average "
+          f"{m['load_avg_1min']['min']:.1f}-{m['load_avg_1min']['max']:.1f} during the runs (above the CPU count: "
+          f"other jobs shared the machine), so compare rows of one file, not absolute seconds across files.\n",
           markdown_table(rows, ["phase", "median_s", "share_of_wall", "fixed"]), "",
           "Inside the phases (median seconds, from `run.json` `timing`):\n",
           markdown_table([{"timing key": k, "seconds": v} for k, v in detail.items()], ["timing key", "seconds"]), ""]
