@@ -105,9 +105,8 @@ def report(rows: dict) -> str:
              f"Machine: {cpu_name()}, torch {torch.__version__}, fp32, OMP threads 2. Each part gives the machine's "
              "1-minute load average at its end (above 2 on 2 cores: other jobs shared them, so its time is not a "
              "speed figure; parts without one ran at a load of about 10).",
-             "Each run: the task through `ctxemb finetune`'s run skeleton, evaluated on dev at the end of each epoch (and "
-             "every `eval_every` steps where the settings give one), "
-             "the best dev evaluation kept (MRR@10 for retrieval, STS-B Spearman for allnli). Numbers x 100, dev "
+             "Each run: the task through `ctxemb finetune`'s run skeleton, evaluated on dev at the end of each epoch "
+             "(and every `eval_every` steps where the settings give one), the best dev evaluation kept (MRR@10 for retrieval, STS-B Spearman for allnli). Numbers x 100, dev "
              "only; before = all-MiniLM-L6-v2 as downloaded, through the same evaluator.", ""]
     retrieval = [r for r in rows.values() if r["task"] == "xquad-retrieval"]
     if retrieval:

@@ -25,7 +25,7 @@ def test_presets_are_shipped_for_every_recipe():
 def test_finetune_presets_build_their_task_config(name, tmp_path):
     from ctxemb.cli.finetune import finetune_config_from_args
 
-    task = {"finetune-stsb-bi-encoder": "stsb", "finetune-stsb-cross-encoder": "stsb"}.get(name, name[len("finetune-"):])
+    task = "stsb" if name.startswith("finetune-stsb-") else name[len("finetune-"):]
     preset = load_preset(name, "finetune")
     args = build_parser("finetune").parse_args(["finetune", task, "--preset", name[len("finetune-"):],
                                                 "--out-dir", str(tmp_path), "--seed", "3"])
