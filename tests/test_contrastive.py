@@ -21,7 +21,8 @@ from ctxemb.finetuning.readers import TextExample
 from ctxemb.finetuning.registry import get_task
 from ctxemb.finetuning.runner import run_task
 from ctxemb.modeling.bi_encoder import CONTRASTIVE_CONFIG_KEY, EncoderForContrastive
-from ctxemb.modeling.contrastive_loss import false_negative_mask, in_batch_negatives_loss, matryoshka_loss
+from ctxemb.modeling.contrastive_loss import (cosent_loss, false_negative_mask, in_batch_negatives_loss,
+                                             matryoshka_loss)
 from ctxemb.tokenization import Tokenizer
 from ctxemb.training.config import TrainConfig
 from tests.helpers import write_tiny_model
@@ -60,6 +61,26 @@ def test_the_loss_is_cross_entropy_over_the_scaled_cosine_matrix(k, symmetric):
     assert float(ours) == pytest.approx(_reference(a, c, 20.0, symmetric), rel=1e-5)
     # temperature 0.1 is scale 10
     assert float(in_batch_negatives_loss(a, c, scale=10.0)) == pytest.approx(_reference(a, c, 10.0), rel=1e-5)
+
+
+def test_cosent_is_the_log_sum_over_ordered_pairs_and_equals_sentence_transformers():
+    g = torch.Generator().manual_seed(3)
+    u, v = torch.randn(7, 8, generator=g, dtype=torch.float64), torch.randn(7, 8, generator=g, dtype=torch.float64)
+    gold = torch.tensor([0.0, 2.5, 2.5, 5.0, 1.0, 0.0, 4.2], dtype=torch.float64)  # ties give no constraint
+    cos = F.cosine_similarity(u, v)
+    terms = [20.0 * float(cos[j] - cos[i]) for i in range(7) for j in range(7) if gold[i] > gold[j]]
+    assert float(cosent_loss(cos, gold)) == pytest.approx(np.log(1 + np.sum(np.exp(terms))), rel=1e-9)
+    assert float(cosent_loss(cos, torch.full((7,), 3.0))) == 0.0  # no two scores differ: log 1
+    with pytest.raises(ValueError, match="shape"):
+        cosent_loss(cos, gold[:3])
+    pytest.importorskip("sentence_transformers")
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        from sentence_transformers import losses
+    theirs = losses.CoSENTLoss(torch.nn.Linear(1, 1)).compute_loss_from_embeddings([u.float(), v.float()], gold)
+    assert float(cosent_loss(cos.float(), gold.float())) == pytest.approx(float(theirs), rel=1e-5)
 
 
 def test_the_loss_equals_sentence_transformers_losses():

@@ -11,7 +11,7 @@ import pytest
 
 from ctxemb.finetuning.features import encode_examples
 from ctxemb.finetuning.readers import TextExample
-from ctxemb.finetuning.tasks import FinetuneConfig, run_finetuning, task_metrics
+from ctxemb.finetuning.tasks import FinetuneConfig, build_model, load_task_data, run_finetuning, task_metrics
 from ctxemb.loading import load_tokenizer
 from ctxemb.training.loop import TrainConfig
 from tests.helpers import write_tiny_model
@@ -128,6 +128,24 @@ def _write_scored_pairs(path, n, seed):
         lines.append(f"{' '.join(a)}\t{' '.join(b)}\t{5.0 if same else 0.0}")
     path.write_text("\n".join(lines) + "\n")
     return path
+
+
+def test_a_cosent_bi_encoder_learns_scored_pairs(tmp_path):
+    model = write_tiny_model(tmp_path / "tiny")
+    config = FinetuneConfig(
+        task="custom", model=str(model), head="cosine", regression_loss="cosent", epochs=4, batch_size=16,
+        max_length=32, train_file=str(_write_scored_pairs(tmp_path / "train.tsv", 320, 0)),
+        dev_file=str(_write_scored_pairs(tmp_path / "dev.tsv", 100, 1)), text_a="sentence1", text_b="sentence2",
+        label="score", regression=True,
+        train=TrainConfig(learning_rate=3e-3, warmup_ratio=0.1, out_dir=str(tmp_path / "run"),
+                          progress_bar=False, precision="fp32", seed=0))
+    model = build_model(config, load_task_data(config))
+    assert model.loss == "cosent"
+    result = run_finetuning(config)
+    assert result.final_metrics["spearman"] >= 80.0, result.eval_history
+    with pytest.raises(ValueError, match="'cosent' is the bi-encoder's"):
+        FinetuneConfig(task="stsb", head="mean", regression_loss="cosent",
+                       train=TrainConfig(learning_rate=1e-4, out_dir=str(tmp_path / "x")))
 
 
 def test_a_cosine_bi_encoder_learns_scored_pairs_and_saves_a_plain_encoder(tmp_path):

@@ -28,8 +28,9 @@ from ctxemb.finetuning.tables import class_names, is_path, resolve_columns
 from ctxemb.finetuning.task import Task, TaskData, feature_lengths, save_model_files
 from ctxemb.metrics.classification import accuracy, binary_f1
 from ctxemb.metrics.correlation import pearson, spearman
-from ctxemb.modeling.sequence_classification import (PAIR_HEAD_CONFIG_KEY, REGRESSION_LOSSES,
-                                                     EncoderForPairSimilarity, EncoderForSequenceClassification)
+from ctxemb.modeling.sequence_classification import (PAIR_HEAD_CONFIG_KEY, PAIR_SIMILARITY_LOSSES,
+                                                     REGRESSION_LOSSES, EncoderForPairSimilarity,
+                                                     EncoderForSequenceClassification)
 from ctxemb.registry import resolve_model_dir
 from ctxemb.sentence_transformers_writer import write_sentence_transformers_modules
 from ctxemb.training.callbacks import TrainResult
@@ -44,6 +45,8 @@ __all__ = ["CONFIG_FILE", "HEADS", "MODEL_DIR", "REGIMES", "FinetuneConfig", "Fi
            "model_inputs", "predict_outputs", "run_finetuning", "task_metrics"]
 
 HEADS: tuple[str, ...] = ("checkpoint", "cls", "mean", "cosine")
+# --regression-loss: the cross-encoder's losses and the bi-encoder's, each checked against the head.
+SCORED_PAIR_LOSSES: tuple[str, ...] = tuple(dict.fromkeys(REGRESSION_LOSSES + PAIR_SIMILARITY_LOSSES))
 
 
 @dataclass
@@ -56,9 +59,11 @@ class FinetuneConfig(FinetuneRunConfig):
             book's W_C on the raw [CLS] vector) or ``"mean"`` (mean pooling, for sentence-trained encoders): a
             cross-encoder reading both texts at once; or ``"cosine"``: a bi-encoder for scored pairs (each text
             alone, mean pooling, cosine regressed onto the score; no head, so the encoder serves ``Embedder``).
-        regression_loss: a cross-encoder regression head's loss: ``"mse"`` on the 0-5 score, or ``"bce"``: a sigmoid
-            cross-entropy against the score divided by the largest training score (sentence-transformers'
-            cross-encoder recipe for STS-B); predictions are in the labels' units either way.
+        regression_loss: the loss for scored pairs: ``"mse"`` (a cross-encoder: on the 0-5 score; the bi-encoder: the
+            cosine against score / 5), ``"bce"`` (a cross-encoder only: a sigmoid cross-entropy against the score
+            divided by the largest training score, sentence-transformers' cross-encoder recipe for STS-B) or
+            ``"cosent"`` (the bi-encoder only: the CoSENT ranking of the cosines); predictions are in the labels'
+            units either way.
         text_a, text_b, label, label_names, regression: a custom task's columns (see
             :func:`~ctxemb.finetuning.readers.read_table`). Pairs longer than ``max_length`` are cut longest-first,
             with a logged count.
@@ -67,8 +72,9 @@ class FinetuneConfig(FinetuneRunConfig):
     head: str = field(default="checkpoint", metadata=_meta(
         'checkpoint, cls, mean or cosine (the --head flag covers every family)', cli=False))
     regression_loss: str = field(default="mse", metadata=_meta(
-        "a cross-encoder's regression loss: mse on the score, or bce on sigmoid(logit) against the score scaled to "
-        "[0, 1] (sentence-transformers' cross-encoder recipe)", choices=REGRESSION_LOSSES))
+        "the loss for scored pairs: mse (on the score; the bi-encoder: its cosine against score / max), bce (a "
+        "cross-encoder: sigmoid(logit) against the score scaled to [0, 1]) or cosent (the bi-encoder: CoSENT's "
+        "ranking of the cosines)", choices=SCORED_PAIR_LOSSES))
     text_a: str = field(default="sentence", metadata=_meta(
         "a custom task: the first text's column"))
     text_b: str | None = field(default=None, metadata=_meta(
@@ -90,13 +96,16 @@ class FinetuneConfig(FinetuneRunConfig):
             raise ValueError(f"columns maps the columns of a custom task's table; task {self.task!r} reads its own")
         sequence_columns(self)  # unknown roles fail here, before a run starts
         check_choice(self.head, "head", HEADS)
-        check_choice(self.regression_loss, "regression_loss", REGRESSION_LOSSES)
+        check_choice(self.regression_loss, "regression_loss", SCORED_PAIR_LOSSES)
         if self.regression_loss != "mse" and not (self.regression or self.task == "stsb"):
             raise ValueError(f"regression_loss {self.regression_loss!r} is for regression tasks (stsb, or custom with "
                              f"regression); task {self.task!r} is a classification task")
-        if self.regression_loss != "mse" and self.head == "cosine":
-            raise ValueError("regression_loss applies to a cross-encoder's head; the bi-encoder (head 'cosine') "
-                             "regresses the cosine with MSE")
+        if self.head == "cosine" and self.regression_loss not in PAIR_SIMILARITY_LOSSES:
+            raise ValueError(f"regression_loss {self.regression_loss!r} is a cross-encoder's; the bi-encoder (head "
+                             f"'cosine') trains with one of {', '.join(PAIR_SIMILARITY_LOSSES)}")
+        if self.head != "cosine" and self.regression_loss not in REGRESSION_LOSSES:
+            raise ValueError(f"regression_loss {self.regression_loss!r} is the bi-encoder's (head 'cosine'); a "
+                             f"cross-encoder (head {self.head!r}) trains with one of {', '.join(REGRESSION_LOSSES)}")
         if self.head == "cosine" and not (self.regression or self.task == "stsb"):
             raise ValueError("head 'cosine' (a bi-encoder) is for scored pairs: task stsb or a custom regression task")
 
@@ -162,7 +171,7 @@ def build_model(config: FinetuneConfig, task: TableData) -> EncoderForSequenceCl
     if config.head == "cosine":
         scale = max(abs(ex.label) for ex in task.splits[_train_split(config)])
         model: EncoderForSequenceClassification | EncoderForPairSimilarity = EncoderForPairSimilarity.from_pretrained(
-            resolve_model_dir(config.model), score_scale=scale)
+            resolve_model_dir(config.model), score_scale=scale, loss=config.regression_loss)
         if config.regime == "frozen":
             raise ValueError("a bi-encoder has no head: regime 'frozen' would train nothing")
         return config.apply_regime(model)

@@ -21,6 +21,11 @@ Matryoshka (Kusupati et al. 2022; sentence-transformers' ``MatryoshkaLoss``): th
 coordinates of every vector (renormalised, which the cosine does), summed over the nested ``dims`` with weights, so
 that a vector truncated to any of them stays a good embedding.
 
+CoSENT (Su 2022; sentence-transformers' ``CoSENTLoss``), for scored pairs: every two pairs of the batch whose gold
+scores differ are a ranking constraint, and the loss is ``log(1 + sum over (i, j) with y_i > y_j of
+exp(scale * (cos_j - cos_i)))``: only the order of the cosines is trained, not their values, which is what a
+Spearman evaluation scores (the cosine-MSE loss pulls each cosine to score / 5).
+
 Shapes: B anchors, N = B * (1 + K) candidates, D embedding size.
 """
 
@@ -31,7 +36,7 @@ from typing import Sequence
 import torch
 import torch.nn.functional as F
 
-__all__ = ["check_matryoshka", "contrastive_loss", "false_negative_mask", "in_batch_negatives_loss",
+__all__ = ["check_matryoshka", "contrastive_loss", "cosent_loss", "false_negative_mask", "in_batch_negatives_loss",
            "matryoshka_loss"]
 
 
@@ -149,3 +154,23 @@ def contrastive_loss(anchors: torch.Tensor, candidates: torch.Tensor, *, matryos
     if matryoshka_dims:
         return matryoshka_loss(anchors, candidates, matryoshka_dims, matryoshka_weights, **loss_args)
     return in_batch_negatives_loss(anchors, candidates, **loss_args)
+
+
+def cosent_loss(predicted: torch.Tensor, gold: torch.Tensor, *, scale: float = 20.0) -> torch.Tensor:
+    """The CoSENT ranking loss (module docstring), a scalar; 0-dimensional ``log 1 = 0`` when no two gold scores
+    differ.
+
+    Args:
+        predicted: (B,) predicted similarities (cosines).
+        gold: (B,) gold scores; only their order matters.
+        scale: multiplies the differences of the predictions (20 as sentence-transformers).
+    """
+    scale = _check_scale(scale)
+    if predicted.dim() != 1 or predicted.shape != gold.shape:
+        raise ValueError(f"predicted and gold must both have shape (batch,); got {tuple(predicted.shape)} and "
+                         f"{tuple(gold.shape)}")
+    diff = scale * (predicted.unsqueeze(0) - predicted.unsqueeze(1))  # (B, B): [i, j] = s * (cos_j - cos_i)
+    ordered = gold.unsqueeze(1) > gold.unsqueeze(0)  # (B, B): [i, j] = y_i > y_j
+    # bf16/fp16 cosines are summed in fp32; float64 stays float64
+    terms = diff.to(torch.promote_types(diff.dtype, torch.float32)).masked_fill(~ordered, float("-inf")).flatten()
+    return torch.logsumexp(torch.cat([terms.new_zeros(1), terms]), dim=0)

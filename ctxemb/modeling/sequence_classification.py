@@ -50,6 +50,7 @@ from torch import nn
 from ctxemb._validation import check_choice, read_json_file
 from ctxemb.modeling.architectures import architecture_name
 from ctxemb.modeling.base import EncoderWithHeads
+from ctxemb.modeling.contrastive_loss import cosent_loss
 from ctxemb.modeling.checkpoint import load_encoder_dir, load_weights_into, save_pretrained
 from ctxemb.modeling.encoder import Encoder
 from ctxemb.modeling.family_heads import (ClassificationHead, check_modernbert_head_config,  # noqa: F401 (re-export)
@@ -71,6 +72,8 @@ HEAD_CONFIG_KEY = "ctxemb_classifier_head"
 REGRESSION_LOSS_KEY = "ctxemb_regression_loss"
 SCORE_SCALE_KEY = "ctxemb_score_scale"
 REGRESSION_LOSSES: tuple[str, ...] = ("mse", "bce")
+# The bi-encoder's losses: the cosine regressed onto the scaled score, or the CoSENT ranking of the cosines.
+PAIR_SIMILARITY_LOSSES: tuple[str, ...] = ("mse", "cosent")
 
 
 @dataclass
@@ -360,7 +363,9 @@ PAIR_HEAD_CONFIG_KEY = "ctxemb_pair_similarity"
 class EncoderForPairSimilarity(EncoderWithHeads):
     """A bi-encoder for scored pairs (STS-B): each text is encoded alone, mean-pooled over its tokens, and the
     pair's score is predicted as ``score_scale * cos(u, v)``, trained with the mean squared error between
-    ``cos(u, v)`` and ``score / score_scale`` (sentence-transformers' CosineSimilarityLoss).
+    ``cos(u, v)`` and ``score / score_scale`` (``loss="mse"``: sentence-transformers' CosineSimilarityLoss), or with
+    the CoSENT ranking loss over the batch's pairs (``loss="cosent"``, see
+    :func:`~ctxemb.modeling.contrastive_loss.cosent_loss`), which trains the order of the cosines only.
 
     It has no head: what it trains is the geometry of the mean-pooled sentence vectors, so the fine-tuned encoder
     serves ``Embedder`` (mean pooling, cosine) directly, where a cross-encoder's regression head on [CLS] would not.
@@ -369,16 +374,20 @@ class EncoderForPairSimilarity(EncoderWithHeads):
     Args:
         encoder: a pretrained encoder; the model owns it from now on.
         score_scale: the largest gold score (5 for STS-B), so that cosine 1 means the highest score.
+        loss: ``"mse"`` or ``"cosent"`` (training only: predictions are ``score_scale * cos`` either way).
+        cosent_scale: CoSENT's multiplier of the cosine differences.
     """
 
     problem = "regression"
     num_labels = 1
 
-    def __init__(self, encoder: Encoder, *, score_scale: float = 5.0):
+    def __init__(self, encoder: Encoder, *, score_scale: float = 5.0, loss: str = "mse", cosent_scale: float = 20.0):
+        check_choice(loss, "loss", PAIR_SIMILARITY_LOSSES)
         if not (isinstance(score_scale, (int, float)) and score_scale > 0 and score_scale != float("inf")):
             raise ValueError(f"score_scale must be a positive finite number, got {score_scale!r}")
         super().__init__(encoder)
         self.score_scale = float(score_scale)
+        self.loss, self.cosent_scale = loss, cosent_scale
         self.freeze_unused_pooler()
         self.train(encoder.training)
 
@@ -396,7 +405,8 @@ class EncoderForPairSimilarity(EncoderWithHeads):
                 attention_mask_b: torch.Tensor | None = None, token_type_ids_b: torch.Tensor | None = None,
                 labels: torch.Tensor | None = None) -> SequenceClassifierOutput:
         """Predicted scores (B, 1) = score_scale * cos(u, v) for the pairs (first texts ``input_ids``, second
-        ``input_ids_b``); with gold scores (B,), the MSE between cos(u, v) and ``labels / score_scale``."""
+        ``input_ids_b``); with gold scores (B,), the loss: the MSE between cos(u, v) and ``labels / score_scale``,
+        or CoSENT."""
         u = self.embed(input_ids, attention_mask, token_type_ids)
         v = self.embed(input_ids_b, attention_mask_b, token_type_ids_b)
         cos = F.cosine_similarity(u.float(), v.float(), dim=-1)  # (B,)
@@ -405,7 +415,11 @@ class EncoderForPairSimilarity(EncoderWithHeads):
             return SequenceClassifierOutput(loss=None, logits=scores)
         if labels.shape != cos.shape:
             raise ValueError(f"labels must have shape (batch,) = ({cos.shape[0]},); got {tuple(labels.shape)}")
-        return SequenceClassifierOutput(loss=F.mse_loss(cos, labels.float() / self.score_scale), logits=scores)
+        if self.loss == "cosent":
+            loss = cosent_loss(cos, labels.float(), scale=self.cosent_scale)
+        else:
+            loss = F.mse_loss(cos, labels.float() / self.score_scale)
+        return SequenceClassifierOutput(loss=loss, logits=scores)
 
     def depth_modules(self) -> list[tuple[int, str, nn.Module]]:
         return self.encoder_depth_modules()
@@ -421,12 +435,13 @@ class EncoderForPairSimilarity(EncoderWithHeads):
 
     @classmethod
     def from_pretrained(cls, model_dir: str | os.PathLike, *, score_scale: float | None = None,
-                        strict: bool = True) -> "EncoderForPairSimilarity":
-        """Load an encoder directory as a bi-encoder (the scale from its config.json when it was saved as one)."""
+                        strict: bool = True, loss: str = "mse") -> "EncoderForPairSimilarity":
+        """Load an encoder directory as a bi-encoder (the scale from its config.json when it was saved as one), to
+        be trained with ``loss``."""
         model_dir = Path(model_dir)
         encoder, _ = load_encoder_dir(model_dir, strict=strict)
         saved = read_json_file(model_dir / "config.json", "config file").get(PAIR_HEAD_CONFIG_KEY) or {}
-        return cls(encoder, score_scale=score_scale or saved.get("score_scale", 5.0))
+        return cls(encoder, score_scale=score_scale or saved.get("score_scale", 5.0), loss=loss)
 
 
 def mean_pool(hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
