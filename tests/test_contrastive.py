@@ -14,8 +14,8 @@ import torch.nn.functional as F
 
 from ctxemb.finetuning.contrastive import ContrastiveConfig, ContrastiveTask
 from ctxemb.finetuning.contrastive_data import (ContrastiveCollator, ContrastiveExample, allnli_examples,
-                                                encode_contrastive, read_contrastive_table, retrieval_corpus,
-                                                retrieval_metrics)
+                                                encode_contrastive, inverse_cloze_examples, read_contrastive_table,
+                                                retrieval_corpus, retrieval_metrics)
 from ctxemb.finetuning.contrastive_mining import add_mined_negatives, mine_hard_negatives
 from ctxemb.finetuning.readers import TextExample
 from ctxemb.finetuning.registry import get_task
@@ -288,6 +288,28 @@ def test_xquad_retrieval_dev_ranks_against_dev_and_training_passages(tmp_path):
     assert set(corpus) == passages["train"] | passages["dev"] and len(corpus) == 180
     assert not set(corpus) & passages["heldout"]
     assert {corpus[i] for i in relevant} == passages["dev"]
+    cloze_config = ContrastiveConfig(task="xquad-retrieval", max_train_examples=10, inverse_cloze=2,
+                                     train=TrainConfig(learning_rate=2e-5, out_dir=str(tmp_path / "run")))
+    cloze = ContrastiveTask("xquad-retrieval").read(cloze_config)
+    added = cloze.train[10:]
+    assert cloze.train[:10] == data.train and len(added) == cloze.info["inverse_cloze_rows"]
+    own = {ex.positive for ex in data.train}  # sentences of the trained rows' passages only, never dev's
+    assert 0 < len(added) <= 2 * len(own) and all(ex.positive in own and ex.anchor in ex.positive for ex in added)
+
+
+def test_inverse_cloze_draws_whole_sentences_of_each_distinct_passage():
+    passages = ["The first sentence is long enough here. Dr. Who came. The second one, too, has six words! "
+                "\"Quoted, the third is also long enough.\" Short one.", "One passage with one sentence of words."]
+    rows = inverse_cloze_examples(passages + passages[:1], per_passage=5, seed=0)  # a repeat is read once
+    by_passage = {p: sorted(r.anchor for r in rows if r.positive == p) for p in passages}
+    assert by_passage[passages[0]] == sorted(["The first sentence is long enough here.",
+                                              "The second one, too, has six words!",
+                                              "\"Quoted, the third is also long enough.\""])
+    assert by_passage[passages[1]] == [passages[1]]
+    two = inverse_cloze_examples(passages, per_passage=2, seed=0)
+    assert len(two) == 3 and two == inverse_cloze_examples(passages, per_passage=2, seed=0)
+    with pytest.raises(ValueError, match="per_passage"):
+        inverse_cloze_examples(passages, per_passage=0)
 
 
 @pytest.mark.parametrize("kwargs, message", [
@@ -299,6 +321,8 @@ def test_xquad_retrieval_dev_ranks_against_dev_and_training_passages(tmp_path):
     (dict(task="allnli", mine_duplicate_threshold=1.5), "mine_duplicate_threshold"),
     (dict(task="allnli", matryoshka_dims=[64, 128]), "strictly decreasing"),
     (dict(task="allnli", scale=-1.0), "scale must be a positive"),
+    (dict(task="allnli", inverse_cloze=2), "allnli's positives are single sentences"),
+    (dict(task="xquad-retrieval", inverse_cloze=-1), "inverse_cloze must be an int >= 0"),
 ])
 def test_bad_task_settings_get_clear_errors(tmp_path, kwargs, message):
     with pytest.raises(ValueError, match=message):

@@ -28,7 +28,8 @@ from ctxemb._validation import check_choice
 from ctxemb.config import field_help as _meta
 from ctxemb.finetuning.config import FinetuneRunConfig
 from ctxemb.finetuning.contrastive_data import (ContrastiveCollator, ContrastiveExample, allnli_examples,
-                                                embed_texts, encode_contrastive, read_contrastive_table,
+                                                embed_texts, encode_contrastive, inverse_cloze_examples,
+                                                read_contrastive_table,
                                                 retrieval_corpus, retrieval_metrics, stsb_metrics,
                                                 xquad_retrieval_examples)
 from ctxemb.finetuning.contrastive_mining import add_mined_negatives, check_mining
@@ -68,6 +69,9 @@ class ContrastiveConfig(FinetuneRunConfig):
         mine_margin: None, or leave out mined candidates scoring above ``cos(anchor, positive) - mine_margin``.
         mine_duplicate_threshold: leave out candidates with ``cos(candidate, positive)`` at least this.
         eval_batch_size: texts per batch when embedding for the dev evaluation and mining.
+        inverse_cloze: add up to this many (sentence -> its passage) rows per distinct training positive (the
+            inverse cloze task, :func:`~ctxemb.finetuning.contrastive_data.inverse_cloze_examples`; 0: none);
+            question -> passage tasks only (not allnli).
 
     Splits: ``allnli`` trains on SNLI ``train_split`` (``train``, ``dev``, ``test`` or several joined by ``+``;
     the shared data folder holds only SNLI dev and test) and always selects on STS-B dev. ``xquad-retrieval`` trains
@@ -98,6 +102,8 @@ class ContrastiveConfig(FinetuneRunConfig):
         "leave out mined candidates with cos(candidate, positive) >= this"))
     eval_batch_size: int = field(default=64, metadata=_meta("texts per batch when evaluating on dev",
                                                             type="positive_int"))
+    inverse_cloze: int = field(default=0, metadata=_meta(
+        "add up to N (sentence -> its passage) rows per training passage, the inverse cloze task (0: none)"))
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -127,6 +133,12 @@ class ContrastiveConfig(FinetuneRunConfig):
             for name in ("train_split", "eval_split"):  # the held-out articles are never trained or selected on
                 check_choice(getattr(self, name), f"{name} of xquad-retrieval (held-out articles are refused)",
                              _XQUAD_PARTS)
+        if isinstance(self.inverse_cloze, bool) or not isinstance(self.inverse_cloze, int) or self.inverse_cloze < 0:
+            raise ValueError(f"inverse_cloze must be an int >= 0 (sentences per training passage); got "
+                             f"{self.inverse_cloze!r}")
+        if self.inverse_cloze and self.task == "allnli":
+            raise ValueError("inverse_cloze makes (sentence -> passage) rows from the positives: allnli's positives "
+                             "are single sentences; use it with xquad-retrieval or a contrastive table of passages")
         if self.task == "allnli":
             parts = self.train_split.split("+")
             bad = [p for p in parts if p not in _SNLI_SPLITS]
@@ -180,6 +192,13 @@ class ContrastiveTask(Task):
         if config.max_train_examples:
             train = train[:config.max_train_examples]  # before mining: mine only the rows that are trained on
         info: dict[str, Any] = {"eval_kind": kind, "eval_distractors": distractors}
+        if config.inverse_cloze:
+            cloze = inverse_cloze_examples([ex.positive for ex in train], per_passage=config.inverse_cloze,
+                                           seed=config.train.seed)
+            info["inverse_cloze_rows"] = len(cloze)
+            logger.info("inverse cloze: %d (sentence -> passage) rows added to %d training rows", len(cloze),
+                        len(train))
+            train = train + cloze
         if config.mine_hard_negatives:
             base = EncoderForContrastive.from_pretrained(resolve_model_dir(config.model)).eval()
             tokenizer = load_tokenizer(config.model)

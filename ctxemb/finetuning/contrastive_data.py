@@ -15,6 +15,8 @@ Shapes: B rows, K hard negatives per row, T tokens, N texts, H hidden size.
 from __future__ import annotations
 
 import logging
+import random
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
@@ -30,7 +32,7 @@ from ctxemb.metrics.correlation import spearman
 logger = logging.getLogger(__name__)
 
 __all__ = ["ContrastiveCollator", "ContrastiveExample", "ContrastiveFeature", "allnli_examples", "embed_texts",
-           "encode_contrastive", "read_contrastive_table", "retrieval_metrics", "stsb_metrics",
+           "encode_contrastive", "inverse_cloze_examples", "read_contrastive_table", "retrieval_metrics", "stsb_metrics",
            "xquad_retrieval_examples"]
 
 
@@ -128,6 +130,36 @@ def xquad_retrieval_examples(questions: Sequence[Any]) -> list[ContrastiveExampl
     """XQuAD questions as retrieval rows: (question, its passage). ``questions`` are
     :class:`~ctxemb.finetuning.squad.QAExample` (e.g. ``xquad_split("train")``)."""
     return [ContrastiveExample(q.question, q.context, (), q.id) for q in questions]
+
+
+# A sentence ends at . ! or ? (maybe closed by a quote or bracket) followed by white space and a capital, digit or
+# opening quote: good enough for Wikipedia prose; abbreviations ("Dr. Smith") give a short piece, which the word
+# minimum drops.
+_SENTENCE_END = re.compile(r"(?:(?<=[.!?])|(?<=[.!?][\"')\]]))\s+(?=[\"'(A-Z0-9])")
+
+
+def inverse_cloze_examples(passages: Sequence[str], *, per_passage: int, min_words: int = 6,
+                           seed: int = 0) -> list[ContrastiveExample]:
+    """Inverse cloze rows (Lee et al. 2019): a sentence of a passage as the anchor, the passage as its positive, up
+    to ``per_passage`` sentences per distinct passage, drawn with ``seed``. The sentence stays in the passage (Lee
+    et al. remove it 90% of the time to stop the model matching words): here the queries to serve are questions
+    written from a sentence of their passage, where shared words are the signal BM25 wins with.
+
+    Args:
+        passages: passage texts (repeats are read once: XQuAD gives one row per question).
+        per_passage: sentences drawn from each passage (fewer where it has fewer).
+        min_words: shorter sentences (headings, pieces split at abbreviations) are not drawn.
+        seed: the draw's seed.
+    """
+    if isinstance(per_passage, bool) or not isinstance(per_passage, int) or per_passage < 1:
+        raise ValueError(f"per_passage must be a positive int; got {per_passage!r}")
+    rng = random.Random(seed)
+    out = []
+    for p, passage in enumerate(dict.fromkeys(passages)):
+        sentences = [s for s in _SENTENCE_END.split(passage) if len(s.split()) >= min_words]
+        for k, sentence in enumerate(rng.sample(sentences, min(per_passage, len(sentences)))):
+            out.append(ContrastiveExample(sentence, passage, (), f"ict-{p}-{k}"))
+    return out
 
 
 # ---------------------------------------------------------------------------------------------- features, batches
