@@ -23,7 +23,9 @@ onnxruntime is installed.
 The result is cached in a small JSON file, ``$CTXEMB_CACHE/autoprecision/<model>-<key>.json``, written atomically;
 the key covers the CPU (model name and flags), whether it has native bf16, the GPU name if any, the torch thread
 count, the torch, onnxruntime and ctxemb versions, the model (a fingerprint of its configuration and weights) and the
-layers probed. Any change of these probes again.
+layers probed. Any change of these probes again. A probe taken while the machine was busy (its 1-minute load
+average above the CPU count plus one, at the start or the end of the probe) is used but not cached: other jobs
+make its timings noise (a probe at load 10 once measured int8 below fp32 and cached a slower path for good).
 
 Shapes: W words of the probe.
 """
@@ -34,6 +36,7 @@ import dataclasses
 import hashlib
 import json
 import logging
+import os
 import re
 import time
 from dataclasses import dataclass, field
@@ -275,9 +278,15 @@ def choose_precision(encoder: Encoder, tokenizer: Tokenizer, *, layers: Sequence
         if cached is not None:
             logger.info(cached.summary())
             return cached
+    load_before = _load_average()
     choice = probe_precisions(encoder, tokenizer, layers=resolved, model_name=model_name, fingerprint=fingerprint,
                               repeats=repeats, min_speedup=min_speedup)
-    if path is not None:
+    load = max(load_before, _load_average())
+    if path is not None and load > busy_load():
+        logger.warning("the machine was busy during the precision probe (load average %.1f on %d CPUs): its "
+                       "choice %r is used but not cached, and the next process probes again", load,
+                       os.cpu_count() or 1, choice.precision)
+    elif path is not None:
         try:
             with atomic_write(path) as f:
                 json.dump({"key": key, "model_name": model_name, "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
@@ -347,6 +356,19 @@ def probe_precisions(encoder: Encoder, tokenizer: Tokenizer, *, layers: Sequence
     chosen = select_precision(results, min_speedup)
     return PrecisionChoice(precision=chosen, results=results, skipped=skipped, machine=machine_description(device),
                            backend=backends[chosen])
+
+
+def _load_average() -> float:
+    """The 1-minute load average (0 where the platform has none)."""
+    try:
+        return os.getloadavg()[0]
+    except (AttributeError, OSError):
+        return 0.0
+
+
+def busy_load() -> float:
+    """The load average above which a probe is not cached: the CPU count plus one (the probe's own threads fit)."""
+    return (os.cpu_count() or 1) + 1.0
 
 
 def select_precision(results: dict[str, ProbeResult], min_speedup: float = 1.05) -> str:

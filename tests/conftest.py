@@ -37,3 +37,12 @@ def one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(n)
+
+
+@pytest.fixture(autouse=True)
+def quiet_machine_for_the_precision_probe(monkeypatch):
+    """The auto-precision probe does not cache a choice made on a busy machine; the test machine is busy by design
+    (pytest, other suites), so tests see a quiet one unless they set the load themselves."""
+    from ctxemb import autoprecision
+
+    monkeypatch.setattr(autoprecision, "_load_average", lambda: 0.0)

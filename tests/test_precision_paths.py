@@ -183,6 +183,20 @@ def test_a_damaged_cache_file_is_probed_again(tiny, caplog):
     assert json.loads(again.cache_file.read_text())["precision"] == again.precision
 
 
+def test_a_probe_on_a_busy_machine_is_used_but_not_cached(tiny, monkeypatch, caplog, cache):
+    enc = load_encoder(tiny)
+    tok = Embedder.from_pretrained(tiny).tokenizer
+    monkeypatch.setattr(autoprecision, "_load_average", lambda: autoprecision.busy_load() + 5)
+    with caplog.at_level("WARNING", logger="ctxemb.autoprecision"):
+        busy = choose_precision(enc, tok, layers=[-1], model_name="tiny-busy", repeats=1)
+    assert busy.cache_file is None and not busy.from_cache and "used but not cached" in caplog.text
+    assert busy.backend is not None and busy.precision in busy.results
+    monkeypatch.setattr(autoprecision, "_load_average", lambda: 0.0)
+    quiet = choose_precision(enc, tok, layers=[-1], model_name="tiny-busy", repeats=1)
+    assert not quiet.from_cache and quiet.cache_file.is_file()  # probed again, then cached
+    assert choose_precision(enc, tok, layers=[-1], model_name="tiny-busy", repeats=1).from_cache
+
+
 @pytest.mark.parametrize("native", [False, None])
 def test_bf16_is_never_probed_or_chosen_without_native_bf16(tiny, monkeypatch, native):
     monkeypatch.setattr("ctxemb.precision.cpu_has_native_bf16", lambda: native)
