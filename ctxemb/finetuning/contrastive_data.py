@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import logging
 import random
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
@@ -25,6 +24,7 @@ import numpy as np
 import torch
 
 from ctxemb.finetuning.features import pad_ids
+from ctxemb.finetuning.passages import split_sentences
 from ctxemb.finetuning.readers import SNLI_LABELS, TextExample, _example_id, _text, _UniqueIds
 from ctxemb.finetuning.tables import BadRow, check_keys, is_path, open_rows, row_error
 from ctxemb.metrics.correlation import spearman
@@ -132,12 +132,6 @@ def xquad_retrieval_examples(questions: Sequence[Any]) -> list[ContrastiveExampl
     return [ContrastiveExample(q.question, q.context, (), q.id) for q in questions]
 
 
-# A sentence ends at . ! or ? (maybe closed by a quote or bracket) followed by white space and a capital, digit or
-# opening quote: good enough for Wikipedia prose; abbreviations ("Dr. Smith") give a short piece, which the word
-# minimum drops.
-_SENTENCE_END = re.compile(r"(?:(?<=[.!?])|(?<=[.!?][\"')\]]))\s+(?=[\"'(A-Z0-9])")
-
-
 def inverse_cloze_examples(passages: Sequence[str], *, per_passage: int, min_words: int = 6,
                            seed: int = 0) -> list[ContrastiveExample]:
     """Inverse cloze rows (Lee et al. 2019): a sentence of a passage as the anchor, the passage as its positive, up
@@ -156,7 +150,7 @@ def inverse_cloze_examples(passages: Sequence[str], *, per_passage: int, min_wor
     rng = random.Random(seed)
     out = []
     for p, passage in enumerate(dict.fromkeys(passages)):
-        sentences = [s for s in _SENTENCE_END.split(passage) if len(s.split()) >= min_words]
+        sentences = [s for s in split_sentences(passage) if len(s.split()) >= min_words]
         for k, sentence in enumerate(rng.sample(sentences, min(per_passage, len(sentences)))):
             out.append(ContrastiveExample(sentence, passage, (), f"ict-{p}-{k}"))
     return out

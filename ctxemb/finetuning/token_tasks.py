@@ -23,7 +23,9 @@ squad-file         ``train_file``/``dev_file``, SQuAD   qa                      
 
 XQuAD has no training split: its 48 articles are split once, by title, into train (30), dev (6) and held-out (12)
 (:data:`~ctxemb.finetuning.squad.XQUAD_ARTICLE_SPLIT`), so no passage is on two sides. ``train_split`` and
-``eval_split`` name the parts (default train and dev: select on dev; evaluate ``heldout`` once at the end).
+``eval_split`` name the parts (default train and dev: select on dev; evaluate ``heldout`` once at the end);
+``train_split = "cloze"`` trains on synthetic cloze questions (:mod:`ctxemb.finetuning.cloze_qa`) from WikiText-2
+and the training articles' passages, the stage the ``xquad`` recipe trains first.
 
 Span-based NER: after training, the NULL threshold is calibrated on the eval split (best F1, or the lowest threshold
 reaching ``target_precision``) and saved with the model (``null_threshold`` in ``finetune_config.json``).
@@ -41,9 +43,11 @@ import numpy as np
 
 from ctxemb._validation import check_choice
 from ctxemb.config import field_help as _meta
+from ctxemb.finetuning.cloze_qa import cloze_questions
 from ctxemb.finetuning.conll import NER_LABELS, TaggedSentence, load_conll2003, pos_labels, read_conll
 from ctxemb.finetuning.config import CONFIG_FILE, MODEL_DIR, FinetuneRunConfig, load_finetune_config
 from ctxemb.finetuning.outputs import decode_tags, model_logits, scored_spans
+from ctxemb.finetuning.passages import wikitext_paragraphs
 from ctxemb.finetuning.qa import QACollator, best_answers, encode_qa
 from ctxemb.finetuning.squad import XQUAD_ARTICLE_SPLIT, QAExample, load_xquad, read_squad, xquad_split
 from ctxemb.finetuning.qa_tables import QA_ROLES, is_qa_table, read_qa_table
@@ -195,8 +199,8 @@ class TokenFinetuneConfig(FinetuneRunConfig):
         if not 0 < self.span_null_weight <= 1:
             raise ValueError(f"span_null_weight must be in (0, 1]; got {self.span_null_weight}")
         if self.task == "xquad":
-            for name in ("train_split", "eval_split"):
-                check_choice(getattr(self, name), name, tuple(XQUAD_ARTICLE_SPLIT))
+            check_choice(self.train_split, "train_split", tuple(XQUAD_ARTICLE_SPLIT) + ("cloze",))
+            check_choice(self.eval_split, "eval_split", tuple(XQUAD_ARTICLE_SPLIT))
         if self.target_precision is not None and not 0 < self.target_precision <= 100:
             raise ValueError(f"target_precision is a percentage in (0, 100]; got {self.target_precision}")
 
@@ -254,6 +258,11 @@ def load_qa_data(config: TokenFinetuneConfig) -> tuple[list[QAExample], list[QAE
         return (_read_questions(config.train_file, config, config.train_split),
                 _read_questions(config.dev_file, config, config.eval_split))
     examples = load_xquad()
+    if config.train_split == "cloze":  # synthetic questions: WikiText-2 and the training articles' passages only
+        passages = wikitext_paragraphs() + [ex.context for ex in xquad_split("train", examples)]
+        train = cloze_questions(passages, seed=config.train.seed)
+        logger.info("cloze questions: %d from %d passages", len(train), len(set(passages)))
+        return train, xquad_split(config.eval_split, examples)
     return xquad_split(config.train_split, examples), xquad_split(config.eval_split, examples)
 
 
