@@ -130,15 +130,20 @@ def _write_scored_pairs(path, n, seed):
     return path
 
 
-def test_a_cosent_bi_encoder_learns_scored_pairs(tmp_path):
+def _scored_pairs_config(tmp_path, **settings) -> FinetuneConfig:
+    """A custom regression task on planted scored pairs with a tiny model (fp32, 3e-3, 16 a batch)."""
     model = write_tiny_model(tmp_path / "tiny")
-    config = FinetuneConfig(
-        task="custom", model=str(model), head="cosine", regression_loss="cosent", epochs=4, batch_size=16,
-        max_length=32, train_file=str(_write_scored_pairs(tmp_path / "train.tsv", 320, 0)),
+    return FinetuneConfig(
+        task="custom", model=str(model), batch_size=16, max_length=32,
+        train_file=str(_write_scored_pairs(tmp_path / "train.tsv", 320, 0)),
         dev_file=str(_write_scored_pairs(tmp_path / "dev.tsv", 100, 1)), text_a="sentence1", text_b="sentence2",
         label="score", regression=True,
         train=TrainConfig(learning_rate=3e-3, warmup_ratio=0.1, out_dir=str(tmp_path / "run"),
-                          progress_bar=False, precision="fp32", seed=0))
+                          progress_bar=False, precision="fp32", seed=0), **settings)
+
+
+def test_a_cosent_bi_encoder_learns_scored_pairs(tmp_path):
+    config = _scored_pairs_config(tmp_path, head="cosine", regression_loss="cosent", epochs=4)
     model = build_model(config, load_task_data(config))
     assert model.loss == "cosent"
     result = run_finetuning(config)
@@ -152,14 +157,7 @@ def test_a_cosine_bi_encoder_learns_scored_pairs_and_saves_a_plain_encoder(tmp_p
     from ctxemb.embedding import Embedder
     from ctxemb.finetuning.predict import SequencePredictor
 
-    model = write_tiny_model(tmp_path / "tiny")
-    config = FinetuneConfig(
-        task="custom", model=str(model), head="cosine", epochs=4, batch_size=16, max_length=32,
-        train_file=str(_write_scored_pairs(tmp_path / "train.tsv", 320, 0)),
-        dev_file=str(_write_scored_pairs(tmp_path / "dev.tsv", 100, 1)), text_a="sentence1", text_b="sentence2",
-        label="score", regression=True,
-        train=TrainConfig(learning_rate=3e-3, warmup_ratio=0.1, out_dir=str(tmp_path / "run"),
-                          progress_bar=False, precision="fp32", seed=0))
+    config = _scored_pairs_config(tmp_path, head="cosine", epochs=4)
     result = run_finetuning(config)
     assert result.final_metrics["spearman"] >= 80.0, result.eval_history
     raw = json.loads((result.model_dir / "config.json").read_text())
@@ -191,14 +189,7 @@ def test_a_cosine_bi_encoder_learns_scored_pairs_and_saves_a_plain_encoder(tmp_p
 def test_a_bce_cross_encoder_learns_scored_pairs_and_predicts_in_score_units(tmp_path):
     from ctxemb.finetuning.predict import SequencePredictor
 
-    model = write_tiny_model(tmp_path / "tiny")
-    config = FinetuneConfig(
-        task="custom", model=str(model), head="mean", regression_loss="bce", epochs=3, batch_size=16,
-        max_length=32, train_file=str(_write_scored_pairs(tmp_path / "train.tsv", 320, 0)),
-        dev_file=str(_write_scored_pairs(tmp_path / "dev.tsv", 100, 1)), text_a="sentence1", text_b="sentence2",
-        label="score", regression=True,
-        train=TrainConfig(learning_rate=3e-3, warmup_ratio=0.1, out_dir=str(tmp_path / "run"),
-                          progress_bar=False, precision="fp32", seed=0))
+    config = _scored_pairs_config(tmp_path, head="mean", regression_loss="bce", epochs=3)
     result = run_finetuning(config)
     assert result.final_metrics["spearman"] >= 80.0, result.eval_history
     raw = json.loads((result.model_dir / "config.json").read_text())
