@@ -16,7 +16,7 @@ from ctxemb.finetuning.contrastive import ContrastiveConfig, ContrastiveTask
 from ctxemb.finetuning.contrastive_data import (ContrastiveCollator, ContrastiveExample, allnli_examples,
                                                 encode_contrastive, inverse_cloze_examples, read_contrastive_table,
                                                 retrieval_corpus, retrieval_metrics)
-from ctxemb.finetuning.contrastive_mining import add_mined_negatives, mine_hard_negatives
+from ctxemb.finetuning.contrastive_mining import add_mined_negatives, bm25_candidates, mine_hard_negatives
 from ctxemb.finetuning.readers import TextExample
 from ctxemb.finetuning.registry import get_task
 from ctxemb.finetuning.runner import run_task
@@ -231,6 +231,34 @@ def test_mined_negatives_are_appended_as_texts_and_never_the_positive():
     out, stats = add_mined_negatives(examples, lambda texts: np.array([vec[t] for t in texts], dtype=np.float32), k=1)
     assert [ex.negatives for ex in out] == [("p1",), ("p0",), ("p0",), ("p1",), ("p0",), ("p0",)]
     assert stats.mined == 6
+
+
+def test_bm25_mining_ranks_by_bm25s_and_filters_by_the_cosine():
+    bm25s = pytest.importorskip("bm25s")
+    corpus = ["the river bank flooded the town", "the bank raised its interest rates", "a river runs to the sea",
+              "cats sleep all day", "the town by the river bank", "interest in rivers grows"]
+    anchors = ["which bank did the river flood", "what did the bank raise"]
+    got = bm25_candidates(anchors, corpus, 6)
+    retriever = bm25s.BM25(k1=1.5, b=0.75, method="lucene")  # bm25s used directly, as the reference
+    retriever.index(bm25s.tokenize(corpus, stopwords="en", show_progress=False), show_progress=False)
+    for i, anchor in enumerate(anchors):
+        scores = retriever.get_scores(bm25s.tokenize([anchor], stopwords="en", return_ids=False,
+                                                     show_progress=False)[0])
+        expected = [j for j in sorted(range(6), key=lambda j: (-scores[j], j)) if scores[j] > 0]
+        assert got[i].tolist() == expected + [-1] * (6 - len(expected))
+    # the rows: each anchor's positive is excluded, the BM25 order kept, the cosine filters still apply
+    others = [f"query {j}" for j in range(2, 6)]  # rows whose positives complete the corpus, in corpus order
+    examples = [ContrastiveExample(anchors[0], corpus[0]), ContrastiveExample(anchors[1], corpus[1]),
+                *(ContrastiveExample(q, corpus[j]) for j, q in enumerate(others, start=2))]
+    vectors = {t: np.eye(12)[i] for i, t in enumerate(corpus + anchors + others)}
+    vectors[corpus[4]] = vectors[corpus[0]]  # a near-duplicate of the first positive: never its negative
+    out, stats = add_mined_negatives(examples, lambda texts: np.stack([vectors[t] for t in texts]), k=1,
+                                     mine_with="bm25", mine_range=5)
+    first = [j for j in got[0] if j not in (0, 4)][0]
+    assert out[0].negatives == (corpus[first],) and out[1].negatives[0] != corpus[1]
+    assert stats.excluded_duplicate >= 1
+    with pytest.raises(ValueError, match="mine_with"):
+        add_mined_negatives(examples, lambda texts: np.stack([vectors[t] for t in texts]), k=1, mine_with="tfidf")
 
 
 # ---------------------------------------------------------------------------------------------- data

@@ -32,7 +32,7 @@ from ctxemb.finetuning.contrastive_data import (ContrastiveCollator, Contrastive
                                                 read_contrastive_table,
                                                 retrieval_corpus, retrieval_metrics, stsb_metrics,
                                                 xquad_retrieval_examples)
-from ctxemb.finetuning.contrastive_mining import add_mined_negatives, check_mining
+from ctxemb.finetuning.contrastive_mining import MINE_WITH, add_mined_negatives, check_mining
 from ctxemb.finetuning.readers import load_task
 from ctxemb.finetuning.squad import load_xquad, xquad_split
 from ctxemb.finetuning.task import Task, TaskData, save_model_files
@@ -66,6 +66,8 @@ class ContrastiveConfig(FinetuneRunConfig):
             loss's; memory holds one mini-batch, so ``batch_size`` can be 512.
         mine_hard_negatives: hard negatives per row mined with the model before training (0: none).
         mine_range: candidates read per anchor when mining.
+        mine_with: what ranks the candidates: ``"model"`` (its cosine) or ``"bm25"`` (BM25 over the corpus texts,
+            DPR's negatives); the filters use the model's cosines either way.
         mine_margin: None, or leave out mined candidates scoring above ``cos(anchor, positive) - mine_margin``.
         mine_duplicate_threshold: leave out candidates with ``cos(candidate, positive)`` at least this.
         eval_batch_size: texts per batch when embedding for the dev evaluation and mining.
@@ -96,6 +98,8 @@ class ContrastiveConfig(FinetuneRunConfig):
     mine_hard_negatives: int = field(default=0, metadata=_meta(
         "hard negatives per row mined with the model before training"))
     mine_range: int = field(default=50, metadata=_meta("candidates read per anchor when mining", type="positive_int"))
+    mine_with: str = field(default="model", metadata=_meta(
+        "what ranks the mined candidates: model (its cosine) or bm25 (lexical, DPR's negatives)", choices=MINE_WITH))
     mine_margin: float | None = field(default=None, metadata=_meta(
         "leave out mined candidates scoring above cos(anchor, positive) - margin (default: off)"))
     mine_duplicate_threshold: float = field(default=0.95, metadata=_meta(
@@ -120,6 +124,7 @@ class ContrastiveConfig(FinetuneRunConfig):
                 raise ValueError(f"cache_batch_size must be a positive int (texts per GradCache mini-batch) or None; "
                                  f"got {self.cache_batch_size!r}")
         check_mining(self.mine_hard_negatives, self.mine_range, self.mine_duplicate_threshold, self.mine_margin)
+        check_choice(self.mine_with, "mine_with", MINE_WITH)
         if isinstance(self.eval_batch_size, bool) or not isinstance(self.eval_batch_size, int) \
                 or self.eval_batch_size < 1:
             raise ValueError(f"eval_batch_size must be a positive int; got {self.eval_batch_size!r}")
@@ -206,7 +211,8 @@ class ContrastiveTask(Task):
                 train, lambda texts: embed_texts(base, tokenizer, texts, max_length=config.max_length,
                                                  batch_size=config.eval_batch_size),
                 k=config.mine_hard_negatives, mine_range=config.mine_range,
-                duplicate_threshold=config.mine_duplicate_threshold, margin=config.mine_margin)
+                duplicate_threshold=config.mine_duplicate_threshold, margin=config.mine_margin,
+                mine_with=config.mine_with)
             info["mining"] = stats.to_dict()
             del base
         return TaskData(train=train, eval=evaluation, labels=None, info=info)
