@@ -29,9 +29,8 @@ from ctxemb.config import field_help as _meta
 from ctxemb.finetuning.config import FinetuneRunConfig
 from ctxemb.finetuning.contrastive_data import (ContrastiveCollator, ContrastiveExample, allnli_examples,
                                                 embed_texts, encode_contrastive, inverse_cloze_examples,
-                                                read_contrastive_table,
-                                                retrieval_corpus, retrieval_metrics, stsb_metrics,
-                                                xquad_retrieval_examples)
+                                                read_contrastive_table, retrieval_corpus, retrieval_metrics,
+                                                stsb_metrics, xquad_retrieval_examples)
 from ctxemb.finetuning.contrastive_mining import MINE_WITH, add_mined_negatives, check_mining
 from ctxemb.finetuning.readers import load_task
 from ctxemb.finetuning.squad import load_xquad, xquad_split

@@ -32,8 +32,8 @@ from ctxemb.metrics.correlation import spearman
 logger = logging.getLogger(__name__)
 
 __all__ = ["ContrastiveCollator", "ContrastiveExample", "ContrastiveFeature", "allnli_examples", "embed_texts",
-           "encode_contrastive", "inverse_cloze_examples", "read_contrastive_table", "retrieval_metrics", "stsb_metrics",
-           "xquad_retrieval_examples"]
+           "encode_contrastive", "inverse_cloze_examples", "read_contrastive_table", "retrieval_metrics",
+           "stsb_metrics", "xquad_retrieval_examples"]
 
 
 @dataclass(frozen=True, slots=True)
