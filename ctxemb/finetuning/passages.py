@@ -15,7 +15,7 @@ from typing import Iterable
 
 from ctxemb.paths import shared_data_dir
 
-__all__ = ["split_sentences", "wikitext_paragraphs"]
+__all__ = ["detokenize_wikitext", "split_sentences", "wikitext_paragraphs"]
 
 # A sentence ends at . ! or ? (maybe closed by a quote or bracket) followed by white space and a capital, digit or
 # opening quote: good enough for Wikipedia prose; abbreviations ("Dr. Smith") give a short piece, which callers drop
