@@ -134,8 +134,8 @@ def _held_out(task: str, model_dir: Path) -> str:
         data = load_task("sst2", splits=["test"])
         test, names = data.splits["test"], data.label_names
         preds = SequencePredictor.from_pretrained(model_dir).predict([ex.text_a for ex in test])
-        acc = sum(p.label == names[ex.label] for p, ex in zip(preds, test)) / len(test)
-        return f"GLUE dev accuracy {100 * acc:.1f}"
+        right = sum(p.label == names[ex.label] for p, ex in zip(preds, test))
+        return f"GLUE dev accuracy {100 * right / len(test):.2f} ({right} / {len(test)})"
     return "-"
 
 
