@@ -91,7 +91,7 @@ def record(task: str, run_dir: Path, extra: list[str]) -> dict:
         if got_train.get("eval_every") == round(per_epoch):
             got_train["eval_every"] = 0
     diff = {k: (got.get(k), want[k]) for k in want if got.get(k) != want[k]}
-    diff.update({f"train.{k}": (got_train.get(k), want_train[k]) for k in want_train if got_train.get(k) != want_train[k]})
+    diff.update({f"train.{k}": (got_train.get(k), v) for k, v in want_train.items() if got_train.get(k) != v})
     if diff:
         raise SystemExit(f"{run_dir} is not a run of the {task} recipe: (its setting, the recipe's) {diff}")
     metrics = saved["metrics"]
