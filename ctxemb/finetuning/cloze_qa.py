@@ -25,6 +25,7 @@ import random
 import re
 from typing import Sequence
 
+from ctxemb._validation import check_int
 from ctxemb.finetuning.passages import split_sentences
 from ctxemb.finetuning.squad import QAExample
 
@@ -74,8 +75,7 @@ def cloze_questions(passages: Sequence[str], *, per_passage: int = 2, seed: int 
     Returns:
         :class:`~ctxemb.finetuning.squad.QAExample` rows whose one answer is ``(text, start)`` in the passage.
     """
-    if isinstance(per_passage, bool) or not isinstance(per_passage, int) or per_passage < 1:
-        raise ValueError(f"per_passage must be a positive int; got {per_passage!r}")
+    per_passage = check_int(per_passage, "per_passage", low=1)
     rng = random.Random(seed)
     out = []
     for p, passage in enumerate(dict.fromkeys(passages)):

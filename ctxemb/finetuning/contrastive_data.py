@@ -23,6 +23,7 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
+from ctxemb._validation import check_int
 from ctxemb.finetuning.features import pad_ids
 from ctxemb.finetuning.passages import split_sentences
 from ctxemb.finetuning.readers import SNLI_LABELS, TextExample, _example_id, _text, _UniqueIds
@@ -145,8 +146,7 @@ def inverse_cloze_examples(passages: Sequence[str], *, per_passage: int, min_wor
         min_words: shorter sentences (headings, pieces split at abbreviations) are not drawn.
         seed: the draw's seed.
     """
-    if isinstance(per_passage, bool) or not isinstance(per_passage, int) or per_passage < 1:
-        raise ValueError(f"per_passage must be a positive int; got {per_passage!r}")
+    per_passage = check_int(per_passage, "per_passage", low=1)
     rng = random.Random(seed)
     out = []
     for p, passage in enumerate(dict.fromkeys(passages)):
