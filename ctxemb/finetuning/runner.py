@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from ctxemb.finetuning.task import Task, TaskData, stamp_label
+from ctxemb.modeling.dropout import set_dropout
 from ctxemb.training.callbacks import Callback
 from ctxemb.training.recipe import RunResult, run_training
 
@@ -92,7 +93,12 @@ def run_task(task: Task, config, *,
     def save_files(model, directory: Path) -> None:
         task.save(model, directory, config, data, tokenizer, train_config=resolved["train"])
 
-    run = run_training(spec, build_model=lambda: task.build_model(config, data),
+    def build_model():
+        model = task.build_model(config, data)
+        dropout = getattr(config, "dropout", None)
+        return model if dropout is None else set_dropout(model, dropout)
+
+    run = run_training(spec, build_model=build_model,
                        make_data=lambda model, ctx: task.make_data(config, tokenizer, data, model, ctx),
                        save_files=save_files, after_train=after, extra_record=record,
                        callbacks=[*task.callbacks(config, data), *callbacks])
