@@ -205,3 +205,21 @@ def test_a_bce_cross_encoder_learns_scored_pairs_and_predicts_in_score_units(tmp
         FinetuneConfig(task="sst2", regression_loss="bce", train=train)
     with pytest.raises(ValueError, match="the bi-encoder"):
         FinetuneConfig(task="stsb", head="cosine", regression_loss="bce", train=train)
+
+
+def test_both_orders_doubles_symmetric_pairs_and_refuses_directed_ones(tmp_path):
+    from ctxemb.finetuning.tasks import SequenceTask
+
+    config = _scored_pairs_config(tmp_path, head="mean", both_orders=True)
+    plain = SequenceTask("custom").read(_scored_pairs_config(tmp_path, head="mean"))
+    doubled = SequenceTask("custom").read(config)
+    n = len(plain.train)
+    assert len(doubled.train) == 2 * n and doubled.eval == plain.eval  # evaluation reads the pairs as given
+    for ex, swapped in zip(doubled.train[:n], doubled.train[n:]):
+        assert (swapped.text_a, swapped.text_b, swapped.label) == (ex.text_b, ex.text_a, ex.label)
+    assert len({ex.id for ex in doubled.train}) == 2 * n
+    train = TrainConfig(learning_rate=1e-3, out_dir=str(tmp_path / "x"))
+    for task, head in (("rte", "mean"), ("sst2", "mean"), ("stsb", "cosine")):
+        with pytest.raises(ValueError, match="both_orders is for a cross-encoder on a symmetric pair task"):
+            FinetuneConfig(task=task, head=head, both_orders=True, train=train)
+    FinetuneConfig(task="mrpc", head="mean", both_orders=True, train=train)

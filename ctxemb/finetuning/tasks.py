@@ -10,6 +10,7 @@ with its head and label map (transformers' ``AutoModelForSequenceClassification`
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,6 +46,8 @@ __all__ = ["CONFIG_FILE", "HEADS", "MODEL_DIR", "REGIMES", "FinetuneConfig", "Fi
            "model_inputs", "predict_outputs", "run_finetuning", "task_metrics"]
 
 HEADS: tuple[str, ...] = ("checkpoint", "cls", "mean", "cosine")
+# Pair tasks whose label does not depend on the order of the two texts (rte and snli's do: premise, hypothesis).
+_SYMMETRIC_PAIR_TASKS = ("stsb", "mrpc")
 # --regression-loss: the cross-encoder's losses and the bi-encoder's, each checked against the head.
 SCORED_PAIR_LOSSES: tuple[str, ...] = tuple(dict.fromkeys(REGRESSION_LOSSES + PAIR_SIMILARITY_LOSSES))
 
@@ -64,6 +67,8 @@ class FinetuneConfig(FinetuneRunConfig):
             divided by the largest training score, sentence-transformers' cross-encoder recipe for STS-B) or
             ``"cosent"`` (the bi-encoder only: the CoSENT ranking of the cosines); predictions are in the labels'
             units either way.
+        both_orders: a cross-encoder on a symmetric pair task trains on every pair in both orders (as
+            sentence-transformers' STS-B cross-encoder example does); evaluation reads the pairs as given.
         text_a, text_b, label, label_names, regression: a custom task's columns (see
             :func:`~ctxemb.finetuning.readers.read_table`). Pairs longer than ``max_length`` are cut longest-first,
             with a logged count.
@@ -85,6 +90,9 @@ class FinetuneConfig(FinetuneRunConfig):
         'a custom task: class names in label order (default: the labels found in the training file)'))
     regression: bool = field(default=False, metadata=_meta(
         'a custom task: the label is a real-valued score (regression), not a class'))
+    both_orders: bool = field(default=False, metadata=_meta(
+        "a cross-encoder on a symmetric pair task (stsb, mrpc, a custom pair task): train on every pair as (a, b) "
+        "and as (b, a), twice the examples per epoch; evaluation reads the pairs as given"))
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -106,6 +114,11 @@ class FinetuneConfig(FinetuneRunConfig):
         if self.head != "cosine" and self.regression_loss not in REGRESSION_LOSSES:
             raise ValueError(f"regression_loss {self.regression_loss!r} is the bi-encoder's (head 'cosine'); a "
                              f"cross-encoder (head {self.head!r}) trains with one of {', '.join(REGRESSION_LOSSES)}")
+        custom_pairs = self.task == "custom" and (self.text_b is not None or "text_b" in (self.columns or {}))
+        if self.both_orders and (self.head == "cosine" or not (self.task in _SYMMETRIC_PAIR_TASKS or custom_pairs)):
+            raise ValueError(f"both_orders is for a cross-encoder on a symmetric pair task "
+                             f"({', '.join(_SYMMETRIC_PAIR_TASKS)}, or a custom task with text_b); got task "
+                             f"{self.task!r} with head {self.head!r}")
         if self.head == "cosine" and not (self.regression or self.task == "stsb"):
             raise ValueError("head 'cosine' (a bi-encoder) is for scored pairs: task stsb or a custom regression task")
 
@@ -214,7 +227,9 @@ class SequenceTask(Task):
 
     def read(self, config: FinetuneConfig) -> TaskData:
         table = load_task_data(config)
-        train = table.splits[_train_split(config)]
+        train = list(table.splits[_train_split(config)])
+        if config.both_orders:
+            train += [dataclasses.replace(ex, text_a=ex.text_b, text_b=ex.text_a, id=f"{ex.id}:b-a") for ex in train]
         evaluation = table.splits[config.eval_split if config.task != "custom" else "dev"]
         return TaskData(train=list(train), eval=list(evaluation), labels=table.label_names,
                         info={"table": table, "metrics": tuple(table.metrics), "name": table.name})
