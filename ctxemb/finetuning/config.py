@@ -60,7 +60,7 @@ class FinetuneRunConfig:
             token tasks: ``tokens``, ``tags``); None: the task's defaults.
         dropout: one dropout probability for the whole model while it trains (embeddings, attention, feed-forward,
             head: :func:`ctxemb.modeling.dropout.set_dropout`); None keeps the checkpoint's (0.1 for BERT and
-            MiniLM). 0 is the usual choice for regression (STS-B).
+            MiniLM).
         group_by_length: batch training examples of similar length together (sorted within mega-batches of 50
             batches, the batches shuffled; see :class:`~ctxemb.training.data.DatasetBatches`): less padding, so
             faster steps on variable-length data. The run record gives the padding fraction either way.
@@ -110,7 +110,7 @@ class FinetuneRunConfig:
         "title, context, question, answers", type="columns"))
     dropout: float | None = field(default=None, metadata=_meta(
         "one dropout probability for the whole model while it trains (embeddings, attention, feed-forward, head; "
-        "e.g. 0 for regression); default: the checkpoint's (0.1 for MiniLM)"))
+        "0 turns it off); default: the checkpoint's (0.1 for MiniLM)"))
     group_by_length: bool = field(default=True, metadata=_meta(
         "batch training examples of similar length together (sorted within mega-batches of 50 batches, the "
         "batches shuffled): less padding"))

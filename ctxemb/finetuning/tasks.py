@@ -231,7 +231,7 @@ class SequenceTask(Task):
         if config.both_orders:
             train += [dataclasses.replace(ex, text_a=ex.text_b, text_b=ex.text_a, id=f"{ex.id}:b-a") for ex in train]
         evaluation = table.splits[config.eval_split if config.task != "custom" else "dev"]
-        return TaskData(train=list(train), eval=list(evaluation), labels=table.label_names,
+        return TaskData(train=train, eval=list(evaluation), labels=table.label_names,
                         info={"table": table, "metrics": tuple(table.metrics), "name": table.name})
 
     def build_model(self, config: FinetuneConfig, data: TaskData):
