@@ -144,6 +144,20 @@ def check_int(value, name: str, *, low: int, high: int | None = None, high_text:
     return value
 
 
+def check_probability(value, name: str, *, allow_none: bool = False) -> float | None:
+    """Return ``value`` as a float after checking it is a probability in [0, 1) (a dropout rate); None passes where
+    ``allow_none``.
+
+    Raises:
+        ValueError: anything else (bools and strings included), naming ``name``.
+    """
+    if value is None and allow_none:
+        return None
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0.0 <= value < 1.0:
+        raise ValueError(f"{name} must be {'None or ' if allow_none else ''}a probability in [0, 1); got {value!r}")
+    return float(value)
+
+
 def check_bool(value, name: str) -> bool:
     """Return ``value`` as a bool; only ``True``/``False`` (and numpy bools) are accepted, so that a string such as
     ``"no"`` is not silently taken as true.

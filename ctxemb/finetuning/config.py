@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Literal, Mapping
 
-from ctxemb._validation import check_choice, check_int, read_json_file
+from ctxemb._validation import check_choice, check_int, check_probability, read_json_file
 from ctxemb.config import field_help as _meta
 from ctxemb.registry import DEFAULT_MODEL
 from ctxemb.training.config import TrainConfig
@@ -134,9 +134,7 @@ class FinetuneRunConfig:
             raise ValueError(f"new_head must be True or False; got {self.new_head!r}")
         if not (0 < self.layerwise_lr_decay <= 1):
             raise ValueError(f"layerwise_lr_decay must be in (0, 1]; got {self.layerwise_lr_decay}")
-        if self.dropout is not None and (isinstance(self.dropout, bool) or not isinstance(self.dropout, (int, float))
-                                         or not 0.0 <= self.dropout < 1.0):
-            raise ValueError(f"dropout must be None or a probability in [0, 1); got {self.dropout!r}")
+        check_probability(self.dropout, "dropout", allow_none=True)
         if not (self.epochs > 0 and math.isfinite(self.epochs)):
             raise ValueError(f"epochs must be a positive number; got {self.epochs}")
         for name in ("batch_size", "max_length", "last_k") + self._POSITIVE_INTS:

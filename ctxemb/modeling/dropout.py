@@ -13,6 +13,7 @@ import dataclasses
 
 from torch import nn
 
+from ctxemb._validation import check_probability
 from ctxemb.config import EncoderConfig
 
 __all__ = ["set_dropout"]
@@ -34,9 +35,7 @@ def set_dropout(model: nn.Module, p: float) -> nn.Module:
     Raises:
         ValueError: ``p`` is not a number in [0, 1).
     """
-    if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 <= p < 1.0:
-        raise ValueError(f"dropout must be a probability in [0, 1); got {p!r}")
-    p = float(p)
+    p = check_probability(p, "dropout")
     replaced: dict[int, EncoderConfig] = {}
     for module in model.modules():
         if isinstance(module, nn.modules.dropout._DropoutNd):
