@@ -16,6 +16,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from ctxemb.finetuning.contrastive_data import retrieval_corpus, xquad_retrieval_examples  # noqa: E402
 from ctxemb.finetuning.contrastive_mining import bm25_candidates  # noqa: E402
 from ctxemb.finetuning.squad import load_xquad, xquad_split  # noqa: E402
+from ctxemb.metrics.retrieval import mrr_at_k, recall_at_k  # noqa: E402
 
 
 def main() -> dict[str, float]:
@@ -23,11 +24,10 @@ def main() -> dict[str, float]:
     dev = xquad_retrieval_examples(xquad_split("dev", questions))
     distractors = [ex.positive for ex in xquad_retrieval_examples(xquad_split("train", questions))]
     queries, corpus, relevant = retrieval_corpus(dev, distractors)  # exactly the task's dev evaluation
-    ranked = bm25_candidates(queries, corpus, 10)
-    ranks = [list(row).index(r) + 1 if r in row else None for row, r in zip(ranked, relevant)]
+    ranked = [[int(i) for i in row if i >= 0] for row in bm25_candidates(queries, corpus, 10)]  # -1: no match
+    relevant = [{r} for r in relevant]
     out = {"passages": len(corpus), "questions": len(queries),
-           "mrr@10": 100 * sum(1 / k for k in ranks if k) / len(ranks),
-           "recall@1": 100 * sum(k == 1 for k in ranks) / len(ranks)}
+           "mrr@10": 100 * mrr_at_k(ranked, relevant, 10), "recall@1": 100 * recall_at_k(ranked, relevant, 1)}
     print(out)
     return out
 
