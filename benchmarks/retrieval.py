@@ -14,7 +14,10 @@ Retrievers (all through ``SemanticIndex``; exact flat search):
   ``mode="vector"``, with inputs up to ``--max-seq-length`` 512 tokens (whole paragraphs, as the issue measured);
   a vector-only row at the model's own maximum length (256 for MiniLM, as ``SentenceTransformer.encode``) too;
 - hybrid with each embedder: RRF and weighted fusion, each at its dev-chosen setting and at the defaults
-  (RRF k 60, alpha 0.5), ``candidates=100`` per ranking.
+  (RRF k 60, alpha 0.5), ``candidates=100`` per ranking;
+- each embedder through a ``DocumentIndex`` (``build_document_index``: a paragraph scored by its whole text and its
+  best sentence, w * whole + (1 - w) * best), at the weight w chosen on dev and at the default, alone and fused
+  with BM25 (RRF and weighted, chosen on dev, and RRF k 60).
 
     python benchmarks/retrieval.py                             # MiniLM zero-shot, BM25, hybrid
     python benchmarks/retrieval.py --model runs/contrastive-a --model runs/contrastive-b
@@ -37,13 +40,15 @@ from _common import RESULTS, machine, markdown_table, write_results
 from ctxemb.finetuning.squad import load_xquad, xquad_split
 from ctxemb.metrics.retrieval import mrr_at_k, ndcg_at_k, recall_at_k
 from ctxemb.registry import DEFAULT_MODEL
-from ctxemb.search import HybridParams, SemanticIndex
+from ctxemb.search import HybridParams, SemanticIndex, build_document_index
+from ctxemb.search.documents import DEFAULT_PASSAGE_WEIGHT
 from ctxemb.sentence_transformers_format import resolve_sentence_options
 
 logger = logging.getLogger("benchmarks.retrieval")
 
 RRF_GRID = (1, 2, 5, 10, 20, 30, 60, 100)
 ALPHA_GRID = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
+PASSAGE_WEIGHT_GRID = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
 SPLITS = ("heldout", "dev", "all")
 K = 10
 
@@ -162,10 +167,58 @@ def evaluate_embedder(name: str, model: str, paragraphs, ids, splits, batch_size
         _, ranked = index.search_array(None, K, texts=questions, mode="bm25")
         bm25_row[split] = scores(ranked, gold)
         bm25_row["search_s_" + split] = time.perf_counter() - t0
-    return {"name": name, "model": model, "rows": rows, "bm25": bm25_row, "dev_grid": grid,
-            "chosen": {"rrf_k": best_k, "alpha": best_alpha},
+    t0 = time.perf_counter()
+    documents = build_document_index(emb, paragraphs, ids, hybrid=True, batch_size=batch_size,
+                                     show_progress_bar=False)
+    build_documents_s = time.perf_counter() - t0
+    doc_rows, doc_grid, doc_chosen = evaluate_documents(name, model, documents, emb, splits)
+    return {"name": name, "model": model, "rows": rows + doc_rows, "bm25": bm25_row, "dev_grid": grid,
+            "documents_dev_grid": doc_grid, "chosen": {"rrf_k": best_k, "alpha": best_alpha, **doc_chosen},
             "seconds": {"load": load_s, "build_index (embed 240 paragraphs + BM25)": build_s,
+                        "build_document_index (%d paragraphs, %d sentences + BM25)" % (
+                            len(documents), len(documents.passages)): build_documents_s,
                         **{"embed questions %s (%d)" % (s, len(splits[s][0])): v for s, v in embed_s.items()}}}
+
+
+def evaluate_documents(name: str, model: str, documents, emb, splits) -> tuple[list[dict], dict, dict]:
+    """The DocumentIndex rows of one embedder: the passage weight chosen on dev (vector mode), then the fusion
+    settings with it, each scored on every split."""
+    def run(split, **options):
+        questions, gold = splits[split]
+        t0 = time.perf_counter()
+        hits = documents.search(emb, questions, K, **options)
+        ranked = np.array([[h.id for h in row] + [None] * (K - len(row)) for row in hits], dtype=object)
+        return scores(ranked, gold), time.perf_counter() - t0
+
+    def best(values, results):  # by MRR@10, then nDCG@10, then the first in grid order
+        return max(values, key=lambda v: (results[v]["mrr@10"], results[v]["ndcg@10"], -values.index(v)))
+
+    grid = {"passage_weight": {w: run("dev", mode="vector", passage_weight=w)[0] for w in PASSAGE_WEIGHT_GRID}}
+    w = best(PASSAGE_WEIGHT_GRID, grid["passage_weight"])
+    grid["rrf"] = {k: run("dev", mode="hybrid", passage_weight=w, fusion="rrf", rrf_k=k)[0] for k in RRF_GRID}
+    grid["weighted"] = {a: run("dev", mode="hybrid", passage_weight=w, fusion="weighted", alpha=a)[0]
+                        for a in ALPHA_GRID}
+    best_k, best_alpha = best(RRF_GRID, grid["rrf"]), best(ALPHA_GRID, grid["weighted"])
+    label = "%s, whole text + best sentence (DocumentIndex)" % name
+    hybrid = "hybrid %%s (%s, whole text + best sentence)" % name
+    settings = [
+        (label, dict(mode="vector", passage_weight=w), "w=%g (dev)" % w),
+        (label, dict(mode="vector", passage_weight=DEFAULT_PASSAGE_WEIGHT), "w=%g (default)" % DEFAULT_PASSAGE_WEIGHT),
+        (label, dict(mode="vector", passage_weight=0.0), "w=0: best sentence alone"),
+        (hybrid % "RRF", dict(mode="hybrid", passage_weight=w, fusion="rrf", rrf_k=best_k),
+         "w=%g, k=%g (dev)" % (w, best_k)),
+        (hybrid % "weighted", dict(mode="hybrid", passage_weight=w, fusion="weighted", alpha=best_alpha),
+         "w=%g, alpha=%g (dev)" % (w, best_alpha)),
+        (hybrid % "RRF", dict(mode="hybrid", fusion="rrf", rrf_k=60),
+         "w=%g, k=60 (defaults)" % DEFAULT_PASSAGE_WEIGHT),
+    ]
+    rows = []
+    for retriever, options, setting in settings:
+        row = {"retriever": retriever, "setting": setting, "model": model}
+        for split in SPLITS:
+            row[split], row["search_s_" + split] = run(split, **options)
+        rows.append(row)
+    return rows, grid, {"passage_weight": w, "documents_rrf_k": best_k, "documents_alpha": best_alpha}
 
 
 def render(payload: dict) -> str:
@@ -178,8 +231,11 @@ def render(payload: dict) -> str:
     lines.append("Fusion settings were chosen on the dev articles (%d questions) by MRR@10, per embedder, over RRF k "
                  "in %s and alpha (the vector weight) in %s; the held-out articles (%d questions) were scored once "
                  "with them. Rows marked (default) use RRF k 60 / alpha 0.5 untuned. Each ranking contributes its "
-                 "100 best candidates to the fusion." % (payload["n_questions"]["dev"], list(RRF_GRID),
-                                                          list(ALPHA_GRID), payload["n_questions"]["heldout"]))
+                 "100 best candidates to the fusion. DocumentIndex rows: a paragraph's score is w * cos(question, "
+                 "paragraph) + (1 - w) * the largest cos(question, sentence) over its sentences (both vectors at the "
+                 "model's own maximum length), w chosen on dev over %s, then the fusion settings with that w."
+                 % (payload["n_questions"]["dev"], list(RRF_GRID), list(ALPHA_GRID),
+                    payload["n_questions"]["heldout"], list(PASSAGE_WEIGHT_GRID)))
     lines.append("")
     for split, title in (("heldout", "Held-out articles (the report)"), ("all", "All 1,190 questions (reference)"),
                          ("dev", "Dev articles (used to choose the fusion settings)")):
@@ -204,6 +260,11 @@ def render(payload: dict) -> str:
         g = emb["dev_grid"]
         lines.append("- %s: RRF %s; weighted %s" % (
             emb["name"], ", ".join("k=%g %.1f" % (k, v["mrr@10"]) for k, v in g["rrf"].items()),
+            ", ".join("a=%g %.1f" % (a, v["mrr@10"]) for a, v in g["weighted"].items())))
+        g = emb["documents_dev_grid"]
+        lines.append("- %s, DocumentIndex: passage weight %s; then RRF %s; weighted %s" % (
+            emb["name"], ", ".join("w=%g %.1f" % (w, v["mrr@10"]) for w, v in g["passage_weight"].items()),
+            ", ".join("k=%g %.1f" % (k, v["mrr@10"]) for k, v in g["rrf"].items()),
             ", ".join("a=%g %.1f" % (a, v["mrr@10"]) for a, v in g["weighted"].items())))
     lines.append("")
     lines.append("## Times (seconds)")

@@ -144,17 +144,19 @@ def check_int(value, name: str, *, low: int, high: int | None = None, high_text:
     return value
 
 
-def check_probability(value, name: str, *, allow_none: bool = False) -> float | None:
-    """Return ``value`` as a float after checking it is a probability in [0, 1) (a dropout rate); None passes where
-    ``allow_none``.
+def check_probability(value, name: str, *, allow_none: bool = False, allow_one: bool = False) -> float | None:
+    """Return ``value`` as a float after checking it is in [0, 1) (a dropout rate), or [0, 1] with ``allow_one``
+    (a weight); None passes where ``allow_none``.
 
     Raises:
         ValueError: anything else (bools and strings included), naming ``name``.
     """
     if value is None and allow_none:
         return None
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0.0 <= value < 1.0:
-        raise ValueError(f"{name} must be {'None or ' if allow_none else ''}a probability in [0, 1); got {value!r}")
+    if (isinstance(value, bool) or not isinstance(value, numbers.Real)
+            or not (0.0 <= value <= 1.0 if allow_one else 0.0 <= value < 1.0)):
+        span = "in [0, 1]" if allow_one else "a probability in [0, 1)"
+        raise ValueError(f"{name} must be {'None or ' if allow_none else ''}{span}; got {value!r}")
     return float(value)
 
 

@@ -7,7 +7,9 @@ Array level (no model needed)::
     hits = index.search(queries, k=10)          # queries (Q, H) -> Q lists of Hit(id, score, metadata)
     index.save("my_index"); SemanticIndex.load("my_index", expected_config=emb.config.to_dict())
 
-With an embedder: ``build_sentence_index``, ``build_word_index``, ``query_sentences``, ``query_words``.
+With an embedder: ``build_sentence_index``, ``build_word_index``, ``query_sentences``, ``query_words``; and
+``build_document_index`` for documents longer than a sentence (a ``DocumentIndex``: each document scored by its whole
+text and its best passage, ``index.search(embedder, queries)``).
 
 Hybrid (BM25 beside the vectors, ids shared; needs ``bm25s``)::
 
@@ -25,12 +27,13 @@ searches, exclusive mutation). See docs/guide/reliability.md.
 Modules: ``params`` (index kinds and their parameter objects), ``index`` (``SemanticIndex``), ``inputs`` (argument
 checks, the embedder-configuration comparison), ``results`` (``Hit``), ``persistence`` (save, load, the on-disk
 write lock), ``storage`` (the saved directory), ``_backends`` (the FAISS structures), ``text`` (the embedder helpers),
-``fusion`` (hybrid settings, rank fusion), ``lexical`` (the BM25 half, on ``bm25s``),
+``documents`` (``DocumentIndex``), ``fusion`` (hybrid settings, rank fusion), ``lexical`` (the BM25 half, on ``bm25s``),
 ``sharded`` (one on-disk IVF-PQ index from shards added by several processes or machines) and ``shard_files`` (its
 trained-quantizer and partial directories).
 """
 
 from ctxemb.locks import DirectoryLockedError
+from ctxemb.search.documents import DocumentHit, DocumentIndex, build_document_index, split_passages
 from ctxemb.search.fusion import FUSION_METHODS, SEARCH_MODES, HybridParams
 from ctxemb.search.index import Hit, SemanticIndex, embedder_config_differences
 from ctxemb.search.params import (
@@ -50,6 +53,8 @@ from ctxemb.search.text import build_sentence_index, build_word_index, query_sen
 __all__ = [
     "CorruptFileError",
     "DirectoryLockedError",
+    "DocumentHit",
+    "DocumentIndex",
     "FUSION_METHODS",
     "INDEX_KINDS",
     "METRICS",
@@ -63,10 +68,12 @@ __all__ = [
     "IndexParams",
     "Metric",
     "SemanticIndex",
+    "build_document_index",
     "build_sentence_index",
     "build_word_index",
     "embedder_config_differences",
     "make_params",
     "query_sentences",
     "query_words",
+    "split_passages",
 ]

@@ -234,13 +234,16 @@ class SemanticIndex:
                                    % (self._ids[label], self.directory)) from None
 
     @reads
-    def get_vector(self, item_id: str) -> np.ndarray:
-        """The stored (H,) float32 vector of ``item_id`` (L2-normalised for ``metric="cosine"``).
+    def get_vector(self, item_id: str | Sequence[str]) -> np.ndarray:
+        """The stored (H,) float32 vector of ``item_id`` (L2-normalised for ``metric="cosine"``); (n, H) for a
+        sequence of n ids.
 
         Raises:
             KeyError: for an unknown id.
         """
-        return self._backend.reconstruct(np.array([self._label(item_id)], dtype=np.int64))[0]
+        labels = [self._label(item_id)] if isinstance(item_id, str) else [self._label(i) for i in item_id]
+        vectors = self._backend.reconstruct(np.array(labels, dtype=np.int64).reshape(-1))
+        return vectors[0] if isinstance(item_id, str) else vectors
 
     # ----------------------------------------------------------------------------------------------------------
     # input preparation
