@@ -132,3 +132,36 @@ def test_bad_arguments_get_clear_errors_before_embedding():
         index.search(emb, "x", mode="bm25")
     with pytest.raises(ValueError, match="shape"):
         index.search_vectors(np.ones((2, 3)))
+
+
+def test_cli_builds_and_queries_a_document_index(tmp_path, monkeypatch, capsys):
+    import argparse
+
+    from ctxemb.cli import index as search_cli
+
+    emb = FakeEmbedder()
+    monkeypatch.setattr(search_cli, "load_embedder", lambda model, device, config=None: emb)
+    corpus = tmp_path / "docs.txt"
+    corpus.write_text("\n\n".join(DOCS) + "\n", encoding="utf-8")  # blank lines are skipped: ids line:1, line:3, ...
+    parser = argparse.ArgumentParser()
+    search_cli.add_parser(parser.add_subparsers(dest="command"))
+    out = tmp_path / "docs_index"
+    args = parser.parse_args(["index", "build", str(corpus), "--out", str(out), "--documents", "--passage-weight",
+                              "0.2", "--no-progress"])
+    assert args.func(args) == 0
+    loaded = DocumentIndex.load(out)
+    assert len(loaded) == 5 and loaded.passage_weight == 0.2
+    reference = build_document_index(emb, DOCS, [f"line:{2 * i + 1}" for i in range(5)], passage_weight=0.2,
+                                     layers=[-1], show_progress_bar=False)
+    args = parser.parse_args(["index", "query", str(out), QUERIES[0], QUERIES[4], "-k", "3", "--json"])
+    assert args.func(args) == 0
+    printed = [json.loads(line) for line in capsys.readouterr().out.strip().splitlines()[-2:]]
+    expected = reference.search(emb, [QUERIES[0], QUERIES[4]], k=3)
+    assert [[h["id"] for h in row] for row in printed] == [[h.id for h in row] for row in expected]
+    assert [[h["passage"] for h in row] for row in printed] == [[h.passage for h in row] for row in expected]
+    args = parser.parse_args(["index", "query", str(out), "x", "--ef-search", "8"])
+    with pytest.raises(ValueError, match="--ef-search do not apply to a document index"):
+        args.func(args)
+    args = parser.parse_args(["index", "build", str(corpus), "--out", str(tmp_path / "w"), "--passage-weight", "0.5"])
+    with pytest.raises(ValueError, match="add --documents"):
+        args.func(args)

@@ -9,7 +9,9 @@
 ids ``line:N:W`` with W the 0-based word index) for word-in-context search. ``query`` loads the embedder recorded
 in the index (or ``--model``) and refuses to run if its configuration differs from the one the index was built with.
 ``build --hybrid`` also keeps BM25 over the lines (``bm25s``), and ``query`` then fuses both rankings (``--mode``,
-``--fusion``, ``--rrf-k``, ``--alpha``).
+``--fusion``, ``--rrf-k``, ``--alpha``). ``build --documents`` takes each line as a document (a paragraph) and builds
+a :class:`~ctxemb.search.DocumentIndex` (whole text and sentences, ``--passage-weight``); ``query`` recognises it and
+prints each document's best sentence.
 """
 
 from __future__ import annotations
@@ -27,14 +29,17 @@ from ctxemb.search import (
     FUSION_METHODS,
     INDEX_KINDS,
     SEARCH_MODES,
+    DocumentIndex,
     HybridParams,
     SemanticIndex,
     make_params,
+    build_document_index,
     build_sentence_index,
     build_word_index,
     query_sentences,
     query_words,
 )
+from ctxemb.search.documents import DEFAULT_PASSAGE_WEIGHT
 
 logger = logging.getLogger(__name__)
 
@@ -79,13 +84,25 @@ def _index_kwargs(args: argparse.Namespace) -> dict[str, Any]:
 def run_build(args: argparse.Namespace) -> int:
     if args.hybrid and args.words:
         raise ValueError("--hybrid indexes whole lines (BM25 over their text); it cannot be combined with --words")
+    if args.documents and (args.words or args.on_disk or args.no_text):
+        raise ValueError("--documents cannot be combined with --words, --on-disk or --no-text")
+    if args.passage_weight is not None and not args.documents:
+        raise ValueError("--passage-weight applies to document indexes: add --documents")
     hybrid = _hybrid_params(args)  # checked before anything is read or embedded
     texts, lines = _read_corpus(Path(args.corpus))
     emb = load_embedder(args.model, device=args.device)
     progress = not args.no_progress
     common = dict(batch_size=args.batch_size, show_progress_bar=progress, store_text=not args.no_text,
                   layer_pooling=args.layer_pooling, **_index_kwargs(args))
-    if args.words:
+    if args.documents:
+        index = build_document_index(
+            emb, texts, ["line:%d" % n for n in lines], metadata=[{"text": t, "line": n} for t, n in zip(texts, lines)],
+            passage_weight=DEFAULT_PASSAGE_WEIGHT if args.passage_weight is None else args.passage_weight,
+            pooling=args.pooling,
+            layers=args.layers if args.layers is not None else [-1], hybrid=hybrid, batch_size=args.batch_size,
+            show_progress_bar=progress, layer_pooling=args.layer_pooling, kind=args.kind,
+            params=_index_kwargs(args)["params"])
+    elif args.words:
         index = build_word_index(
             emb, [t.split() for t in texts], args.words, sentence_ids=["line:%d" % n for n in lines],
             layers=args.layers, **common,
@@ -99,8 +116,8 @@ def run_build(args: argparse.Namespace) -> int:
             hybrid=hybrid, **common,
         )
     index.save(args.out)
-    print("indexed %d %s from %s into %s (%s)" % (
-        len(index), "occurrences of %r" % args.words if args.words else "lines", args.corpus, args.out, index))
+    what = "occurrences of %r" % args.words if args.words else "documents" if args.documents else "lines"
+    print("indexed %d %s from %s into %s (%s)" % (len(index), what, args.corpus, args.out, index))
     return 0
 
 
@@ -131,6 +148,10 @@ def _describe(hit, recipe: dict) -> str:
 
 
 def run_query(args: argparse.Namespace) -> int:
+    if (Path(args.index) / "document_index.json").is_file():
+        return _query_documents(args)
+    if args.passage_weight is not None:
+        raise ValueError("--passage-weight applies to document indexes (build --documents); %s is not one" % args.index)
     index = SemanticIndex.load(args.index)
     if index.embedder_config is None:
         raise ValueError("%s stores no embedder configuration; it was not built from text" % args.index)
@@ -159,6 +180,30 @@ def run_query(args: argparse.Namespace) -> int:
     return 0
 
 
+def _query_documents(args: argparse.Namespace) -> int:
+    index = DocumentIndex.load(args.index)
+    given = [flag for flag, dest in (("--ef-search", "ef_search"), ("--nprobe", "nprobe"), ("--k-factor", "k_factor"),
+                                     ("--position", "position")) if getattr(args, dest) is not None]
+    if given:
+        raise ValueError("%s do not apply to a document index (%s)" % (", ".join(given), args.index))
+    config = index.documents.embedder_config
+    if args.model is not None:
+        index.documents.check_config(dict(config, model=args.model))
+    emb = load_embedder(args.model, device=args.device, config=config)
+    fusion = {name: getattr(args, name) for name in ("fusion", "rrf_k", "alpha") if getattr(args, name) is not None}
+    results = index.search(emb, list(args.text), args.k, mode=args.mode, passage_weight=args.passage_weight, **fusion)
+    for text, hits in zip(args.text, results):
+        if args.json:
+            print(json.dumps([dict(hit.metadata or {}, id=hit.id, score=round(hit.score, 6), passage=hit.passage)
+                              for hit in hits], ensure_ascii=False))
+            continue
+        print("query: %s" % text)
+        for rank, hit in enumerate(hits, start=1):
+            shown = hit.passage or (hit.metadata or {}).get("text")  # BM25 alone finds no best sentence
+            print("  %2d  %.4f  %-14s %s" % (rank, hit.score, hit.id, shown))
+    return 0
+
+
 def add_parser(subparsers) -> argparse.ArgumentParser:
     """Add ``index build`` and ``index query`` to a ``parser.add_subparsers()`` object; returns the ``index`` parser."""
     index = subparsers.add_parser("index", help=command_help("index"),
@@ -182,6 +227,12 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                        help="how the --layers are combined (default: the embedder's, mean)")
     build.add_argument("--batch-size", type=positive_int, default=32, help="texts per batch (default %(default)s)")
     build.add_argument("--no-text", action="store_true", help="do not store the text in the metadata")
+    build.add_argument("--documents", action="store_true",
+                       help="each line is a document (a paragraph): index its whole text and its sentences and score "
+                            "a document by both (a DocumentIndex)")
+    build.add_argument("--passage-weight", type=_unit_float, default=None,
+                       help="--documents: the whole text's share of a document's score, the rest its best sentence's "
+                            "(default 0.3)")
     build.add_argument("--no-progress", action="store_true", help="hide progress bars")
     _add_index_options(build)
     build.add_argument("--hnsw-m", type=positive_int, default=None, help="hnsw: graph degree, FAISS's M (default 32)")
@@ -211,6 +262,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                        help="0-based position of the query word in each text (word indexes; default: the first "
                             "occurrence of the indexed word)")
     query.add_argument("--json", action="store_true", help="print one JSON list of hits per query")
+    query.add_argument("--passage-weight", type=_unit_float, default=None,
+                       help="a document index: this query's weight of the whole text (default: the index's)")
     query.add_argument("--mode", choices=SEARCH_MODES, default=None,
                        help="rank by the vectors, BM25 or both fused (default: hybrid for a --hybrid index, else "
                             "vector)")
