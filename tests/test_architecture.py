@@ -14,7 +14,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "ctxemb"
 # Lower layers never import higher ones; a layer may import its own layer (no cycles, checked separately).
 LAYERS: list[tuple[str, ...]] = [
     ("ctxemb._validation", "ctxemb._version", "ctxemb.atomic", "ctxemb.locks", "ctxemb.paths", "ctxemb.protocols",
-     "ctxemb.precision"),
+     "ctxemb.precision", "ctxemb.sentences"),
     ("ctxemb.config", "ctxemb.metrics"),
     ("ctxemb.tokenization", "ctxemb.registry"),
     ("ctxemb.modeling",),

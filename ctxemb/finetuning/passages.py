@@ -1,5 +1,5 @@
-"""Passages as text for synthetic training rows (inverse cloze rows, cloze questions): sentence splitting, and the
-paragraphs of WikiText-2 turned back into plain text.
+"""Passages as text for synthetic training rows (inverse cloze rows, cloze questions): sentence splitting (from
+:mod:`ctxemb.sentences`), and the paragraphs of WikiText-2 turned back into plain text.
 
 WikiText-2 (Merity et al. 2016) is stored tokenized: words and punctuation apart (``word , word .``), numbers split
 as ``1 @,@ 000`` and ``2 @.@ 5``, hyphens as ``@-@``, rare words as ``<unk>``, headings as ``= = Title = =``. The
@@ -14,21 +14,13 @@ from pathlib import Path
 from typing import Iterable
 
 from ctxemb.paths import shared_data_dir
+from ctxemb.sentences import split_sentences
 
 __all__ = ["detokenize_wikitext", "split_sentences", "wikitext_paragraphs"]
 
-# A sentence ends at . ! or ? (maybe closed by a quote or bracket) followed by white space and a capital, digit or
-# opening quote: good enough for Wikipedia prose; abbreviations ("Dr. Smith") give a short piece, which callers drop
-# by a word minimum.
-_SENTENCE_END = re.compile(r"(?:(?<=[.!?])|(?<=[.!?][\"')\]]))\s+(?=[\"'(A-Z0-9])")
 _JOINS = ((" @-@ ", "-"), (" @,@ ", ","), (" @.@ ", "."), (" 's ", "'s "), (" n't ", "n't "))
 _SPACE_BEFORE = re.compile(r" ([,.;:!?)\]%])")
 _SPACE_AFTER = re.compile(r"([(\[$]) ")
-
-
-def split_sentences(text: str) -> list[str]:
-    """The sentences of ``text`` (see ``_SENTENCE_END``), each exactly as it appears in ``text``."""
-    return [s for s in _SENTENCE_END.split(text.strip()) if s]
 
 
 def detokenize_wikitext(line: str) -> str:

@@ -28,7 +28,6 @@ Shape legend: Q queries, N documents, P passages, H embedding dimension.
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -42,6 +41,7 @@ from ctxemb.search.fusion import HybridParams, check_mode, fuse_batch, fusion_se
 from ctxemb.search.index import SemanticIndex
 from ctxemb.search.storage import CorruptFileError
 from ctxemb.search.text import _embed_texts, _recipe, build_sentence_index
+from ctxemb.sentences import split_sentences
 
 __all__ = ["DEFAULT_PASSAGE_WEIGHT", "DocumentHit", "DocumentIndex", "build_document_index", "split_passages"]
 
@@ -51,8 +51,6 @@ DEFAULT_PASSAGE_WEIGHT = 0.3
 DEFAULT_CANDIDATES = 100
 _FORMAT = 1
 _SETTINGS_FILE = "document_index.json"
-# A sentence ends at . ! or ? (maybe closed by a quote or bracket) before white space and a capital, digit or quote.
-_SENTENCE_END = re.compile(r"(?:(?<=[.!?])|(?<=[.!?][\"')\]]))\s+(?=[\"'(A-Z0-9])")
 
 
 def _check_weight(value) -> float:
@@ -60,10 +58,10 @@ def _check_weight(value) -> float:
 
 
 def split_passages(text: str, *, min_words: int = 4) -> list[str]:
-    """The sentences of ``text``, each as it appears there; a piece shorter than ``min_words`` words (a heading, a
+    """The sentences of ``text`` (:func:`ctxemb.sentences.split_sentences`), each as it appears there; a piece shorter than ``min_words`` words (a heading, a
     piece cut at an abbreviation such as "Dr.") is joined to the sentence after it (the last to the one before).
     A text without a sentence break is one passage; an empty text has none."""
-    pieces = [s for s in _SENTENCE_END.split(text.strip()) if s]
+    pieces = split_sentences(text)
     out: list[str] = []
     pending = ""
     for piece in pieces:
