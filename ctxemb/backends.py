@@ -50,7 +50,8 @@ from ctxemb.precision import INFERENCE_PRECISIONS as PRECISIONS
 from ctxemb.modeling.encoder import Encoder
 from ctxemb.paths import atomic_path, atomic_write
 from ctxemb.quantization import (CALIBRATION_SENTENCES, CALIBRATION_VERSION, DEFAULT_MAX_OUTLIER_FRACTION,
-                                 DEFAULT_OUTLIER_THRESHOLD, Int8Calibration, calibrate_outliers, quantize_int8)
+                                 DEFAULT_OUTLIER_THRESHOLD, Int8Calibration, calibrate_outliers, quantize_int8,
+                                 weight_levels)
 from ctxemb.registry import cache_dir
 from ctxemb.tokenization import Tokenizer
 
@@ -274,11 +275,12 @@ def onnx_model_path(encoder: Encoder, *, quantized: bool = False, model_name: st
                        "ctxemb": __version__, "torch": torch.__version__, "format": _EXPORT_FORMAT}, f, indent=1)
     if not quantized:
         return fp32
-    int8 = folder / "model.int8.onnx"
+    reduce_range = weight_levels() < 127  # the CPU's int8 products saturate with 8-bit weights (weight_levels)
+    int8 = folder / ("model.int8-7bit.onnx" if reduce_range else "model.int8.onnx")
     if not int8.is_file():
         logger.info("quantizing the ONNX export to int8 at %s (once; cached)", int8)
         with atomic_path(int8) as tmp:
-            quantize_onnx_int8(fp32, tmp)
+            quantize_onnx_int8(fp32, tmp, reduce_range=reduce_range)
     return int8
 
 
@@ -333,14 +335,16 @@ def export_onnx(encoder: Encoder, path: str | Path) -> Path:
     return Path(path)
 
 
-def quantize_onnx_int8(source: str | Path, target: str | Path) -> Path:
+def quantize_onnx_int8(source: str | Path, target: str | Path, *, reduce_range: bool = False) -> Path:
     """ONNX Runtime's dynamic int8 quantization of an exported model's weight matrix products: int8 weights per
-    output channel, activations quantized per batch over the full 8-bit range."""
+    output channel, activations quantized per batch over the full 8-bit range; ``reduce_range``: 7-bit weights, which
+    ONNX Runtime's documentation advises on x86 CPUs without VNNI, whose u8 x s8 instruction saturates."""
     import_onnxruntime()
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     with _quiet_exporter():
-        quantize_dynamic(str(source), str(target), weight_type=QuantType.QInt8, per_channel=True, reduce_range=False)
+        quantize_dynamic(str(source), str(target), weight_type=QuantType.QInt8, per_channel=True,
+                         reduce_range=reduce_range)
     return Path(target)
 
 

@@ -2,7 +2,9 @@
 
 Scheme (one Linear, y = x W^T + b, x (M, K) with M = B * T tokens):
 
-- weights: int8, symmetric, one scale per output channel, s_w[o] = max|W[o]| / 127, quantized once;
+- weights: int8, symmetric, one scale per output channel, s_w[o] = max|W[o]| / L, quantized once, with L = 127
+  where the CPU multiplies int8 exactly and L = 63 where it does not (:func:`weight_levels`: CPUs without
+  AVX512-VNNI or AMX);
 - activations: int8, symmetric, one scale per token, s_x[t] = max over the inlier features of |x[t]| / 127;
 - the products of the inlier features are summed exactly in int32 (``torch._int_mm``);
 - the *outlier features* O (a fixed set of input features per Linear, found once per model on calibration text by
@@ -275,6 +277,33 @@ def _compiled(fn: Callable) -> Callable:
 
 
 @functools.lru_cache(maxsize=1)
+def weight_levels() -> int:
+    """The largest int8 weight magnitude L (127 or 63) for which ``torch._int_mm`` multiplies exactly on this CPU;
+    probed once per process on random matrices against an int64 product.
+
+    Why: ``torch._int_mm`` runs on oneDNN, whose s8 x s8 kernel on CPUs without AVX512-VNNI or AMX (AVX2, plain
+    AVX-512) multiplies byte pairs with ``vpmaddubsw``, whose 16-bit pair sums saturate: full-range products come out
+    wrong (measured with oneDNN limited to AVX2: off by 10^5 at K = 384, in eager and compiled calls alike). Weights in
+    [-63, 63] keep every pair sum below 2^15 and the products exact (FBGEMM's "reduce_range", for the same reason), at
+    the cost of one bit of weight resolution.
+
+    Raises:
+        RuntimeError: neither range multiplies exactly (the int8 path cannot be trusted here).
+    """
+    gen = torch.Generator().manual_seed(0)
+    a = torch.randint(-127, 128, (16, 256), dtype=torch.int8, generator=gen)
+    for levels in (127, 63):
+        b = torch.randint(-levels, levels + 1, (256, 32), dtype=torch.int8, generator=gen)
+        if torch.equal(torch._int_mm(a, b).long(), a.long() @ b.long()):
+            if levels < 127:
+                logger.info("torch._int_mm is exact on this CPU for weights in [-%d, %d] only; int8 weights use that "
+                            "range", levels, levels)
+            return levels
+    raise RuntimeError("torch._int_mm gives wrong int8 products on this CPU even with 7-bit weights; the int8 path "
+                       "cannot run here (use precision 'fp32' or 'bf16')")
+
+
+@functools.lru_cache(maxsize=1)
 def inductor_works() -> bool:
     """Whether ``torch.compile`` with Inductor can build a CPU kernel in this process (it needs a C++ compiler);
     tried once per process on a tiny function."""
@@ -335,7 +364,8 @@ class Int8Linear(nn.Module):
         self.activation, self.mode = activation, mode
         index = torch.tensor(outliers, dtype=torch.long)
         inliers = weight.index_fill(1, index, 0.0) if outliers else weight
-        scale = inliers.abs().amax(dim=1).clamp_min(_TINY) / 127
+        levels = weight_levels()
+        scale = inliers.abs().amax(dim=1).clamp_min(_TINY) / levels
         # (K, N) contiguous: the layout torch._int_mm multiplies fastest as its right operand; outlier rows are 0
         self.register_buffer("weight_int8", torch.round(inliers / scale[:, None]).to(torch.int8).t().contiguous())
         self.register_buffer("weight_scale", scale)

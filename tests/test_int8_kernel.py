@@ -2,6 +2,8 @@
 calibration and the cache of it; independence of a text's vectors from its batch-mates."""
 
 import json
+import os
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -37,7 +39,7 @@ def brute_force(weight, bias, x, outliers=(), activation=None):
     O = sorted(outliers)
     w_in, rows = w.clone(), x.reshape(-1, x.shape[-1]).double()
     w_in[:, O] = 0
-    sw = w_in.abs().amax(1).clamp_min(1e-300) / 127
+    sw = w_in.abs().amax(1).clamp_min(1e-300) / quantization.weight_levels()  # 63 on CPUs without VNNI
     qw = torch.round(w_in / sw[:, None])
     x_in = rows.clone()
     x_in[:, O] = 0
@@ -46,6 +48,21 @@ def brute_force(weight, bias, x, outliers=(), activation=None):
     if activation is not None:
         y = activation(y)
     return y.reshape(*x.shape[:-1], -1)
+
+
+def test_weight_levels_make_int_mm_exact():
+    """The probe's promise on this machine's CPU: full-range activations times weights within the chosen range
+    multiply exactly (and the range is 127 where the CPU has VNNI or AMX)."""
+    levels = quantization.weight_levels()
+    assert levels in (127, 63)
+    gen = torch.Generator().manual_seed(1)
+    a = torch.randint(-127, 128, (64, 384), dtype=torch.int8, generator=gen)
+    b = torch.randint(-levels, levels + 1, (384, 1152), dtype=torch.int8, generator=gen)
+    assert torch.equal(torch._int_mm(a, b).long(), a.long() @ b.long())
+    cpuinfo = Path("/proc/cpuinfo")
+    flags = cpuinfo.read_text() if cpuinfo.is_file() else ""
+    if (" avx512_vnni" in flags or " amx_int8" in flags) and not os.environ.get("ONEDNN_MAX_CPU_ISA"):
+        assert levels == 127
 
 
 def _close(got, want):
