@@ -126,6 +126,8 @@ def test_bad_arguments_get_clear_errors_before_embedding():
         build_document_index(emb, ["some text here", "  "])
     with pytest.raises(ValueError, match="candidates"):
         build_document_index(emb, DOCS, candidates=0)
+    with pytest.raises(ValueError, match="metric must be 'cosine'"):
+        build_document_index(emb, DOCS, metric="inner_product")
     assert emb.calls == []
     index = build_document_index(emb, DOCS, show_progress_bar=False)
     with pytest.raises(ValueError, match="needs a hybrid index"):

@@ -307,6 +307,8 @@ def build_document_index(
     min_words = check_int(min_words, "min_words", low=1)
     if "directory" in index_args or "store_text" in index_args:
         raise TypeError("build_document_index takes no directory= or store_text=; save the DocumentIndex instead")
+    if index_args.get("metric", "cosine") != "cosine":
+        raise ValueError(f"a DocumentIndex scores cosines; metric must be 'cosine', got {index_args['metric']!r}")
     split = [split_passages(t, min_words=min_words) for t in texts]
     empty = [i for i, s in enumerate(split) if not s]
     if empty:
