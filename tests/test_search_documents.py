@@ -134,6 +134,7 @@ def test_bad_arguments_get_clear_errors_before_embedding():
         index.search(emb, "x", mode="bm25")
     with pytest.raises(ValueError, match="shape"):
         index.search_vectors(np.ones((2, 3)))
+    assert index.search(emb, [], k=3) == []
 
 
 def test_cli_builds_and_queries_a_document_index(tmp_path, monkeypatch, capsys):

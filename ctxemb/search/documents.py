@@ -88,7 +88,8 @@ class DocumentHit:
         score: the document score (module docstring); the fused score for a hybrid search, the BM25 score for
             ``mode="bm25"``.
         metadata: the document's metadata as stored, or None.
-        passage: the passage that scored best against the query (None for ``mode="bm25"``).
+        passage: the passage that scored best against the query (None for ``mode="bm25"``, and in a hybrid search
+            for a document that only BM25 brought).
     """
 
     id: str
@@ -203,6 +204,8 @@ class DocumentIndex:
         texts = check_string_batch([texts] if single else texts, "texts", allow_empty_batch=True)
         k = check_int(k, "k", low=1)
         meta = self.documents.get_metadata
+        if not texts:
+            return []
         if mode == "bm25":
             hits = [[DocumentHit(h.id, h.score, h.metadata, None) for h in row]
                     for row in self.documents.search(None, k, texts=texts, mode="bm25")]
