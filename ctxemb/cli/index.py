@@ -98,10 +98,10 @@ def run_build(args: argparse.Namespace) -> int:
         index = build_document_index(
             emb, texts, ["line:%d" % n for n in lines], metadata=[{"text": t, "line": n} for t, n in zip(texts, lines)],
             passage_weight=DEFAULT_PASSAGE_WEIGHT if args.passage_weight is None else args.passage_weight,
-            pooling=args.pooling,
-            layers=args.layers if args.layers is not None else [-1], hybrid=hybrid, batch_size=args.batch_size,
-            show_progress_bar=progress, layer_pooling=args.layer_pooling, kind=args.kind,
-            params=_index_kwargs(args)["params"])
+            pooling=args.pooling, layers=args.layers if args.layers is not None else [-1],
+            layer_pooling=args.layer_pooling, hybrid=hybrid, kind=args.kind, params=_index_kwargs(args)["params"],
+            batch_size=args.batch_size, show_progress_bar=progress,
+        )
     elif args.words:
         index = build_word_index(
             emb, [t.split() for t in texts], args.words, sentence_ids=["line:%d" % n for n in lines],
