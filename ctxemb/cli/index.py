@@ -148,7 +148,7 @@ def _describe(hit, recipe: dict) -> str:
 
 
 def run_query(args: argparse.Namespace) -> int:
-    if (Path(args.index) / "document_index.json").is_file():
+    if DocumentIndex.saved_in(args.index):
         return _query_documents(args)
     if args.passage_weight is not None:
         raise ValueError("--passage-weight applies to document indexes (build --documents); %s is not one" % args.index)

@@ -58,9 +58,10 @@ def _check_weight(value) -> float:
 
 
 def split_passages(text: str, *, min_words: int = 4) -> list[str]:
-    """The sentences of ``text`` (:func:`ctxemb.sentences.split_sentences`), each as it appears there; a piece shorter than ``min_words`` words (a heading, a
-    piece cut at an abbreviation such as "Dr.") is joined to the sentence after it (the last to the one before).
-    A text without a sentence break is one passage; an empty text has none."""
+    """The sentences of ``text`` (:func:`ctxemb.sentences.split_sentences`), each as it appears there; a piece
+    shorter than ``min_words`` words (a heading, a piece cut at an abbreviation such as "Dr.") is joined to the
+    sentence after it (the last to the one before). A text without a sentence break is one passage; an empty text
+    has none."""
     pieces = split_sentences(text)
     out: list[str] = []
     pending = ""
@@ -213,8 +214,8 @@ class DocumentIndex:
         q = _embed_texts(embedder, texts, recipe, batch_size=batch_size, show_progress_bar=show_progress_bar)  # (Q, H)
         c = self.candidates if candidates is None else check_int(candidates, "candidates", low=1)
         ranked = self.search_vectors(q, k if mode == "vector" else c, passage_weight=passage_weight, candidates=c)
-        passages = [{d: p for d, _, p in row} for row in ranked]
         if mode == "hybrid":
+            passages = [{d: p for d, _, p in row} for row in ranked]
             width = max((len(row) for row in ranked), default=0)
             vec_s = np.full((len(q), width), -np.inf)
             vec_l = np.full((len(q), width), -1, dtype=np.int64)
@@ -247,6 +248,11 @@ class DocumentIndex:
                            "min_words": self.min_words, "passage_counts": self._counts}, f)
         return directory
 
+    @staticmethod
+    def saved_in(directory: str | Path) -> bool:
+        """Whether ``directory`` holds a saved DocumentIndex (its settings file)."""
+        return (Path(directory) / _SETTINGS_FILE).is_file()
+
     @classmethod
     def load(cls, directory: str | Path, *, expected_config=None) -> "DocumentIndex":
         """Load what :meth:`save` wrote (``expected_config`` as for :meth:`SemanticIndex.load`).
@@ -257,7 +263,7 @@ class DocumentIndex:
         """
         directory = resolve_saved_directory(directory)
         path = directory / _SETTINGS_FILE
-        if not path.is_file():
+        if not cls.saved_in(directory):
             raise FileNotFoundError(f"{path} not found: {directory} is not a saved DocumentIndex")
         settings = read_json_file(path, "document index settings")
         if settings.get("format") != _FORMAT:
