@@ -11,6 +11,9 @@ anchor, the resolved precision and the time on this CPU. Test splits that are he
     python benchmarks/default_recipes.py --tasks                   # rewrite the report from the saved rows
     python benchmarks/default_recipes.py --tasks --record sst2=runs/sst2   # a finished run of the same recipe
 
+Besides the tasks' rows, a row per variant (:data:`VARIANTS`): a task's default recipe with one flag changed, as
+``conll2003-ner-span`` (``ctxemb finetune conll2003-ner --head span``) for the issue's span-NER goal.
+
 ``--record TASK=DIR`` takes the row from a finished ``ctxemb finetune TASK --out-dir DIR`` run instead of training
 again, after checking that the run's resolved settings (``DIR/model/run.json``: the task config and the loop's) equal
 what ``ctxemb finetune TASK`` resolves today, but for where it wrote and whether it drew progress bars: a run made
@@ -38,31 +41,39 @@ from ctxemb.cli._common import load_preset  # noqa: E402
 from ctxemb.cli.finetune import finetune_config_from_args, train_task  # noqa: E402
 
 TASKS = ["stsb", "mrpc", "rte", "sst2", "conll2003-ner", "conll2003-pos", "xquad"]
+# Rows that run a task's default recipe with one form changed: row name -> (task, the flags added).
+VARIANTS = {"conll2003-ner-span": ("conll2003-ner", ["--head", "span"])}
+ROWS = TASKS[:5] + ["conll2003-ner-span"] + TASKS[5:]
 # issue #25's dev goals (all-MiniLM-L6-v2, CLI defaults) and the published small-model anchors
 GOALS = {"stsb": "Spearman >= 90", "mrpc": "F1 >= 88", "rte": "accuracy >= 62", "sst2": ">= 89.7 on GLUE dev",
-         "conll2003-ner": "F1 >= 92", "conll2003-pos": "accuracy >= 93", "xquad": "held-out F1 >= 50"}
+         "conll2003-ner": "F1 >= 92", "conll2003-pos": "accuracy >= 93", "xquad": "held-out F1 >= 50",
+         "conll2003-ner-span": "within 1 F1 of the best BIO head, every type above 70"}
 ANCHORS = {"stsb": "BERT-Small 77.0 (test)", "mrpc": "MiniLM-L6-H384 88.9 (dev F1)",
            "rte": "MiniLM-L6-H384 68.8 (dev)", "sst2": "MiniLM-L6-H384 91.0 (GLUE dev)",
-           "conll2003-ner": "BERT-base 95.1 dev / 92.4 test", "conll2003-pos": "-", "xquad": "-"}
+           "conll2003-ner": "BERT-base 95.1 dev / 92.4 test", "conll2003-pos": "-", "xquad": "-",
+           "conll2003-ner-span": "BERT-base 95.1 dev / 92.4 test"}
 WORK = Path("/tmp/ctxemb-default-recipes")
 RESULTS = Path(__file__).resolve().parent / "results" / "default_recipes.json"
 
 
-def run(task: str, extra: list[str]) -> dict:
-    out = WORK / task
+def run(name: str, extra: list[str]) -> dict:
+    task, flags = VARIANTS.get(name, (name, []))
+    out = WORK / name
     shutil.rmtree(out, ignore_errors=True)
-    args = build_parser("finetune").parse_args(["finetune", task, "--out-dir", str(out), "--no-progress", *extra])
+    args = build_parser("finetune").parse_args(["finetune", task, "--out-dir", str(out), "--no-progress", *flags,
+                                                *extra])
     task_obj, config = finetune_config_from_args(args)
     start = time.perf_counter()
     result = train_task(task_obj, config)
     seconds = time.perf_counter() - start
     record = json.loads((Path(result.model_dir) / "run.json").read_text())
     primary = record["metrics"]["primary_metric"]
-    row = {"task": task, "recipe": _recipe(task), "dev " + primary: f"{result.final_metrics[primary]:.2f}",
+    row = {"task": name, "recipe": _recipe(name), "dev " + primary: f"{result.final_metrics[primary]:.2f}",
+           "dev per type": _per_type(result.final_metrics),
            "best step": record["metrics"].get("best_step"), "steps": result.train.step if hasattr(result, "train")
            else record.get("steps"), "precision": record.get("precision", {}).get("resolved"),
            "padding": _percent(record.get("data", {}).get("padding_fraction")), "minutes": f"{seconds / 60:.1f}",
-           "held-out": _held_out(task, Path(result.model_dir)), "goal": GOALS[task], "anchor": ANCHORS[task],
+           "held-out": _held_out(task, Path(result.model_dir)), "goal": GOALS[name], "anchor": ANCHORS[name],
            "load": f"{os.getloadavg()[0]:.1f}"}
     if (Path(result.model_dir) / "modules.json").is_file():  # a sentence-level model: check it travels
         from benchmarks.finetune import _st_agreement
@@ -75,11 +86,13 @@ _NOT_RECIPE = {"out_dir", "progress_bar", "resume", "report_to", "log_every", "k
                "max_steps"}
 
 
-def record(task: str, run_dir: Path, extra: list[str]) -> dict:
-    """The row of a finished run in ``run_dir`` whose settings equal the task's default recipe (module docstring)."""
+def record(name: str, run_dir: Path, extra: list[str]) -> dict:
+    """The row of a finished run in ``run_dir`` whose settings equal the row's recipe (module docstring)."""
+    task, flags = VARIANTS.get(name, (name, []))
     model_dir = run_dir / "model"
     saved = json.loads((model_dir / "run.json").read_text())
-    args = build_parser("finetune").parse_args(["finetune", task, "--out-dir", str(run_dir), "--no-progress", *extra])
+    args = build_parser("finetune").parse_args(["finetune", task, "--out-dir", str(run_dir), "--no-progress", *flags,
+                                                *extra])
     _, config = finetune_config_from_args(args)
     want = {k: v for k, v in json.loads(json.dumps(config.__dict__, default=lambda o: o.__dict__)).items()
             if k != "train"}
@@ -93,16 +106,17 @@ def record(task: str, run_dir: Path, extra: list[str]) -> dict:
     diff = {k: (got.get(k), want[k]) for k in want if got.get(k) != want[k]}
     diff.update({f"train.{k}": (got_train.get(k), v) for k, v in want_train.items() if got_train.get(k) != v})
     if diff:
-        raise SystemExit(f"{run_dir} is not a run of the {task} recipe: (its setting, the recipe's) {diff}")
+        raise SystemExit(f"{run_dir} is not a run of the {name} recipe: (its setting, the recipe's) {diff}")
     metrics = saved["metrics"]
     primary = metrics["primary_metric"]
     timing = saved.get("timing", {})
     seconds = timing["recorded_at"] - timing["started_at"] if {"recorded_at", "started_at"} <= set(timing) else None
-    return {"task": task, "recipe": _recipe(task), "dev " + primary: f"{metrics['final'][primary]:.2f}",
-            "best step": metrics.get("best_step"), "precision": saved.get("precision", {}).get("resolved"),
+    return {"task": name, "recipe": _recipe(name), "dev " + primary: f"{metrics['final'][primary]:.2f}",
+            "dev per type": _per_type(metrics["final"]), "best step": metrics.get("best_step"),
+            "precision": saved.get("precision", {}).get("resolved"),
             "padding": _percent(saved.get("data", {}).get("padding_fraction")),
             "minutes": "-" if seconds is None else f"{seconds / 60:.1f}",
-            "held-out": _held_out(task, model_dir), "goal": GOALS[task], "anchor": ANCHORS[task],
+            "held-out": _held_out(task, model_dir), "goal": GOALS[name], "anchor": ANCHORS[name],
             "load": "2 (queue, one run at a time)", "recorded from": str(run_dir)}
 
 
@@ -110,10 +124,19 @@ def _percent(x) -> str:
     return "-" if x is None else f"{100 * x:.1f}%"
 
 
-def _recipe(task: str) -> str:
+def _recipe(name: str) -> str:
+    """The preset's settings, then a variant's flags (``conll2003-ner-span``: the NER preset with ``--head span``)."""
+    task, flags = VARIANTS.get(name, (name, []))
     preset = load_preset(task, "finetune")
     train = preset.pop("train", {})
-    return ", ".join(f"{k} {v}" for k, v in {**preset, **train}.items())
+    changed = {flag[2:].replace("-", "_"): value for flag, value in zip(flags[::2], flags[1::2])}
+    settings = {**preset, **train, **changed}
+    return ", ".join(f"{k} {v}" for k, v in settings.items())
+
+
+def _per_type(metrics: dict) -> str:
+    """Entity F1 per type (``f1_LOC`` ...), for the NER rows; empty for the others."""
+    return ", ".join(f"{k[3:]} {v:.1f}" for k, v in sorted(metrics.items()) if k.startswith("f1_"))
 
 
 def _held_out(task: str, model_dir: Path) -> str:
@@ -141,7 +164,7 @@ def _held_out(task: str, model_dir: Path) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--tasks", nargs="*", default=TASKS, choices=TASKS, help="none: rewrite the report")
+    parser.add_argument("--tasks", nargs="*", default=ROWS, choices=ROWS, help="none: rewrite the report")
     parser.add_argument("--seed", type=int, default=0, help="the runs' seed (default %(default)s)")
     parser.add_argument("--record", nargs="*", default=[], metavar="TASK=DIR",
                         help="take TASK's row from the finished run in DIR (its settings must equal the recipe's)")
@@ -150,8 +173,8 @@ def main() -> None:
     rows = saved["rows"]
     for item in args.record:
         task, _, run_dir = item.partition("=")
-        if task not in TASKS or not run_dir:
-            parser.error(f"--record takes TASK=DIR with TASK among {TASKS}; got {item!r}")
+        if task not in ROWS or not run_dir:
+            parser.error(f"--record takes TASK=DIR with TASK among {ROWS}; got {item!r}")
         row = record(task, Path(run_dir), ["--seed", str(args.seed)])
         rows = [r for r in rows if r["task"] != task] + [row]
         report(rows)
@@ -164,9 +187,10 @@ def main() -> None:
 
 
 def report(rows: list[dict]) -> None:
-    order = {t: i for i, t in enumerate(TASKS)}
+    order = {t: i for i, t in enumerate(ROWS)}
     rows = sorted(rows, key=lambda r: order[r["task"]])
-    cols = ["task", "recipe"] + sorted({k for r in rows for k in r if k.startswith("dev ")}) + [
+    scores = sorted({k for r in rows for k in r if k.startswith("dev ") and k != "dev per type"})
+    cols = ["task", "recipe"] + scores + ["dev per type"] + [
         "best step", "held-out", "goal", "anchor", "precision", "padding", "minutes", "load"]
     if any("least cosine to SentenceTransformer(dir)" in r for r in rows):
         cols.append("least cosine to SentenceTransformer(dir)")
