@@ -51,6 +51,7 @@ from ctxemb.wsd.build import BuildConfig, build_from_embeddings  # noqa: E402
 from ctxemb.wsd.corpus import Corpus, read_dataset, split_corpus_by_document, write_dataset  # noqa: E402
 from ctxemb.wsd.corpus_pass import (  # noqa: E402
     CorpusEmbeddings,
+    add_example_contexts,
     embed_corpus,
     embedder_words,
     extend_corpus_embeddings,
@@ -60,6 +61,7 @@ from ctxemb.wsd.glosses import embed_glosses  # noqa: E402
 from ctxemb.wsd.propagation import propagation_targets  # noqa: E402
 from ctxemb.wsd.sense_store import SenseStore, directory_size  # noqa: E402
 from ctxemb.wsd.training import check_held_out_documents  # noqa: E402
+from ctxemb.wsd.wordnet_examples import wordnet_example_corpus  # noqa: E402
 
 logger = logging.getLogger("benchmarks.wsd")
 
@@ -97,6 +99,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0, help="seed of the held-out split")
     p.add_argument("--held-out-dir", default=None, help="also write the held-out split here (Raganato format)")
     p.add_argument("--max-train-sentences", type=int, default=None, help="use only the first N training sentences")
+    p.add_argument("--wordnet-examples", action="store_true",
+                   help="fold WordNet's example sentences into every store's sense vectors (not into the counts the "
+                        "prior reads): ctxemb.wsd.wordnet_examples")
     p.add_argument("--max-eval-sentences", type=int, default=None,
                    help="use only the first N sentences of each evaluation set (for quick checks)")
     p.add_argument("--out", default=str(Path(__file__).resolve().parent / "results"), help="output folder")
@@ -251,10 +256,19 @@ def run(args: argparse.Namespace) -> dict:
 
     # SemCor minus the held-out split serves the held-out evaluation; adding the held-out split's vectors (already
     # embedded for evaluation) gives the full-SemCor stores that the standard protocol scores SemEval-2007 with.
-    full_bases = bases
+    full_bases = dict(bases)
     if held is not None:
         full_bases = {mw: extend_corpus_embeddings(b, list(held_eval.sentences()), eval_embeddings[mw, held_eval.name])
                       for mw, b in bases.items()}
+    if args.wordnet_examples:  # one more pass, over WordNet's examples, folded into both kinds of store
+        examples = wordnet_example_corpus()
+        for mw in bases:
+            extra = cache.corpus("wnex_" + mw, lambda: embed_corpus(
+                examples, embedder, multiword=mw, standardize=False, batch_size=args.batch_size,
+                show_progress_bar=show))
+            bases[mw], full_bases[mw] = (add_example_contexts(bases[mw], extra),
+                                         add_example_contexts(full_bases[mw], extra))
+        results["train"]["wordnet_examples"] = next(iter(bases.values())).stats["example_contexts"]
 
     # Gloss embeddings, once for the union of senses any gloss configuration needs.
     gloss_vectors: dict = {}

@@ -114,6 +114,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--retrain", action="store_true", help="train again even if <runs>/<recipe>/model exists")
     p.add_argument("--configs", nargs="+", default=DEFAULT_CONFIGS, help="sense-store configurations (wsd.py names)")
     p.add_argument("--no-gloss-only", action="store_true", help="skip the gloss-only rows")
+    p.add_argument("--wordnet-examples", action="store_true",
+                   help="benchmarks/wsd.py's --wordnet-examples: WordNet's example sentences in every store")
     p.add_argument("--no-wic", action="store_true", help="skip WiC")
     p.add_argument("--max-train-sentences", type=int, default=None,
                    help="use only the first N training sentences (training and stores; for smoke runs)")
@@ -172,6 +174,8 @@ def wsd_scores(args, wsd_bench, name: str, model: str, options: dict, cache: Pat
         argv += ["--max-train-sentences", str(args.max_train_sentences)]
     if args.max_eval_sentences:
         argv += ["--max-eval-sentences", str(args.max_eval_sentences)]
+    if args.wordnet_examples:
+        argv.append("--wordnet-examples")
     if args.no_progress:
         argv.append("--no-progress")
     t = time.perf_counter()

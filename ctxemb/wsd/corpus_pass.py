@@ -43,6 +43,7 @@ __all__ = [
     "embed_corpus",
     "embedder_words",
     "extend_corpus_embeddings",
+    "add_example_contexts",
     "check_word_vectors",
     "copy_as_corpus_vectors",
 ]
@@ -207,6 +208,47 @@ def extend_corpus_embeddings(base: CorpusEmbeddings, sentences: Sequence[Sentenc
         if name in stats:
             stats[name] += extra
     return CorpusEmbeddings(store=store, standardizer=standardizer, lemma_pos=lemma_pos,
+                            embedder_config=base.embedder_config, multiword=base.multiword, stats=stats)
+
+
+def add_example_contexts(base: CorpusEmbeddings, examples: CorpusEmbeddings, *,
+                         count: bool = False) -> CorpusEmbeddings:
+    """``base``'s sense centroids with the contexts of a second pass folded in, e.g. WordNet's example sentences
+    (:func:`~ctxemb.wsd.wordnet_examples.wordnet_example_corpus`) added to SemCor's.
+
+    Each sense's vector becomes the mean over the occurrences of both passes (an example weighs as much as one
+    corpus occurrence); senses only the examples show get their examples' mean. With ``count=False`` (the default)
+    the recorded counts stay ``base``'s, so the sense-frequency prior still reads the corpus's frequencies:
+    WordNet gives a sense one or two examples whatever its frequency. The standardizer and the (lemma, POS) pairs
+    that scope propagation and glosses stay ``base``'s too.
+
+    Raises:
+        ValueError: the two passes used different embedders, multiword modes or dimensions.
+    """
+    if base.embedder_config != examples.embedder_config or base.multiword != examples.multiword:
+        raise ValueError("add_example_contexts: the two corpus passes must come from the same embedder and "
+                         "multiword mode (got %s / %s and %s / %s)" % (base.embedder_config, base.multiword,
+                                                                        examples.embedder_config, examples.multiword))
+    if base.store.dim != examples.store.dim:
+        raise ValueError("add_example_contexts: dimensions differ (%d and %d)" % (base.store.dim, examples.store.dim))
+    store = copy_as_corpus_vectors(base.store)
+    extra = [k for k in examples.store.keys if examples.store.count(k) > 0]
+    if extra:
+        n_ex = examples.store.counts(extra).astype(np.float64)
+        have = np.array([k in store for k in extra])
+        n_base = np.zeros(len(extra))
+        sums = examples.store.vectors(extra).astype(np.float64) * n_ex[:, None]
+        if have.any():
+            old = [k for k, h in zip(extra, have) if h]
+            n_base[have] = store.counts(old)
+            sums[have] += store.vectors(old).astype(np.float64) * n_base[have, None]
+        counts = n_base + n_ex if count else n_base
+        store.set_vectors(extra, sums / (n_base + n_ex)[:, None], origin="corpus", counts=counts.astype(np.int64))
+    stats = dict(base.stats)
+    stats["example_contexts"] = {"corpus": examples.stats.get("corpus"), "senses": len(extra),
+                                 "new_senses": int(len(extra) - sum(k in base.store for k in extra)),
+                                 "instances": examples.stats.get("n_instances"), "counted": count}
+    return CorpusEmbeddings(store=store, standardizer=copy.deepcopy(base.standardizer), lemma_pos=set(base.lemma_pos),
                             embedder_config=base.embedder_config, multiword=base.multiword, stats=stats)
 
 
