@@ -108,3 +108,52 @@ def test_merge_corpora_refuses_a_document_id_twice():
     with pytest.raises(ValueError, match="at least one corpus"):
         merge_corpora()
     assert merge_corpora(examples).name == "examples"
+
+
+def test_sense_training_adds_the_examples_after_the_held_out_split():
+    from ctxemb.training import TrainConfig
+    from ctxemb.wsd.sense_task import SenseTask
+    from ctxemb.wsd.training import SenseTrainConfig
+
+    semcor_like = read_dataset(FIXTURES / "tiny_train")
+    settings = dict(recipe="supcon", held_out_fraction=0.5, train=TrainConfig(learning_rate=2e-5, out_dir="unused"))
+    plain, held = SenseTask("supcon", corpus=semcor_like).read_corpus(SenseTrainConfig(**settings))
+    train, held_too = SenseTask("supcon", corpus=semcor_like).read_corpus(
+        SenseTrainConfig(wordnet_examples=True, **settings))
+    examples = wordnet_example_corpus()
+    assert held_too == held and not any(d.id.startswith("wn-") for d in held.documents)
+    assert train.documents == plain.documents + examples.documents
+    assert wordnet_example_corpus() is examples  # made once per process
+
+
+def test_build_sense_store_and_the_cli_fold_the_examples_in(tmp_path, monkeypatch):
+    import argparse
+
+    from ctxemb.cli import wsd as wsd_cli
+    from ctxemb.wsd.build import BuildConfig, build_from_embeddings, build_sense_store
+    from ctxemb.wsd.sense_store import SenseStore
+
+    embedder = FakeEmbedder(dim=32)
+    train = read_dataset(FIXTURES / "tiny_train")
+    examples = _example_corpus()
+    config = BuildConfig.from_name("1nn+prior0.03")
+    store = build_sense_store(train, embedder, config, examples=examples, show_progress_bar=False)
+    want = build_from_embeddings(add_example_contexts(embed_corpus(train, embedder, show_progress_bar=False),
+                                                      embed_corpus(examples, embedder, show_progress_bar=False)),
+                                 config, show_progress_bar=False)
+    keys = list(want.keys)
+    assert sorted(store.keys) == sorted(keys)
+    np.testing.assert_allclose(store.vectors(keys), want.vectors(keys), rtol=1e-6)
+    np.testing.assert_array_equal(store.counts(keys), want.counts(keys))
+
+    # `ctxemb wsd build --wordnet-examples` (WordNet's corpus replaced by the small one: same code path)
+    monkeypatch.setattr(wsd_cli, "load_embedder", lambda *a, **k: FakeEmbedder(dim=32))
+    monkeypatch.setattr(wsd_cli, "wordnet_example_corpus", lambda: examples)
+    parser = argparse.ArgumentParser(prog="ctxemb")
+    wsd_cli.add_parser(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(["wsd", "build", str(FIXTURES / "tiny_train"), str(tmp_path / "s"), "--plain",
+                              "--prior-weight", "0.03", "--wordnet-examples", "--no-progress"])
+    assert args.func(args) == 0
+    saved = SenseStore.load(tmp_path / "s")
+    np.testing.assert_allclose(saved.vectors(keys), want.vectors(keys), rtol=1e-5, atol=1e-6)
+    assert saved.metadata["build"]["example_contexts"]["instances"] == 2

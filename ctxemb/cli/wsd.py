@@ -54,6 +54,7 @@ from ctxemb.wsd.propagation import PROPAGATION_SCOPES
 from ctxemb.wsd.sense_store import SenseStore
 from ctxemb.wsd.tag_files import INPUT_FORMATS, OUTPUT_FORMATS, store_embedder_config, tag_file
 from ctxemb.wsd.training import SenseTrainConfig, check_held_out_documents, run_sense_training
+from ctxemb.wsd.wordnet_examples import wordnet_example_corpus
 
 logger = logging.getLogger(__name__)
 
@@ -127,6 +128,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     b.add_argument("--seed", type=int, default=0, help="seed of the held-out split (default %(default)s)")
     b.add_argument("--held-out-dir", default=None,
                    help="write the held-out documents here as a Raganato-format data set (for `wsd eval`)")
+    b.add_argument("--wordnet-examples", action="store_true",
+                   help="fold WordNet's example sentences into the sense vectors (not into the prior's counts)")
     _add_common(b, device=False)
     b.set_defaults(func=run_build)
 
@@ -226,7 +229,8 @@ def run_build(args: argparse.Namespace) -> int:
     elif args.held_out_dir:
         raise ValueError("--held-out-dir needs --held-out-fraction")
     embedder = load_embedder(args.model, device=args.device, **embedder_overrides(args))
-    store = build_sense_store(corpus, embedder, config, show_progress_bar=not args.no_progress)
+    examples = wordnet_example_corpus() if args.wordnet_examples else None
+    store = build_sense_store(corpus, embedder, config, examples=examples, show_progress_bar=not args.no_progress)
     if args.held_out_fraction is not None:
         store.metadata["build"]["held_out"] = {"fraction": args.held_out_fraction, "seed": args.seed}
     path = store.save(args.output)

@@ -48,6 +48,7 @@ from ctxemb.wsd.corpus_pass import (
     MULTIWORD_MODES,
     CorpusEmbeddings,
     MultiwordMode,
+    add_example_contexts,
     copy_as_corpus_vectors,
     embed_corpus,
 )
@@ -272,6 +273,7 @@ def build_sense_store(
     embedder: EmbedderLike,
     config: BuildConfig = BuildConfig(),
     *,
+    examples: Corpus | None = None,
     show_progress_bar: bool = True,
 ) -> SenseStore:
     """Embed a sense-annotated corpus and build a sense store: :func:`~ctxemb.wsd.corpus_pass.embed_corpus`, then
@@ -282,6 +284,9 @@ def build_sense_store(
             :func:`~ctxemb.wsd.corpus.split_corpus_by_document`.
         embedder: an :class:`~ctxemb.embedding.Embedder` (any :class:`~ctxemb.protocols.EmbedderLike` with ``dim``).
         config: the switches.
+        examples: more contexts for the sense vectors but not for the prior's counts, e.g.
+            :func:`~ctxemb.wsd.wordnet_examples.wordnet_example_corpus` (folded in by
+            :func:`~ctxemb.wsd.corpus_pass.add_example_contexts`).
         show_progress_bar: tqdm bars.
 
     Returns:
@@ -300,4 +305,9 @@ def build_sense_store(
         chunk_sentences=config.chunk_sentences,
         show_progress_bar=show_progress_bar,
     )
+    if examples is not None:
+        extra = embed_corpus(examples, embedder, multiword=config.multiword, standardize=False,
+                             batch_size=config.batch_size, chunk_sentences=config.chunk_sentences,
+                             show_progress_bar=show_progress_bar)
+        base = add_example_contexts(base, extra)
     return build_from_embeddings(base, config, embedder=embedder, show_progress_bar=show_progress_bar)

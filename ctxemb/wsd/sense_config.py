@@ -67,6 +67,8 @@ class SenseTrainConfig:
         corpus: a Raganato-format training set (folder or XML); None = SemCor in the shared data folder.
         held_out_fraction: share of the corpus's documents held out (0 = train on all); ``split_seed`` seeds the
             split. The defaults are those of ``benchmarks/wsd.py``.
+        wordnet_examples: add WordNet's example sentences (:func:`~ctxemb.wsd.wordnet_examples.wordnet_example_corpus`)
+            to the training corpus, after the held-out split and ``max_train_examples``.
         max_train_examples: use only the first N training sentences (None: all), for quick runs (old name
             ``max_train_sentences``: accepted, with a deprecation warning).
         eval_sentences: held-out sentences the loop evaluates the objective on (0: none).
@@ -114,6 +116,9 @@ class SenseTrainConfig:
         'seed of the held-out split'))
     max_train_examples: int | None = field(default=None, metadata=_meta(
         'use only the first N training sentences', aliases=('--max-sentences',), type='positive_int'))
+    wordnet_examples: bool = field(default=False, metadata=_meta(
+        "also train on WordNet's example sentences (ctxemb.wsd.wordnet_examples: 59,280 sentences, each with its "
+        "synset's lemma as the target), added after the held-out split"))
     eval_sentences: int = field(default=500, metadata=_meta(
         'held-out sentences to evaluate the objective on (0 = none)'))
     layers: tuple[int, ...] = field(default=(-4, -3, -2, -1), metadata=_meta(

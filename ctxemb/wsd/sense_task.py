@@ -36,6 +36,7 @@ from ctxemb.training.recipe import RunData, RunResult, RunSpec, machine_info
 from ctxemb.wsd.corpus import Corpus, read_dataset, split_corpus_by_document
 from ctxemb.wsd.sense_batches import _eval_batches, build_features, make_batch_source
 from ctxemb.wsd.sense_config import GLOSS_ENCODER_DIR, RECIPES, TRAINING_FILE, SenseInventory, SenseTrainConfig
+from ctxemb.wsd.wordnet_examples import merge_corpora, wordnet_example_corpus
 
 logger = logging.getLogger(__name__)
 
@@ -135,14 +136,16 @@ class SenseTask(Task):
         return TaskData(train=[], eval=None, info={"t_start": time.perf_counter()})
 
     def read_corpus(self, config: SenseTrainConfig) -> tuple[Corpus, Corpus | None]:
-        """The training corpus (its documents minus the held-out ones, cut to ``max_train_examples``) and the
-        held-out documents (None without a held-out fraction)."""
+        """The training corpus (its documents minus the held-out ones, cut to ``max_train_examples``, then WordNet's
+        examples when asked for) and the held-out documents (None without a held-out fraction)."""
         corpus = self.corpus if self.corpus is not None else read_dataset(config.corpus or default_corpus_path())
         held = None
         if config.held_out_fraction:
             corpus, held = split_corpus_by_document(corpus, config.held_out_fraction, config.split_seed)
         if config.max_train_examples:
             corpus = corpus.head(config.max_train_examples)
+        if config.wordnet_examples:
+            corpus = merge_corpora(corpus, wordnet_example_corpus())
         return corpus, held
 
     def limit(self, config: SenseTrainConfig, data: TaskData) -> TaskData:

@@ -17,6 +17,7 @@ left out (counted in the log: derived forms such as "banker" for "bank" are not 
 
 from __future__ import annotations
 
+import functools
 import logging
 from dataclasses import replace
 
@@ -80,8 +81,10 @@ def _example_sentence(sid: str, text: str, lemmas: list[tuple[str, str]], pos: s
                     instances=tuple(instances))
 
 
+@functools.lru_cache(maxsize=None)
 def wordnet_example_corpus(pos: str | None = None) -> Corpus:
     """WordNet 3.0's example sentences with the lemmas of their synset annotated (see the module docstring).
+    Made once per process and POS (about 25 s for all of them); the corpus is immutable.
 
     Args:
         pos: only synsets of this WordNet POS letter (``n``, ``v``, ``a``, ``r``; ``a`` includes satellites);
