@@ -125,7 +125,7 @@ def _percent(x) -> str:
 
 
 def _recipe(name: str) -> str:
-    """The preset's settings, then a variant's flags (``conll2003-ner-span``: the NER preset with ``--head span``)."""
+    """The preset's settings, a variant's flags in place of their values (``conll2003-ner-span``: head span)."""
     task, flags = VARIANTS.get(name, (name, []))
     preset = load_preset(task, "finetune")
     train = preset.pop("train", {})
