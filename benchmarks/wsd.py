@@ -50,6 +50,7 @@ from ctxemb.paths import atomic_write, shared_data_dir  # noqa: E402
 from ctxemb.wsd.build import BuildConfig, build_from_embeddings  # noqa: E402
 from ctxemb.wsd.corpus import Corpus, read_dataset, split_corpus_by_document, write_dataset  # noqa: E402
 from ctxemb.wsd.corpus_pass import (  # noqa: E402
+    EXAMPLE_SENSES,
     CorpusEmbeddings,
     add_example_contexts,
     embed_corpus,
@@ -99,9 +100,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0, help="seed of the held-out split")
     p.add_argument("--held-out-dir", default=None, help="also write the held-out split here (Raganato format)")
     p.add_argument("--max-train-sentences", type=int, default=None, help="use only the first N training sentences")
-    p.add_argument("--wordnet-examples", action="store_true",
+    p.add_argument("--wordnet-examples", nargs="?", const="seen", default=None,
+                   choices=EXAMPLE_SENSES,
                    help="fold WordNet's example sentences into every store's sense vectors (not into the counts the "
-                        "prior reads): ctxemb.wsd.wordnet_examples")
+                        "prior reads): ctxemb.wsd.wordnet_examples; only into the senses the corpus has "
+                        "(seen, the default), or also new ones (all), or only new ones (unseen)")
     p.add_argument("--max-eval-sentences", type=int, default=None,
                    help="use only the first N sentences of each evaluation set (for quick checks)")
     p.add_argument("--out", default=str(Path(__file__).resolve().parent / "results"), help="output folder")
@@ -266,8 +269,8 @@ def run(args: argparse.Namespace) -> dict:
             extra = cache.corpus("wnex_" + mw, lambda: embed_corpus(
                 examples, embedder, multiword=mw, standardize=False, batch_size=args.batch_size,
                 show_progress_bar=show))
-            bases[mw], full_bases[mw] = (add_example_contexts(bases[mw], extra),
-                                         add_example_contexts(full_bases[mw], extra))
+            bases[mw], full_bases[mw] = (add_example_contexts(bases[mw], extra, senses=args.wordnet_examples),
+                                         add_example_contexts(full_bases[mw], extra, senses=args.wordnet_examples))
         results["train"]["wordnet_examples"] = next(iter(bases.values())).stats["example_contexts"]
 
     # Gloss embeddings, once for the union of senses any gloss configuration needs.

@@ -58,6 +58,7 @@ from ctxemb.protocols import embedder_config_dict  # noqa: E402
 from ctxemb.training.loop import TrainConfig  # noqa: E402
 from ctxemb.training.state import latest_checkpoint  # noqa: E402
 from ctxemb.wsd.corpus import Corpus, read_dataset, split_corpus_by_document  # noqa: E402
+from ctxemb.wsd.corpus_pass import EXAMPLE_SENSES  # noqa: E402
 from ctxemb.wsd.disambiguate import Disambiguator  # noqa: E402
 from ctxemb.wsd.glosses import embed_glosses  # noqa: E402
 from ctxemb.wsd.sense_store import SenseStore  # noqa: E402
@@ -114,7 +115,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--retrain", action="store_true", help="train again even if <runs>/<recipe>/model exists")
     p.add_argument("--configs", nargs="+", default=DEFAULT_CONFIGS, help="sense-store configurations (wsd.py names)")
     p.add_argument("--no-gloss-only", action="store_true", help="skip the gloss-only rows")
-    p.add_argument("--wordnet-examples", action="store_true",
+    p.add_argument("--wordnet-examples", nargs="?", const="seen", default=None,
+                   choices=EXAMPLE_SENSES,
                    help="benchmarks/wsd.py's --wordnet-examples: WordNet's example sentences in every store")
     p.add_argument("--no-wic", action="store_true", help="skip WiC")
     p.add_argument("--max-train-sentences", type=int, default=None,
@@ -175,7 +177,7 @@ def wsd_scores(args, wsd_bench, name: str, model: str, options: dict, cache: Pat
     if args.max_eval_sentences:
         argv += ["--max-eval-sentences", str(args.max_eval_sentences)]
     if args.wordnet_examples:
-        argv.append("--wordnet-examples")
+        argv += ["--wordnet-examples", args.wordnet_examples]
     if args.no_progress:
         argv.append("--no-progress")
     t = time.perf_counter()
@@ -243,6 +245,10 @@ def rows_of(results: dict) -> list[tuple[str, str, dict]]:
     return out
 
 
+_EXAMPLE_SENSES_TEXT = {"seen": "the senses SemCor has", "all": "every sense they show, new ones included",
+                        "unseen": "only the senses SemCor lacks"}
+
+
 def to_markdown(r: dict) -> str:
     lines = [f"# WSD with a fine-tuned encoder: {r['model']}", ""]
     m = r["machine"]
@@ -252,6 +258,10 @@ def to_markdown(r: dict) -> str:
                  f"seed {r['seed']}; its stores from the other documents, SemEval-2007's from all of SemCor); the "
                  "encoders are trained on the training documents only." + (" **Smoke run: reduced data.**"
                                                                            if r.get("smoke") else ""))
+    if r.get("wordnet_examples"):
+        lines.append(f"Every store also folds in WordNet's example sentences (`--wordnet-examples "
+                     f"{r['wordnet_examples']}`: into {_EXAMPLE_SENSES_TEXT[r['wordnet_examples']]}); the "
+                     "sense-frequency prior still counts SemCor only.")
     lines += ["", "## Training", "", "| recipe | steps | budget | stopped early | minutes | targets | final loss | "
               "held-out loss | held-out accuracy | training run |", "|---|---:|---:|---|---:|---:|---:|---:|---:|---|"]
     for recipe, t in r["training"].items():
@@ -313,6 +323,7 @@ def run(args) -> dict:
 
     wsd_bench = _wsd_benchmark()
     results = {"model": args.model, "held_out_fraction": args.held_out_fraction, "seed": args.seed,
+               "wordnet_examples": args.wordnet_examples,
                "max_minutes": args.max_minutes, "configs": args.configs,
                "machine": {**machine(), "platform": platform.platform(),
                            "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None},

@@ -76,8 +76,8 @@ def test_example_contexts_equal_one_pass_over_both_corpora_and_keep_the_counts()
     extra = embed_corpus(examples, embedder, show_progress_bar=False)
     both = embed_corpus(merge_corpora(train, examples), embedder, show_progress_bar=False)
 
-    counted = add_example_contexts(base, extra, count=True)
-    kept = add_example_contexts(base, extra)
+    counted = add_example_contexts(base, extra, count=True, senses="all")
+    kept = add_example_contexts(base, extra, senses="all")
     keys = list(both.store.keys)
     assert sorted(counted.store.keys) == sorted(keys) == sorted(kept.store.keys)
     np.testing.assert_allclose(counted.store.vectors(keys), both.store.vectors(keys), rtol=1e-5, atol=1e-6)
@@ -87,6 +87,20 @@ def test_example_contexts_equal_one_pass_over_both_corpora_and_keep_the_counts()
     want = np.array([base.store.count(k) if k in base.store else 0 for k in keys])
     np.testing.assert_array_equal(kept.store.counts(keys), want)
     assert kept.lemma_pos == base.lemma_pos
+    # senses="unseen": base's centroids untouched, only the senses it lacks get the examples' mean
+    unseen = add_example_contexts(base, extra, senses="unseen")
+    old = list(base.store.keys)
+    np.testing.assert_allclose(unseen.store.vectors(old), base.store.vectors(old), rtol=1e-6, atol=1e-7)
+    new = [k for k in extra.store.keys if k not in base.store]
+    assert sorted(unseen.store.keys) == sorted(old + new)
+    np.testing.assert_allclose(unseen.store.vectors(new), extra.store.vectors(new), rtol=1e-6)
+    # senses="seen": no new senses; those base has are the means over both passes, as with "all"
+    seen = add_example_contexts(base, extra)  # the default
+    assert sorted(seen.store.keys) == sorted(old)
+    np.testing.assert_allclose(seen.store.vectors(old), kept.store.vectors(old), rtol=1e-6, atol=1e-7)
+    np.testing.assert_array_equal(seen.store.counts(old), base.store.counts(old))
+    with pytest.raises(ValueError, match="senses"):
+        add_example_contexts(base, extra, senses="some")
     assert kept.stats["example_contexts"]["instances"] == 2
     assert base.store.vectors(list(base.store.keys)).shape == (len(base.store), 32)  # base is not modified
     np.testing.assert_array_equal(base.store.counts(), embed_corpus(train, embedder,
@@ -139,8 +153,8 @@ def test_build_sense_store_and_the_cli_fold_the_examples_in(tmp_path, monkeypatc
     config = BuildConfig.from_name("1nn+prior0.03")
     store = build_sense_store(train, embedder, config, examples=examples, show_progress_bar=False)
     want = build_from_embeddings(add_example_contexts(embed_corpus(train, embedder, show_progress_bar=False),
-                                                      embed_corpus(examples, embedder, show_progress_bar=False)),
-                                 config, show_progress_bar=False)
+                                                      embed_corpus(examples, embedder, show_progress_bar=False),
+                                                      senses="seen"), config, show_progress_bar=False)
     keys = list(want.keys)
     assert sorted(store.keys) == sorted(keys)
     np.testing.assert_allclose(store.vectors(keys), want.vectors(keys), rtol=1e-6)

@@ -44,11 +44,14 @@ __all__ = [
     "embedder_words",
     "extend_corpus_embeddings",
     "add_example_contexts",
+    "EXAMPLE_SENSES",
     "check_word_vectors",
     "copy_as_corpus_vectors",
 ]
 
 MultiwordMode = Literal["space", "underscore"]
+# Which senses add_example_contexts gives the examples' contexts to.
+EXAMPLE_SENSES: tuple[str, ...] = ("all", "seen", "unseen")
 # How a ``_``-joined multiword token (``New_York``) reaches the embedder: "space" passes the word "New York" (its
 # subwords are pooled into one vector), "underscore" passes it unchanged.
 MULTIWORD_MODES: tuple[MultiwordMode, ...] = ("space", "underscore")
@@ -211,8 +214,8 @@ def extend_corpus_embeddings(base: CorpusEmbeddings, sentences: Sequence[Sentenc
                             embedder_config=base.embedder_config, multiword=base.multiword, stats=stats)
 
 
-def add_example_contexts(base: CorpusEmbeddings, examples: CorpusEmbeddings, *,
-                         count: bool = False) -> CorpusEmbeddings:
+def add_example_contexts(base: CorpusEmbeddings, examples: CorpusEmbeddings, *, count: bool = False,
+                         senses: str = "seen") -> CorpusEmbeddings:
     """``base``'s sense centroids with the contexts of a second pass folded in, e.g. WordNet's example sentences
     (:func:`~ctxemb.wsd.wordnet_examples.wordnet_example_corpus`) added to SemCor's.
 
@@ -220,7 +223,12 @@ def add_example_contexts(base: CorpusEmbeddings, examples: CorpusEmbeddings, *,
     corpus occurrence); senses only the examples show get their examples' mean. With ``count=False`` (the default)
     the recorded counts stay ``base``'s, so the sense-frequency prior still reads the corpus's frequencies:
     WordNet gives a sense one or two examples whatever its frequency. The standardizer and the (lemma, POS) pairs
-    that scope propagation and glosses stay ``base``'s too.
+    that scope propagation and glosses stay ``base``'s too. ``senses`` (:data:`EXAMPLE_SENSES`) says which senses
+    take the examples: ``"seen"`` (the default: only those ``base`` has, no new senses), ``"all"`` or ``"unseen"``
+    (only those it lacks: ``base``'s centroids stay as they are). On the dev sets (all-MiniLM-L6-v2, SemCor and
+    WordNet 3.0's examples) ``"seen"`` raised both SemEval-2007 and held-out SemCor, while the senses the examples
+    add cost held-out SemCor F1: they compete with the frequent senses as nearest neighbours
+    (``benchmarks/results/wsd_train_all-MiniLM-L6-v2_wnex*.md``).
 
     Raises:
         ValueError: the two passes used different embedders, multiword modes or dimensions.
@@ -231,8 +239,10 @@ def add_example_contexts(base: CorpusEmbeddings, examples: CorpusEmbeddings, *,
                                                                         examples.embedder_config, examples.multiword))
     if base.store.dim != examples.store.dim:
         raise ValueError("add_example_contexts: dimensions differ (%d and %d)" % (base.store.dim, examples.store.dim))
+    check_choice(senses, "senses", EXAMPLE_SENSES)
     store = copy_as_corpus_vectors(base.store)
-    extra = [k for k in examples.store.keys if examples.store.count(k) > 0]
+    extra = [k for k in examples.store.keys if examples.store.count(k) > 0
+             and (senses == "all" or (k in store) == (senses == "seen"))]
     if extra:
         n_ex = examples.store.counts(extra).astype(np.float64)
         have = np.array([k in store for k in extra])
@@ -247,7 +257,8 @@ def add_example_contexts(base: CorpusEmbeddings, examples: CorpusEmbeddings, *,
     stats = dict(base.stats)
     stats["example_contexts"] = {"corpus": examples.stats.get("corpus"), "senses": len(extra),
                                  "new_senses": int(len(extra) - sum(k in base.store for k in extra)),
-                                 "instances": examples.stats.get("n_instances"), "counted": count}
+                                 "instances": examples.stats.get("n_instances"), "counted": count,
+                                 "senses_given": senses}
     return CorpusEmbeddings(store=store, standardizer=copy.deepcopy(base.standardizer), lemma_pos=set(base.lemma_pos),
                             embedder_config=base.embedder_config, multiword=base.multiword, stats=stats)
 
