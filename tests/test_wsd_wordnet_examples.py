@@ -52,6 +52,15 @@ def test_adverb_examples_are_annotated_with_their_synsets_lemmas():
     assert len(ids) == len(set(ids))
 
 
+def test_adjective_satellites_are_read_once():
+    corpus = wordnet_example_corpus(pos="a")
+    assert [d.id for d in corpus.documents] == ["wn-a", "wn-s"]
+    ids = [s.id for s in corpus.sentences()]
+    assert len(ids) == len(set(ids))
+    wn = wnu.get_wordnet()
+    assert len(ids) <= sum(len(s.examples()) for s in wn.all_synsets("a"))  # nltk's "a" holds the satellites
+
+
 def _example_corpus() -> Corpus:
     """Two hand-made example sentences: one adds a context to a sense the tiny corpus has, one a new sense."""
     train = read_dataset(FIXTURES / "tiny_train")

@@ -129,7 +129,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     b.add_argument("--held-out-dir", default=None,
                    help="write the held-out documents here as a Raganato-format data set (for `wsd eval`)")
     b.add_argument("--wordnet-examples", action="store_true",
-                   help="fold WordNet's example sentences into the sense vectors (not into the prior's counts)")
+                   help="fold WordNet's example sentences into the vectors of the senses the corpus has (not into "
+                        "the prior's counts)")
     _add_common(b, device=False)
     b.set_defaults(func=run_build)
 

@@ -117,7 +117,7 @@ class SenseTrainConfig:
     max_train_examples: int | None = field(default=None, metadata=_meta(
         'use only the first N training sentences', aliases=('--max-sentences',), type='positive_int'))
     wordnet_examples: bool = field(default=False, metadata=_meta(
-        "also train on WordNet's example sentences (ctxemb.wsd.wordnet_examples: 59,280 sentences, each with its "
+        "also train on WordNet's example sentences (ctxemb.wsd.wordnet_examples: 47,118 sentences, each with its "
         "synset's lemma as the target), added after the held-out split"))
     eval_sentences: int = field(default=500, metadata=_meta(
         'held-out sentences to evaluate the objective on (0 = none)'))

@@ -35,6 +35,7 @@ __all__ = [
     "normalize_lemma",
     "candidate_keys",
     "lemmatize",
+    "base_forms",
     "first_sense",
     "sense_info",
     "is_sense_key",
@@ -221,8 +222,9 @@ def _keys_for_exact_lemma(lemma: str, pos: str) -> tuple[str, ...]:
 
 
 @functools.lru_cache(maxsize=None)
-def _base_forms(word: str, pos: str) -> tuple[str, ...]:
-    """Morphy's base forms of ``word``; inflectional bases before the word itself (``banks`` -> bank, banks)."""
+def base_forms(word: str, pos: str) -> tuple[str, ...]:
+    """Morphy's base forms of ``word`` for the WordNet POS letter ``pos``; inflectional bases before the word itself
+    (``banks`` -> bank, banks); empty when WordNet knows none."""
     forms = _morphy_forms(get_wordnet(), word, pos)
     others = [f for f in forms if f != word]
     return tuple(others + ([word] if word in forms else []))
@@ -255,7 +257,7 @@ def candidate_keys(lemma: str, pos: str | None = None, *, inflected: bool = Fals
         if exact:
             keys.extend(exact)
             continue
-        for base in _base_forms(form, letter):
+        for base in base_forms(form, letter):
             keys.extend(k for k in _keys_for_exact_lemma(base, letter) if k not in keys)
     return tuple(keys)
 
@@ -273,7 +275,7 @@ def lemmatize(word: str, pos: str | None = None) -> str:
     """
     form = normalize_lemma(word)
     for letter in _pos_letters(pos):
-        forms = _base_forms(form, letter)
+        forms = base_forms(form, letter)
         if forms:
             return forms[0]
     return form

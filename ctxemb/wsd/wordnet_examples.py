@@ -1,13 +1,14 @@
 """WordNet's own example sentences as a sense-annotated corpus: more contexts per sense for a sense store.
 
-WordNet 3.0 gives about 48,000 synsets one or more example sentences ("he sat on the bank of the river"). Each
+WordNet 3.0 gives 32,923 synsets 48,339 example sentences ("he sat on the bank of the river"). Each
 shows one of the synset's lemmas in use, so once that lemma is found in the sentence the example is a context
 annotated with a sense key, like a SemCor sentence. LMMS-SP (Loureiro et al. 2022) adds such contexts to SemCor's;
 they reach the senses SemCor never tags, which otherwise get a vector only from their gloss or their neighbours.
 
 :func:`wordnet_example_corpus` returns them as a :class:`~ctxemb.wsd.corpus.Corpus` (one document per part of
-speech), so everything that takes SemCor takes them: ``merge_corpora(semcor, wordnet_example_corpus())`` builds a
-store from both. Finding the lemma: the example is split with :func:`~ctxemb.wsd.corpus.regex_tokenize`; a
+speech), so everything that takes SemCor takes them: ``build_sense_store(semcor, embedder, examples=...)`` folds
+them into a store's sense vectors (:func:`~ctxemb.wsd.corpus_pass.add_example_contexts`), and sense training adds
+them to its corpus with :func:`merge_corpora`. Finding the lemma: the example is split with :func:`~ctxemb.wsd.corpus.regex_tokenize`; a
 single-word lemma matches a token whose lower-cased form or one of whose morphy base forms (``banks`` -> bank,
 ``took`` -> take) is the lemma; a multiword lemma (``take_off``) matches consecutive tokens whose first part is
 matched that way and the others literally, and becomes one ``took_off`` token, as multiword instances are in the
@@ -23,11 +24,11 @@ from dataclasses import replace
 
 from ctxemb._validation import check_choice
 from ctxemb.wsd.corpus import Corpus, Document, Instance, Sentence, regex_tokenize
-from ctxemb.wsd.wordnet import _base_forms, get_wordnet
+from ctxemb.wsd.wordnet import base_forms, get_wordnet
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["WORDNET_EXAMPLES_NAME", "merge_corpora", "wordnet_example_corpus"]
+__all__ = ["WORDNET_EXAMPLES_NAME", "find_lemma", "merge_corpora", "wordnet_example_corpus"]
 
 WORDNET_EXAMPLES_NAME = "wordnet_examples"
 _UNIVERSAL = {"n": "NOUN", "v": "VERB", "a": "ADJ", "s": "ADJ", "r": "ADV"}
@@ -36,7 +37,7 @@ _QUOTES = "\"'`\u201c\u201d\u2018\u2019"
 
 def _matches(token: str, part: str, pos: str) -> bool:
     low = token.lower()
-    return low == part or part in _base_forms(low, "a" if pos == "s" else pos)
+    return low == part or part in base_forms(low, "a" if pos == "s" else pos)
 
 
 def find_lemma(words: list[str], lemma: str, pos: str) -> tuple[int, int] | None:
@@ -102,6 +103,8 @@ def wordnet_example_corpus(pos: str | None = None) -> Corpus:
     for letter in letters:
         sentences = []
         for synset in wn.all_synsets(letter):
+            if synset.pos() != letter:  # nltk's "a" also yields the satellites ("s"), which have their own pass
+                continue
             lemmas = [(lem.name(), lem.key()) for lem in synset.lemmas()]
             for k, text in enumerate(synset.examples()):
                 sentence = _example_sentence("wn-%s.e%d" % (synset.name(), k), text, lemmas, letter)
