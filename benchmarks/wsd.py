@@ -266,7 +266,7 @@ def run(args: argparse.Namespace) -> dict:
     if args.wordnet_examples:  # one more pass, over WordNet's examples, folded into both kinds of store
         examples = wordnet_example_corpus()
         for mw in bases:
-            extra = cache.corpus("wnex_" + mw, lambda: embed_corpus(
+            extra = cache.corpus(f"wnex{examples.n_sentences}_{mw}", lambda: embed_corpus(
                 examples, embedder, multiword=mw, standardize=False, batch_size=args.batch_size,
                 show_progress_bar=show))
             bases[mw], full_bases[mw] = (add_example_contexts(bases[mw], extra, senses=args.wordnet_examples),
