@@ -243,9 +243,9 @@ def add_example_contexts(base: CorpusEmbeddings, examples: CorpusEmbeddings, *, 
     store = copy_as_corpus_vectors(base.store)
     extra = [k for k in examples.store.keys if examples.store.count(k) > 0
              and (senses == "all" or (k in store) == (senses == "seen"))]
+    have = np.array([k in store for k in extra], dtype=bool)
     if extra:
         n_ex = examples.store.counts(extra).astype(np.float64)
-        have = np.array([k in store for k in extra])
         n_base = np.zeros(len(extra))
         sums = examples.store.vectors(extra).astype(np.float64) * n_ex[:, None]
         if have.any():
@@ -256,7 +256,7 @@ def add_example_contexts(base: CorpusEmbeddings, examples: CorpusEmbeddings, *, 
         store.set_vectors(extra, sums / (n_base + n_ex)[:, None], origin="corpus", counts=counts.astype(np.int64))
     stats = dict(base.stats)
     stats["example_contexts"] = {"corpus": examples.stats.get("corpus"), "senses": len(extra),
-                                 "new_senses": int(len(extra) - sum(k in base.store for k in extra)),
+                                 "new_senses": int((~have).sum()),
                                  "instances": examples.stats.get("n_instances"), "counted": count,
                                  "senses_given": senses}
     return CorpusEmbeddings(store=store, standardizer=copy.deepcopy(base.standardizer), lemma_pos=set(base.lemma_pos),
