@@ -118,6 +118,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--wordnet-examples", nargs="?", const="seen", default=None,
                    choices=EXAMPLE_SENSES,
                    help="benchmarks/wsd.py's --wordnet-examples: WordNet's example sentences in every store")
+    p.add_argument("--train-wordnet-examples", action="store_true",
+                   help="also train on WordNet's example sentences (SenseTrainConfig.wordnet_examples)")
     p.add_argument("--no-wic", action="store_true", help="skip WiC")
     p.add_argument("--max-train-sentences", type=int, default=None,
                    help="use only the first N training sentences (training and stores; for smoke runs)")
@@ -154,7 +156,7 @@ def train_recipe(args, recipe: str) -> dict:
         eval_sentences=500 if args.max_eval_sentences is None else min(500, args.max_eval_sentences),
         max_steps=steps, max_minutes=args.max_minutes, max_tokens_per_batch=args.max_tokens_per_batch,
         max_candidates=args.max_candidates, score=args.bem_score, temperature=args.temperature,
-        trainable_layers=args.trainable_layers,
+        trainable_layers=args.trainable_layers, wordnet_examples=args.train_wordnet_examples,
         train=TrainConfig(learning_rate=args.learning_rate, warmup_ratio=0.1, out_dir=str(out_dir),
                           save_every=args.save_every, eval_every=max(1, steps // 4), log_every=10, resume=resume,
                           progress_bar=not args.no_progress, seed=0))
@@ -262,6 +264,9 @@ def to_markdown(r: dict) -> str:
         lines.append(f"Every store also folds in WordNet's example sentences (`--wordnet-examples "
                      f"{r['wordnet_examples']}`: into {_EXAMPLE_SENSES_TEXT[r['wordnet_examples']]}); the "
                      "sense-frequency prior still counts SemCor only.")
+    if r.get("train_wordnet_examples"):
+        lines.append("The trained encoders also trained on WordNet's example sentences (`--train-wordnet-examples`: "
+                     "added to the training documents after the held-out split).")
     lines += ["", "## Training", "", "| recipe | steps | budget | stopped early | minutes | targets | final loss | "
               "held-out loss | held-out accuracy | training run |", "|---|---:|---:|---|---:|---:|---:|---:|---:|---|"]
     for recipe, t in r["training"].items():
@@ -323,7 +328,7 @@ def run(args) -> dict:
 
     wsd_bench = _wsd_benchmark()
     results = {"model": args.model, "held_out_fraction": args.held_out_fraction, "seed": args.seed,
-               "wordnet_examples": args.wordnet_examples,
+               "wordnet_examples": args.wordnet_examples, "train_wordnet_examples": args.train_wordnet_examples,
                "max_minutes": args.max_minutes, "configs": args.configs,
                "machine": {**machine(), "platform": platform.platform(),
                            "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None},
