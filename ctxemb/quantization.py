@@ -5,13 +5,18 @@ Scheme (one Linear, y = x W^T + b, x (M, K) with M = B * T tokens):
 - weights: int8, symmetric, one scale per output channel, s_w[o] = max|W[o]| / L, quantized once, with L = 127
   where the CPU multiplies int8 exactly and L = 63 where it does not (:func:`weight_levels`: CPUs without
   AVX512-VNNI or AMX);
-- activations: int8, symmetric, one scale per token, s_x[t] = max over the inlier features of |x[t]| / 127;
-- the products of the inlier features are summed exactly in int32 (``torch._int_mm``);
+- activations: int8, asymmetric, one scale and one integer zero point per token over the inlier features I:
+  s_x[t] = (max(x[t, I], 0) - min(x[t, I], 0)) / 255, z[t] = round(-min(x[t, I], 0) / s_x[t]) - 128 (in
+  [-128, 127]), q(x[t]) = clamp(round(x[t] / s_x[t]) + z[t], -128, 127), so x[t] ~ s_x[t] (q(x[t]) - z[t]): the
+  whole 256-value grid spans the token's own range (half the step of a symmetric grid for one-sided inputs such as
+  GELU outputs) and 0 stays exact;
+- the products of the inlier features are summed exactly in int32 (``torch._int_mm``), and the zero point comes
+  off through the weights' column sums c = sum_k q(W)[:, k], also in int32;
 - the *outlier features* O (a fixed set of input features per Linear, found once per model on calibration text by
   :func:`calibrate_outliers`) are multiplied in float32 with the original weights (the mixed-precision decomposition
   of LLM.int8(), Dettmers et al. 2022, with the set fixed instead of found per call):
 
-      y[t] = s_x[t] * s_w * (q(x[t, ~O]) @ q(W[:, ~O]).T) + x[t, O] @ W[:, O].T + b
+      y[t] = s_x[t] * s_w * (q(x[t, ~O]) @ q(W[:, ~O]).T - z[t] * c) + x[t, O] @ W[:, O].T + b
 
 Every quantity of a token depends on that token alone (its own scale; O is fixed), so a text's vectors do not depend
 on the rest of its batch, and the int32 sums are exact, so the int8 products are bitwise the same in any batch.
@@ -199,21 +204,25 @@ def calibrate_outliers(encoder: nn.Module, token_ids: Sequence[Sequence[int]], *
 
 # ---- the fused functions ---------------------------------------------------------------------------------------
 # Pure functions of tensors (the weights are arguments), so that one compiled graph serves every layer.
-def _quantize(x: torch.Tensor, keep: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
-    """(M, K) float -> (M, K) int8, (M, 1) per-token scale over the kept (inlier) features."""
+def _quantize(x: torch.Tensor, keep: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(M, K) float -> (M, K) int8 q, (M, 1) per-token scale s and (M, 1) int32 zero point z over the kept (inlier)
+    features, with x ~ s (q - z) (see the module docstring)."""
     if keep is not None:
         x = x * keep
-    scale = x.abs().amax(dim=1, keepdim=True).clamp_min(_TINY) / 127
-    return torch.round(x / scale).to(torch.int8), scale
+    low = x.amin(dim=1, keepdim=True).clamp_max(0.0)
+    scale = (x.amax(dim=1, keepdim=True).clamp_min(0.0) - low).clamp_min(_TINY) / 255
+    zero = torch.round(-low / scale) - 128
+    return torch.clamp(torch.round(x / scale) + zero, -128, 127).to(torch.int8), scale, zero.to(torch.int32)
 
 
-def _product(x: torch.Tensor, weight_int8: torch.Tensor, weight_scale: torch.Tensor, bias: torch.Tensor,
-             keep: torch.Tensor | None, outlier_index: torch.Tensor | None,
+def _product(x: torch.Tensor, weight_int8: torch.Tensor, weight_sum: torch.Tensor, weight_scale: torch.Tensor,
+             bias: torch.Tensor, keep: torch.Tensor | None, outlier_index: torch.Tensor | None,
              outlier_weight: torch.Tensor | None) -> torch.Tensor:
     """The dequantized product plus bias, (M, N) float32 (see the module docstring)."""
     x = x.float()
-    q, scale = _quantize(x, keep)
-    y = torch._int_mm(q, weight_int8).float() * scale * weight_scale + bias
+    q, scale, zero = _quantize(x, keep)
+    # exact in int32: |z * c| <= 128 * 127 * K
+    y = (torch._int_mm(q, weight_int8) - zero * weight_sum).float() * scale * weight_scale + bias
     if outlier_index is not None:
         xo = x.index_select(1, outlier_index)  # (M, |O|)
         if torch.compiler.is_compiling() and outlier_weight.shape[0] <= _FUSED_OUTLIERS:
@@ -227,35 +236,35 @@ def _product(x: torch.Tensor, weight_int8: torch.Tensor, weight_scale: torch.Ten
 
 # One function per activation, not one with the activation as an argument: torch.compile keeps its compiled variants
 # per function (a handful each: with and without outlier features, grad modes), so they do not crowd one cache.
-def linear_kernel(x, weight_int8, weight_scale, bias, keep, outlier_index, outlier_weight):
+def linear_kernel(x, weight_int8, weight_sum, weight_scale, bias, keep, outlier_index, outlier_weight):
     """x W^T + b in int8: (M, K) -> (M, N)."""
-    return _product(x, weight_int8, weight_scale, bias, keep, outlier_index, outlier_weight)
+    return _product(x, weight_int8, weight_sum, weight_scale, bias, keep, outlier_index, outlier_weight)
 
 
-def linear_gelu_kernel(x, weight_int8, weight_scale, bias, keep, outlier_index, outlier_weight):
+def linear_gelu_kernel(x, weight_int8, weight_sum, weight_scale, bias, keep, outlier_index, outlier_weight):
     """GELU(x W^T + b) with the product in int8."""
-    return F.gelu(_product(x, weight_int8, weight_scale, bias, keep, outlier_index, outlier_weight))
+    return F.gelu(_product(x, weight_int8, weight_sum, weight_scale, bias, keep, outlier_index, outlier_weight))
 
 
-def linear_gelu_tanh_kernel(x, weight_int8, weight_scale, bias, keep, outlier_index, outlier_weight):
+def linear_gelu_tanh_kernel(x, weight_int8, weight_sum, weight_scale, bias, keep, outlier_index, outlier_weight):
     """GELU (tanh approximation) of x W^T + b with the product in int8."""
-    return F.gelu(_product(x, weight_int8, weight_scale, bias, keep, outlier_index, outlier_weight),
+    return F.gelu(_product(x, weight_int8, weight_sum, weight_scale, bias, keep, outlier_index, outlier_weight),
                   approximate="tanh")
 
 
-def linear_relu_kernel(x, weight_int8, weight_scale, bias, keep, outlier_index, outlier_weight):
+def linear_relu_kernel(x, weight_int8, weight_sum, weight_scale, bias, keep, outlier_index, outlier_weight):
     """ReLU(x W^T + b) with the product in int8."""
-    return F.relu(_product(x, weight_int8, weight_scale, bias, keep, outlier_index, outlier_weight))
+    return F.relu(_product(x, weight_int8, weight_sum, weight_scale, bias, keep, outlier_index, outlier_weight))
 
 
 _LINEAR_KERNELS = {"none": linear_kernel, "gelu": linear_gelu_kernel, "gelu_tanh": linear_gelu_tanh_kernel,
                    "relu": linear_relu_kernel}
 
 
-def residual_norm_kernel(x, weight_int8, weight_scale, bias, keep, outlier_index, outlier_weight, residual,
-                         norm_weight, norm_bias, eps: float):
+def residual_norm_kernel(x, weight_int8, weight_sum, weight_scale, bias, keep, outlier_index, outlier_weight,
+                         residual, norm_weight, norm_bias, eps: float):
     """LayerNorm(residual + x W^T + b) with the product in int8: (M, K), (M, N) -> (M, N)."""
-    y = _product(x, weight_int8, weight_scale, bias, keep, outlier_index, outlier_weight) + residual
+    y = _product(x, weight_int8, weight_sum, weight_scale, bias, keep, outlier_index, outlier_weight) + residual
     return F.layer_norm(y, (y.shape[-1],), norm_weight, norm_bias, eps)
 
 
@@ -291,7 +300,7 @@ def weight_levels() -> int:
         RuntimeError: neither range multiplies exactly (the int8 path cannot be trusted here).
     """
     gen = torch.Generator().manual_seed(0)
-    a = torch.randint(-127, 128, (16, 256), dtype=torch.int8, generator=gen)
+    a = torch.randint(-128, 128, (16, 256), dtype=torch.int8, generator=gen)
     for levels in (127, 63):
         b = torch.randint(-levels, levels + 1, (256, 32), dtype=torch.int8, generator=gen)
         if torch.equal(torch._int_mm(a, b).long(), a.long() @ b.long()):
@@ -368,6 +377,7 @@ class Int8Linear(nn.Module):
         scale = inliers.abs().amax(dim=1).clamp_min(_TINY) / levels
         # (K, N) contiguous: the layout torch._int_mm multiplies fastest as its right operand; outlier rows are 0
         self.register_buffer("weight_int8", torch.round(inliers / scale[:, None]).to(torch.int8).t().contiguous())
+        self.register_buffer("weight_sum", self.weight_int8.sum(dim=0, dtype=torch.int32))  # (N,): c
         self.register_buffer("weight_scale", scale)
         self.register_buffer("bias", torch.zeros(self.out_features) if bias is None else bias.detach().float().clone())
         if outliers:
@@ -387,7 +397,7 @@ class Int8Linear(nn.Module):
         return [] if self.outlier_index is None else self.outlier_index.tolist()
 
     def _args(self, rows: torch.Tensor) -> tuple:
-        return (rows, self.weight_int8, self.weight_scale, self.bias, self.keep, self.outlier_index,
+        return (rows, self.weight_int8, self.weight_sum, self.weight_scale, self.bias, self.keep, self.outlier_index,
                 self.outlier_weight)
 
     def _fn(self, fn: Callable) -> Callable:

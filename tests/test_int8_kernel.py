@@ -34,7 +34,7 @@ def cache(tmp_path, monkeypatch):
 
 def brute_force(weight, bias, x, outliers=(), activation=None):
     """The int8 Linear in float64: outlier features O in full precision with the original weights, the others
-    quantized per token (activations) and per output channel (weights)."""
+    quantized per token (activations: asymmetric, an integer zero point) and per output channel (weights)."""
     w = weight.detach().double()
     O = sorted(outliers)
     w_in, rows = w.clone(), x.reshape(-1, x.shape[-1]).double()
@@ -43,8 +43,11 @@ def brute_force(weight, bias, x, outliers=(), activation=None):
     qw = torch.round(w_in / sw[:, None])
     x_in = rows.clone()
     x_in[:, O] = 0
-    sx = x_in.abs().amax(1, keepdim=True).clamp_min(1e-300) / 127
-    y = (torch.round(x_in / sx) @ qw.T) * sx * sw + rows[:, O] @ w[:, O].T + bias.detach().double()
+    low = x_in.amin(1, keepdim=True).clamp_max(0)
+    sx = (x_in.amax(1, keepdim=True).clamp_min(0) - low).clamp_min(1e-300) / 255
+    zero = torch.round(-low / sx) - 128
+    qx = torch.clamp(torch.round(x_in / sx) + zero, -128, 127)
+    y = ((qx - zero) @ qw.T) * sx * sw + rows[:, O] @ w[:, O].T + bias.detach().double()
     if activation is not None:
         y = activation(y)
     return y.reshape(*x.shape[:-1], -1)
@@ -56,7 +59,7 @@ def test_weight_levels_make_int_mm_exact():
     levels = quantization.weight_levels()
     assert levels in (127, 63)
     gen = torch.Generator().manual_seed(1)
-    a = torch.randint(-127, 128, (64, 384), dtype=torch.int8, generator=gen)
+    a = torch.randint(-128, 128, (64, 384), dtype=torch.int8, generator=gen)
     b = torch.randint(-levels, levels + 1, (384, 1152), dtype=torch.int8, generator=gen)
     assert torch.equal(torch._int_mm(a, b).long(), a.long() @ b.long())
     cpuinfo = Path("/proc/cpuinfo")
