@@ -3,8 +3,8 @@ int8). :func:`load_backend` gives the backend of any path in :data:`ctxemb.preci
 bound of each path is in :mod:`ctxemb.inference`.
 
 **int8** (:func:`ctxemb.quantization.quantize_int8`, scheme and fusion described there): a copy of the encoder whose
-Linear layers run in int8 with int8 weights per output channel, activations with one scale per token, int32 sums, and
-a fixed set of outlier input features per Linear in float32, found once per model on calibration text
+Linear layers run in int8 with int8 weights per output channel, activations with one scale and zero point per token,
+int32 sums, and a fixed set of outlier input features per Linear in float32, found once per model on calibration text
 (:func:`int8_calibration`, cached). Per-token scales are for all-mpnet-base-v2, whose feed-forward outputs carry
 activation outliers on a few tokens: with one activation scale per batch (torch's ``quantize_dynamic``, ONNX
 Runtime's dynamic quantization) every other token of the batch loses its resolution (mean per-word cosine to fp32
