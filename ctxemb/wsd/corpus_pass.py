@@ -241,9 +241,10 @@ def add_example_contexts(base: CorpusEmbeddings, examples: CorpusEmbeddings, *, 
         raise ValueError("add_example_contexts: dimensions differ (%d and %d)" % (base.store.dim, examples.store.dim))
     check_choice(senses, "senses", EXAMPLE_SENSES)
     store = copy_as_corpus_vectors(base.store)
-    extra = [k for k in examples.store.keys if examples.store.count(k) > 0
-             and (senses == "all" or (k in store) == (senses == "seen"))]
-    have = np.array([k in store for k in extra], dtype=bool)
+    given = [(k, k in store) for k in examples.store.keys if examples.store.count(k) > 0]
+    given = [(k, known) for k, known in given if senses == "all" or known == (senses == "seen")]
+    extra = [k for k, _ in given]
+    have = np.array([known for _, known in given], dtype=bool)
     if extra:
         n_ex = examples.store.counts(extra).astype(np.float64)
         n_base = np.zeros(len(extra))
