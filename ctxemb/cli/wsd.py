@@ -38,7 +38,6 @@ from ctxemb.cli._common import (
     fraction,
     load_embedder,
     load_preset,
-    non_negative_float,
     positive_int,
     train_overrides,
     write_json,
@@ -50,6 +49,7 @@ from ctxemb.wsd.corpus import read_dataset, split_corpus_by_document, write_data
 from ctxemb.wsd.corpus_pass import MULTIWORD_MODES
 from ctxemb.wsd.disambiguate import BACK_OFFS, Disambiguator
 from ctxemb.wsd.glosses import GLOSS_MODES
+from ctxemb.wsd.prior import parse_prior_weight
 from ctxemb.wsd.propagation import PROPAGATION_SCOPES
 from ctxemb.wsd.sense_store import SenseStore
 from ctxemb.wsd.tag_files import INPUT_FORMATS, OUTPUT_FORMATS, store_embedder_config, tag_file
@@ -61,6 +61,14 @@ logger = logging.getLogger(__name__)
 def _embedder_for_store(store, device: str, model: str | None = None):
     """The embedder the store records (``model``: another copy of its model, checked against the store)."""
     return load_embedder(device=device, config=store_embedder_config(store, model))
+
+
+def prior_weight_arg(text: str):
+    """``--prior-weight``: a number, or ``NOUN=w,VERB=w,ADJ=w,ADV=w`` (:func:`ctxemb.wsd.prior.parse_prior_weight`)."""
+    try:
+        return parse_prior_weight(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def add_build_config_args(p: argparse.ArgumentParser) -> None:
@@ -81,8 +89,9 @@ def add_build_config_args(p: argparse.ArgumentParser) -> None:
                    help="combine with '<lemma> - <gloss>' embeddings (default %(default)s)")
     g.add_argument("--back-off", default=d.back_off, choices=BACK_OFFS,
                    help="answer WordNet's first sense when no candidate has a vector (default %(default)s)")
-    g.add_argument("--prior-weight", type=non_negative_float, default=d.prior_weight,
-                   help="weight of the log sense-frequency prior added to the cosine (default %(default)s; 0 = off)")
+    g.add_argument("--prior-weight", type=prior_weight_arg, default=d.prior_weight,
+                   help="weight of the log sense-frequency prior added to the cosine: a number, or one per part of "
+                        "speech as NOUN=0.015,VERB=0.02,ADJ=0.04,ADV=0.025 (default %(default)s; 0 = off)")
     g.add_argument("--multiword", default=d.multiword, choices=MULTIWORD_MODES,
                    help="pass New_York to the embedder as 'New York' or unchanged (default %(default)s)")
     g.add_argument("--max-sentences", type=positive_int, default=None, help="use only the first N training sentences")
@@ -142,7 +151,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help="write <dataset>.key prediction files here (readable by the framework's Scorer.java)")
     e.add_argument("--per-pos", action="store_true", help="also print scores per part of speech")
     e.add_argument("--back-off", default=None, choices=BACK_OFFS, help="override the store's setting")
-    e.add_argument("--prior-weight", type=non_negative_float, default=None, help="override the store's sense-frequency prior weight")
+    e.add_argument("--prior-weight", type=prior_weight_arg, default=None,
+                   help="override the store's sense-frequency prior weight (a number, or NOUN=w,VERB=w,ADJ=w,ADV=w)")
     _add_common(e)
     e.set_defaults(func=run_eval)
 

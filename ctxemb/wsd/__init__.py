@@ -7,6 +7,7 @@
 - :mod:`~ctxemb.wsd.propagation`: vectors for unseen senses from WordNet's synsets, hypernyms, lexicographer files.
 - :mod:`~ctxemb.wsd.glosses`: gloss embeddings combined with corpus vectors.
 - :mod:`~ctxemb.wsd.build`: :class:`BuildConfig` and :func:`build_sense_store` / :func:`build_from_embeddings`.
+- :mod:`~ctxemb.wsd.prior`: the sense-frequency prior's weight (one number or one per POS) and its score term.
 - :mod:`~ctxemb.wsd.disambiguate`: :class:`Disambiguator` (nearest sense, first-sense back-off, raw-text tagging).
 - :mod:`~ctxemb.wsd.training`, :mod:`~ctxemb.wsd.sense_task`: sense training (BEM, SupCon) as tasks of the one
   registry (``wsd-bem``, ``wsd-supcon``), run by the one run skeleton.

@@ -15,8 +15,9 @@ average the vectors of each sense (eq. 11.8). :class:`BuildConfig` adds document
   (:mod:`~ctxemb.wsd.glosses`): ``"concat"`` or ``"average"``.
 - ``prior_weight``: add ``prior_weight * log p(sense | lemma)`` to each candidate's cosine, where p is the sense's
   add-one smoothed share of the corpus occurrences among the scored candidates (recorded in the store; the
-  disambiguator reads it). Sense frequency is strong evidence (WordNet's first sense beats the plain 1-NN of small
-  encoders); this lets the nearest-neighbour cosine overrule it only when the context is clear. 0 = off.
+  disambiguator reads it); one number, or one per part of speech (:mod:`~ctxemb.wsd.prior`). Sense frequency is
+  strong evidence (WordNet's first sense beats the plain 1-NN of small encoders); this lets the nearest-neighbour
+  cosine overrule it only when the context is clear. 0 = off.
 - ``back_off``: ``"first_sense"`` lets the disambiguator answer WordNet's first sense when no candidate has a
   vector (recorded in the store; the :class:`~ctxemb.wsd.disambiguate.Disambiguator` reads it).
 - ``multiword``: how a multiword token such as ``New_York`` reaches the embedder (see
@@ -24,7 +25,8 @@ average the vectors of each sense (eq. 11.8). :class:`BuildConfig` adds document
 
 A configuration has a short name (:attr:`BuildConfig.name`, parsed back by :meth:`BuildConfig.from_name`):
 ``1nn`` is the plain recipe; ``+std``, ``+prop`` / ``+prop-all``, ``+gloss-concat`` / ``+gloss-average``,
-``+prior<w>`` and ``+no-backoff`` add switches (``1nn+std+prop+gloss-concat``).
+``+prior<w>`` (per POS: ``+prior-n<w>-v<w>-a<w>-r<w>``) and ``+no-backoff`` add switches
+(``1nn+std+prop+gloss-concat``).
 
 The expensive corpus pass (:func:`~ctxemb.wsd.corpus_pass.embed_corpus`) is separate from
 :func:`build_from_embeddings`, so several configurations can be built from one pass (the benchmark does this).
@@ -52,8 +54,9 @@ from ctxemb.wsd.corpus_pass import (
     copy_as_corpus_vectors,
     embed_corpus,
 )
-from ctxemb.wsd.disambiguate import BACK_OFFS, BackOff, check_prior_weight
+from ctxemb.wsd.disambiguate import BACK_OFFS, BackOff
 from ctxemb.wsd.glosses import GLOSS_MODES, GlossMode, combine_with_glosses
+from ctxemb.wsd.prior import PriorWeight, check_prior_weight, prior_from_name_part, prior_name_part
 from ctxemb.wsd.propagation import PROPAGATION_SCOPES, PropagationScope, propagate_senses, propagation_targets
 from ctxemb.wsd.sense_store import QueryTransform, SenseStore
 
@@ -78,7 +81,9 @@ class BuildConfig:
             corpus and gloss embeddings.
         back_off: one of :data:`~ctxemb.wsd.disambiguate.BACK_OFFS` (``"first_sense"``, ``"none"``): what the
             disambiguator does when no candidate has a vector.
-        prior_weight: weight of the log sense-frequency prior added to the cosine (0 = plain nearest sense).
+        prior_weight: weight of the log sense-frequency prior added to the cosine (0 = plain nearest sense): a
+            number, or a mapping ``{NOUN, VERB, ADJ, ADV -> weight}`` (stored normalised:
+            :func:`~ctxemb.wsd.prior.check_prior_weight`).
         multiword: one of :data:`~ctxemb.wsd.corpus_pass.MULTIWORD_MODES` (``"space"``, ``"underscore"``): how
             ``_``-joined multiword tokens are passed to the embedder.
         max_sentences: use only the first N training sentences (None = all); for quick runs.
@@ -96,7 +101,7 @@ class BuildConfig:
     gloss: GlossMode = "none"
     back_off: BackOff = "first_sense"
     # Chosen on the dev sets (SemEval-2007 and held-out SemCor) for both shipped models: benchmarks/results/wsd_*.md.
-    prior_weight: float = 0.03
+    prior_weight: PriorWeight = 0.03
     multiword: MultiwordMode = "space"
     max_sentences: int | None = None
     batch_size: int | None = None
@@ -110,7 +115,7 @@ class BuildConfig:
         for name in ("standardize", "propagate"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError("%s must be a bool, got %r" % (name, getattr(self, name)))
-        check_prior_weight(self.prior_weight)
+        object.__setattr__(self, "prior_weight", check_prior_weight(self.prior_weight))
         if self.max_sentences is not None:
             check_int(self.max_sentences, "max_sentences", low=1)
         if self.batch_size is not None:
@@ -127,8 +132,9 @@ class BuildConfig:
             parts.append("prop" if self.propagation_scope == "corpus_lemmas" else "prop-all")
         if self.gloss != "none":
             parts.append("gloss-" + self.gloss)
-        if self.prior_weight:
-            parts.append("prior%g" % self.prior_weight)
+        prior = prior_name_part(self.prior_weight)
+        if prior:
+            parts.append(prior)
         if self.back_off == "none":
             parts.append("no-backoff")
         return "+".join(parts)
@@ -155,12 +161,12 @@ class BuildConfig:
                 fields["gloss"] = part[len("gloss-"):]
             elif part == "no-backoff":
                 fields["back_off"] = "none"
-            elif part.startswith("prior") and _is_number(part[len("prior"):]):
-                fields["prior_weight"] = float(part[len("prior"):])
+            elif prior_from_name_part(part) is not None:
+                fields["prior_weight"] = prior_from_name_part(part)
             else:
                 raise ValueError(
                     "unknown part %r in configuration name %r (known: std, prop, prop-all, gloss-concat, "
-                    "gloss-average, prior<weight>, no-backoff)" % (part, name)
+                    "gloss-average, prior<weight>, prior-n<w>-v<w>-a<w>-r<w>, no-backoff)" % (part, name)
                 )
         fields.update(overrides)
         return cls(**fields)
@@ -181,14 +187,6 @@ class BuildConfig:
         if unknown:
             raise ValueError("unknown BuildConfig fields %s (known: %s)" % (sorted(unknown), sorted(known)))
         return cls(**d)
-
-
-def _is_number(text: str) -> bool:
-    try:
-        float(text)
-    except ValueError:
-        return False
-    return True
 
 
 def build_from_embeddings(

@@ -5,13 +5,10 @@ Shapes: W words in a sentence, H the store's dimension, K candidate senses of a 
 For a target word, the candidates are its WordNet senses (from the lemma and POS when known, else from the
 word form via morphy, over every POS when the POS is unknown). The answer is the candidate whose stored vector
 has the highest cosine with the word's contextual embedding; candidates the store lacks are ignored. With a
-``prior_weight`` w > 0 the score of candidate k among the K scored ones is
-
-    cos(q, v_k) + w * log((c_k + 1) / (sum_j c_j + K))
-
-with c_k the sense's occurrence count in the training corpus (add-one smoothing: senses the corpus never showed,
-e.g. propagated ones, keep a chance). When no candidate has a vector, the disambiguator backs off to WordNet's
-first sense (unless back-off is off), and the result says so.
+``prior_weight`` w > 0 (one number, or one per part of speech) each scored candidate k also gains
+w * log((c_k + 1) / (sum_j c_j + K)), c_k its count in the training corpus (:mod:`~ctxemb.wsd.prior`). When no
+candidate has a vector, the disambiguator backs off to WordNet's first sense (unless back-off is off), and the result
+says so.
 
 :meth:`Disambiguator.tag` does all-words tagging of raw text: tokenisation (nltk's ``word_tokenize`` when its
 punkt data is installed, else a regular expression), multiword lookup in WordNet (``New York``),
@@ -23,8 +20,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import math
-import numbers
 from dataclasses import dataclass
 from typing import Literal, Sequence
 
@@ -36,11 +31,12 @@ from ctxemb.search.index import embedder_config_differences
 from ctxemb.wsd import wordnet as wnu
 from ctxemb.wsd.corpus import Corpus, Sentence, regex_tokenize
 from ctxemb.wsd.corpus_pass import MULTIWORD_MODES, MultiwordMode, check_word_vectors, embedder_words
+from ctxemb.wsd.prior import PriorWeight, check_prior_weight, prior_terms
 from ctxemb.wsd.sense_store import SenseStore
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["BACK_OFFS", "BackOff", "SensePrediction", "Disambiguator", "check_prior_weight", "tokenize", "pos_tag"]
+__all__ = ["BACK_OFFS", "BackOff", "SensePrediction", "Disambiguator", "tokenize", "pos_tag"]
 
 BackOff = Literal["first_sense", "none"]
 # What to answer when no candidate sense has a vector: WordNet's first sense, or nothing.
@@ -151,17 +147,6 @@ def pos_tag(words: Sequence[str]) -> list[str | None]:
     return [None] * len(words)
 
 
-def check_prior_weight(value) -> float:
-    """Return the weight of the log sense-frequency prior as a float.
-
-    Raises:
-        ValueError: ``value`` is not a real number (bools are refused), is negative, NaN or infinite.
-    """
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 <= value < math.inf:
-        raise ValueError("prior_weight must be a finite number >= 0, got %r" % (value,))
-    return float(value)
-
-
 def _aligned(name: str, values, n_words: int) -> list:
     if values is None:
         return [None] * n_words
@@ -183,7 +168,8 @@ class Disambiguator:
         back_off: one of :data:`BACK_OFFS`; default what the store was built with (else ``"first_sense"``).
         multiword: one of :data:`~ctxemb.wsd.corpus_pass.MULTIWORD_MODES`, how ``_``-joined tokens reach the
             embedder; default the store's setting (else ``"space"``).
-        prior_weight: weight of the log sense-frequency prior (see the module docstring); default the store's
+        prior_weight: weight of the log sense-frequency prior (see the module docstring): a number, or a mapping
+            ``{NOUN, VERB, ADJ, ADV -> weight}`` (:func:`~ctxemb.wsd.prior.check_prior_weight`); default the store's
             setting (else 0, the plain nearest sense).
         batch_size: texts per forward pass; None (default): the embedder's own batching.
 
@@ -200,7 +186,7 @@ class Disambiguator:
         *,
         back_off: BackOff | None = None,
         multiword: MultiwordMode | None = None,
-        prior_weight: float | None = None,
+        prior_weight: PriorWeight | None = None,
         batch_size: int | None = None,
     ):
         self._store = store
@@ -251,8 +237,7 @@ class Disambiguator:
         if scored:
             scores = self.store.score(query, scored).astype(np.float64)
             if self.prior_weight:
-                counts = self.store.counts(scored).astype(np.float64)
-                scores += self.prior_weight * np.log((counts + 1.0) / (counts.sum() + len(scored)))
+                scores += prior_terms(scored, self.store.counts(scored), self.prior_weight)
             order = np.argsort(-scores, kind="stable")  # ties go to the earlier (more frequent) WordNet sense
             key, score = scored[order[0]], float(scores[order[0]])
             if len(order) > 1:
