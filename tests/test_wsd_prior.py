@@ -119,3 +119,38 @@ def test_store_saves_a_per_pos_prior_and_the_cli_reads_one(setup, tmp_path):
     with pytest.raises(SystemExit):
         run(["wsd", "build", str(FIXTURES / "tiny_train"), str(tmp_path / "bad"), "--prior-weight", "NOUN=0.1"])
     assert not (tmp_path / "bad").exists()
+
+
+def test_build_takes_the_store_settings_a_trained_model_records(tmp_path, monkeypatch, capsys, wordnet):
+    """`ctxemb wsd build --model DIR` of a `wsd train` model: its recorded prior and WordNet-examples choice are the
+    defaults; flags override them; --plain ignores them."""
+    import argparse
+
+    from ctxemb.cli import wsd as wsd_cli
+    from ctxemb.wsd.sense_config import STORE_DEFAULTS
+    from ctxemb.wsd.training import TRAINING_FILE, trained_store_defaults
+
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / TRAINING_FILE).write_text(json.dumps({"embedder": {}, "store": STORE_DEFAULTS["supcon"]}))
+    assert trained_store_defaults(model) == STORE_DEFAULTS["supcon"] and trained_store_defaults("all-MiniLM-L6-v2") == {}
+    monkeypatch.setattr(wsd_cli, "load_embedder", lambda *a, **k: FakeEmbedder(dim=64))
+    monkeypatch.setattr(wsd_cli, "wordnet_example_corpus", lambda: read_dataset(FIXTURES / "tiny_eval"))
+
+    def build(name, *flags):
+        parser = argparse.ArgumentParser(prog="ctxemb")
+        wsd_cli.add_parser(parser.add_subparsers(dest="command", required=True))
+        args = parser.parse_args(["wsd", "build", str(FIXTURES / "tiny_train"), str(tmp_path / name), "--model",
+                                  str(model), "--no-progress", *flags])
+        assert args.func(args) == 0
+        return SenseStore.load(tmp_path / name).metadata
+
+    recorded = build("recorded")
+    assert recorded["prior_weight"] == PER_POS and "example_contexts" in recorded["build"]
+    assert "store settings recorded with the trained model" in capsys.readouterr().out
+    given = build("given", "--prior-weight", "0.1", "--no-wordnet-examples")
+    assert given["prior_weight"] == 0.1 and "example_contexts" not in given["build"]
+    plain = build("plain", "--plain")
+    assert plain["prior_weight"] == 0 and "example_contexts" not in plain["build"]
+    with pytest.raises(ValueError, match="--plain .* cannot be combined with --prior-weight"):
+        build("clash", "--plain", "--prior-weight", "0.03")

@@ -340,6 +340,9 @@ def test_the_saved_encoder_is_the_trained_one_and_feeds_the_embedder(trained):
     info = json.loads((d / TRAINING_FILE).read_text())
     assert info["recipe"] == "bem" and info["training"]["steps"] == 100 and info["embedder"]["layers"] == [-4, -3, -2, -1]
     assert info["training_run"] == result.training_run and info["machine"]["torch_threads"] == 1
+    assert info["store"] is None  # BEM records no store settings (the library's defaults); SupCon its STORE_DEFAULTS
+    supcon = json.loads((trained["supcon"][0].model_dir / TRAINING_FILE).read_text())
+    assert supcon["store"]["prior_weight"] == {"NOUN": 0.015, "VERB": 0.02, "ADJ": 0.04, "ADV": 0.025}
 
 
 def test_a_store_records_the_training_run_and_refuses_another_encoder(trained, base_model, tmp_path):

@@ -174,7 +174,7 @@ def test_build_sense_store_and_the_cli_fold_the_examples_in(tmp_path, monkeypatc
     monkeypatch.setattr(wsd_cli, "wordnet_example_corpus", lambda: examples)
     parser = argparse.ArgumentParser(prog="ctxemb")
     wsd_cli.add_parser(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(["wsd", "build", str(FIXTURES / "tiny_train"), str(tmp_path / "s"), "--plain",
+    args = parser.parse_args(["wsd", "build", str(FIXTURES / "tiny_train"), str(tmp_path / "s"),
                               "--prior-weight", "0.03", "--wordnet-examples", "--no-progress"])
     assert args.func(args) == 0
     saved = SenseStore.load(tmp_path / "s")

@@ -49,11 +49,12 @@ from ctxemb.wsd.corpus import read_dataset, split_corpus_by_document, write_data
 from ctxemb.wsd.corpus_pass import MULTIWORD_MODES
 from ctxemb.wsd.disambiguate import BACK_OFFS, Disambiguator
 from ctxemb.wsd.glosses import GLOSS_MODES
-from ctxemb.wsd.prior import parse_prior_weight
+from ctxemb.wsd.prior import format_prior_weight, parse_prior_weight
 from ctxemb.wsd.propagation import PROPAGATION_SCOPES
 from ctxemb.wsd.sense_store import SenseStore
 from ctxemb.wsd.tag_files import INPUT_FORMATS, OUTPUT_FORMATS, store_embedder_config, tag_file
-from ctxemb.wsd.training import SenseTrainConfig, check_held_out_documents, run_sense_training
+from ctxemb.wsd.training import (SenseTrainConfig, check_held_out_documents, run_sense_training,
+                                 trained_store_defaults)
 from ctxemb.wsd.wordnet_examples import wordnet_example_corpus
 
 logger = logging.getLogger(__name__)
@@ -89,21 +90,24 @@ def add_build_config_args(p: argparse.ArgumentParser) -> None:
                    help="combine with '<lemma> - <gloss>' embeddings (default %(default)s)")
     g.add_argument("--back-off", default=d.back_off, choices=BACK_OFFS,
                    help="answer WordNet's first sense when no candidate has a vector (default %(default)s)")
-    g.add_argument("--prior-weight", type=prior_weight_arg, default=d.prior_weight,
+    g.add_argument("--prior-weight", type=prior_weight_arg, default=None,
                    help="weight of the log sense-frequency prior added to the cosine: a number, or one per part of "
-                        "speech as NOUN=0.015,VERB=0.02,ADJ=0.04,ADV=0.025 (default %(default)s; 0 = off)")
+                        "speech as NOUN=0.015,VERB=0.02,ADJ=0.04,ADV=0.025 (default: what a model trained by `wsd "
+                        f"train` records, else {d.prior_weight:g}; 0 = off)")
     g.add_argument("--multiword", default=d.multiword, choices=MULTIWORD_MODES,
                    help="pass New_York to the embedder as 'New York' or unchanged (default %(default)s)")
     g.add_argument("--max-sentences", type=positive_int, default=None, help="use only the first N training sentences")
 
 
-def build_config_from_args(args: argparse.Namespace):
+def build_config_from_args(args: argparse.Namespace, store_defaults: Mapping[str, Any] | None = None):
+    """The :class:`BuildConfig` of the flags; ``store_defaults`` (a trained model's recorded store settings,
+    :func:`~ctxemb.wsd.training.trained_store_defaults`) replace the library's defaults for flags not given."""
     if args.plain:
         d = BuildConfig()
         clash = [flag for flag, value, default in (
             ("--standardize", args.standardize, d.standardize), ("--propagate", args.propagate, d.propagate),
             ("--propagation-scope", args.propagation_scope, d.propagation_scope), ("--gloss", args.gloss, d.gloss),
-            ("--prior-weight", args.prior_weight, d.prior_weight)) if value != default]
+            ("--prior-weight", args.prior_weight, None)) if value != default]
         if clash:
             raise ValueError("--plain is the plain 1-NN recipe and cannot be combined with %s" % ", ".join(clash))
         return BuildConfig.from_name("1nn", back_off=args.back_off, multiword=args.multiword,
@@ -114,7 +118,8 @@ def build_config_from_args(args: argparse.Namespace):
         propagation_scope=args.propagation_scope,
         gloss=args.gloss,
         back_off=args.back_off,
-        prior_weight=args.prior_weight,
+        prior_weight=args.prior_weight if args.prior_weight is not None else
+        (store_defaults or {}).get("prior_weight", BuildConfig().prior_weight),
         multiword=args.multiword,
         max_sentences=args.max_sentences,
         batch_size=args.batch_size,
@@ -137,9 +142,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     b.add_argument("--seed", type=int, default=0, help="seed of the held-out split (default %(default)s)")
     b.add_argument("--held-out-dir", default=None,
                    help="write the held-out documents here as a Raganato-format data set (for `wsd eval`)")
-    b.add_argument("--wordnet-examples", action="store_true",
+    b.add_argument("--wordnet-examples", action=argparse.BooleanOptionalAction, default=None,
                    help="fold WordNet's example sentences into the vectors of the senses the corpus has (not into "
-                        "the prior's counts)")
+                        "the prior's counts; default: what a model trained by `wsd train` records, else off)")
     _add_common(b, device=False)
     b.set_defaults(func=run_build)
 
@@ -229,7 +234,15 @@ def _add_common(p: argparse.ArgumentParser, *, device: bool = True) -> None:
 
 
 def run_build(args: argparse.Namespace) -> int:
-    config = build_config_from_args(args)
+    recorded = {} if args.plain else trained_store_defaults(args.model)
+    config = build_config_from_args(args, recorded)
+    use_examples = args.wordnet_examples if args.wordnet_examples is not None else \
+        bool(recorded.get("wordnet_examples", False))
+    given = {"prior_weight": args.prior_weight, "wordnet_examples": args.wordnet_examples}
+    taken = {k: v for k, v in recorded.items() if given.get(k) is None}
+    if taken:
+        print(f"store settings recorded with the trained model {args.model}: "
+              + ", ".join(f"{k} {format_prior_weight(v) if k == 'prior_weight' else v}" for k, v in taken.items()))
     corpus = read_dataset(args.train)
     if args.held_out_fraction is not None:
         corpus, held = split_corpus_by_document(corpus, args.held_out_fraction, args.seed)
@@ -240,7 +253,7 @@ def run_build(args: argparse.Namespace) -> int:
     elif args.held_out_dir:
         raise ValueError("--held-out-dir needs --held-out-fraction")
     embedder = load_embedder(args.model, device=args.device, **embedder_overrides(args))
-    examples = wordnet_example_corpus() if args.wordnet_examples else None
+    examples = wordnet_example_corpus() if use_examples else None
     store = build_sense_store(corpus, embedder, config, examples=examples, show_progress_bar=not args.no_progress)
     if args.held_out_fraction is not None:
         store.metadata["build"]["held_out"] = {"fraction": args.held_out_fraction, "seed": args.seed}

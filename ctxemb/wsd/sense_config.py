@@ -27,6 +27,12 @@ MODEL_DIR = "model"
 GLOSS_ENCODER_DIR = "gloss_encoder"
 TRAINING_FILE = "wsd_training.json"
 _SUBWORD_POOLINGS = ("mean", "first", "last")
+#: The sense-store settings that go with each recipe's trained encoder, chosen on the dev sets (SemEval-2007 and
+#: held-out SemCor, ``docs/guide/wsd.md``): recorded in the model's ``wsd_training.json`` ("store"), where
+#: ``ctxemb wsd build --model DIR`` takes them as its defaults. A recipe missing here keeps the library's defaults.
+STORE_DEFAULTS: dict[str, dict[str, Any]] = {
+    "supcon": {"prior_weight": {"NOUN": 0.015, "VERB": 0.02, "ADJ": 0.04, "ADV": 0.025}, "wordnet_examples": True},
+}
 _BUCKET_BATCHES = 50  # batches' worth of examples sorted by length together (less padding, still shuffled)
 
 

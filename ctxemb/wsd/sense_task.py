@@ -35,7 +35,8 @@ from ctxemb.training.config import TrainConfig
 from ctxemb.training.recipe import RunData, RunResult, RunSpec, machine_info
 from ctxemb.wsd.corpus import Corpus, read_dataset, split_corpus_by_document
 from ctxemb.wsd.sense_batches import _eval_batches, build_features, make_batch_source
-from ctxemb.wsd.sense_config import GLOSS_ENCODER_DIR, RECIPES, TRAINING_FILE, SenseInventory, SenseTrainConfig
+from ctxemb.wsd.sense_config import (GLOSS_ENCODER_DIR, RECIPES, STORE_DEFAULTS, TRAINING_FILE, SenseInventory,
+                                     SenseTrainConfig)
 from ctxemb.wsd.wordnet_examples import merge_corpora, wordnet_example_corpus
 
 logger = logging.getLogger(__name__)
@@ -196,6 +197,7 @@ class SenseTask(Task):
             "recipe": config.recipe,
             "config": {**config.to_dict(), "train": outcome.train_config.to_dict()},
             "embedder": config.embedder_options(),
+            "store": STORE_DEFAULTS.get(config.recipe),
             "base_model": config.model,
             "data": data.info["stats"],
             "held_out": None if held is None else {

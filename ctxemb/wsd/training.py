@@ -34,8 +34,9 @@ expected gloss tokens; lengths sorted within buckets, so padding stays small) by
 budget (a checkpoint is written; ``resume`` continues it).
 
 The saved model is ``<out_dir>/model``: the encoder in HF layout (``config.json``, ``model.safetensors``), its
-tokenizer, and ``wsd_training.json`` (the configuration, the Embedder settings to use with it, data counts, the
-held-out documents, time and hardware); ``config.json`` carries the run's identity
+tokenizer, and ``wsd_training.json`` (the configuration, the Embedder settings to use with it, the sense-store
+settings chosen for the recipe on the dev sets (:func:`trained_store_defaults`), data counts, the held-out documents,
+time and hardware); ``config.json`` carries the run's identity
 (:func:`~ctxemb.modeling.checkpoint.stamp_training_run`), which the Embedder reads, so a sense store built with this
 encoder refuses queries from any other one. ``Embedder.from_pretrained(result.model_dir)`` uses it unchanged.
 
@@ -67,6 +68,7 @@ __all__ = [
     "RECIPES", "MODEL_DIR", "SETTINGS_FILE", "TRAINING_FILE", "SenseFeatures", "SenseInventory", "SenseTask",
     "SenseTrainConfig", "SenseTrainResult", "TimeBudget", "WordNetInventory", "build_features",
     "check_held_out_documents", "make_batch_source", "run_sense_training", "trained_embedder_options",
+    "trained_store_defaults",
 ]
 
 
@@ -154,3 +156,13 @@ def trained_embedder_options(model_dir: str | os.PathLike) -> dict[str, Any]:
         raise FileNotFoundError(f"{model_dir} has no {TRAINING_FILE}: not a model made by ctxemb wsd train")
     info = read_json_file(path, "sense-training record")
     return dict(info["embedder"])
+
+
+def trained_store_defaults(model: str | os.PathLike | None) -> dict[str, Any]:
+    """The sense-store settings recorded with a model trained by :func:`run_sense_training` (its recipe's
+    :data:`~ctxemb.wsd.sense_config.STORE_DEFAULTS`: ``prior_weight``, ``wordnet_examples``); ``{}`` for any other
+    model (a name, a directory without ``wsd_training.json``, or a record without store settings)."""
+    path = Path(model) / TRAINING_FILE if model is not None else None
+    if path is None or not path.is_file():
+        return {}
+    return dict(read_json_file(path, "sense-training record").get("store") or {})
