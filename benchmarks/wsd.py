@@ -8,7 +8,8 @@ load time. Writes ``<out>/wsd_<model>[_<tag>].md`` and ``.json``.
 Configurations are named like :attr:`ctxemb.wsd.build.BuildConfig.name`: ``1nn`` is the plain recipe (the
 embedder's layers, by default the last four averaged, subwords mean-pooled; SemCor centroids; first-sense
 back-off); add ``+std`` (standardise), ``+prop`` / ``+prop-all`` (propagation), ``+gloss-concat`` /
-``+gloss-average`` (gloss embeddings), ``+prior<w>`` (sense-frequency prior of weight w), ``+no-backoff``.
+``+gloss-average`` (gloss embeddings), ``+prior<w>`` (sense-frequency prior of weight w; per part of speech
+``+prior-n<w>-v<w>-a<w>-r<w>``), ``+no-backoff``.
 The library's default, ``BuildConfig()``, is ``1nn+prior0.03``.
 
 Examples::

@@ -161,8 +161,8 @@ class BuildConfig:
                 fields["gloss"] = part[len("gloss-"):]
             elif part == "no-backoff":
                 fields["back_off"] = "none"
-            elif prior_from_name_part(part) is not None:
-                fields["prior_weight"] = prior_from_name_part(part)
+            elif (prior := prior_from_name_part(part)) is not None:
+                fields["prior_weight"] = prior
             else:
                 raise ValueError(
                     "unknown part %r in configuration name %r (known: std, prop, prop-all, gloss-concat, "
