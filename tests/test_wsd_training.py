@@ -458,6 +458,8 @@ def test_cli_trains_on_a_raganato_corpus_with_wordnet(wordnet, base_model, tmp_p
         assert code == 0
         out = capsys.readouterr().out
         assert f"{recipe}: 2 steps" in out and f"training run wsd-{recipe}-" in out
+        assert ("prior_weight NOUN=0.015,VERB=0.02,ADJ=0.04,ADV=0.025, wordnet_examples True" in out) == \
+            (recipe == "supcon")  # the recorded store settings are named
         assert Embedder.from_pretrained(tmp_path / recipe / "model").config.training_run.startswith(f"wsd-{recipe}-")
     # trained on every document: a store that holds some out to evaluate this encoder is refused
     assert main(["wsd", "build", str(corpus), str(tmp_path / "store"), "--model", str(tmp_path / "bem" / "model"),

@@ -223,7 +223,15 @@ def run_train(args: argparse.Namespace) -> int:
     print(f"model: {result.model_dir} (training run {result.training_run}); build a store with it: ctxemb wsd build "
           f"CORPUS STORE --model {result.model_dir} --layers {' '.join(map(str, opts['layers']))} "
           f"--layer-pooling {opts['layer_pooling']} --subword-pooling {opts['subword_pooling']}")
+    store = trained_store_defaults(result.model_dir)
+    if store:
+        print("the store settings chosen for this recipe on the dev sets, which `wsd build --model` takes by default: "
+              + _store_settings_text(store))
     return 0
+
+
+def _store_settings_text(settings: Mapping[str, Any]) -> str:
+    return ", ".join(f"{k} {format_prior_weight(v) if k == 'prior_weight' else v}" for k, v in settings.items())
 
 
 def _add_common(p: argparse.ArgumentParser, *, device: bool = True) -> None:
@@ -241,8 +249,7 @@ def run_build(args: argparse.Namespace) -> int:
     given = {"prior_weight": args.prior_weight, "wordnet_examples": args.wordnet_examples}
     taken = {k: v for k, v in recorded.items() if given.get(k) is None}
     if taken:
-        print(f"store settings recorded with the trained model {args.model}: "
-              + ", ".join(f"{k} {format_prior_weight(v) if k == 'prior_weight' else v}" for k, v in taken.items()))
+        print(f"store settings recorded with the trained model {args.model}: {_store_settings_text(taken)}")
     corpus = read_dataset(args.train)
     if args.held_out_fraction is not None:
         corpus, held = split_corpus_by_document(corpus, args.held_out_fraction, args.seed)
