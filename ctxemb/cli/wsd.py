@@ -99,9 +99,8 @@ def add_build_config_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--max-sentences", type=positive_int, default=None, help="use only the first N training sentences")
 
 
-def build_config_from_args(args: argparse.Namespace, store_defaults: Mapping[str, Any] | None = None):
-    """The :class:`BuildConfig` of the flags; ``store_defaults`` (a trained model's recorded store settings,
-    :func:`~ctxemb.wsd.training.trained_store_defaults`) replace the library's defaults for flags not given."""
+def build_config_from_args(args: argparse.Namespace):
+    """The :class:`BuildConfig` of the flags (``--prior-weight`` not given: the library's default)."""
     if args.plain:
         d = BuildConfig()
         clash = [flag for flag, value, default in (
@@ -118,8 +117,7 @@ def build_config_from_args(args: argparse.Namespace, store_defaults: Mapping[str
         propagation_scope=args.propagation_scope,
         gloss=args.gloss,
         back_off=args.back_off,
-        prior_weight=args.prior_weight if args.prior_weight is not None else
-        (store_defaults or {}).get("prior_weight", BuildConfig().prior_weight),
+        prior_weight=args.prior_weight if args.prior_weight is not None else BuildConfig().prior_weight,
         multiword=args.multiword,
         max_sentences=args.max_sentences,
         batch_size=args.batch_size,
@@ -242,14 +240,14 @@ def _add_common(p: argparse.ArgumentParser, *, device: bool = True) -> None:
 
 
 def run_build(args: argparse.Namespace) -> int:
+    # a model trained by `wsd train` records its recipe's store settings: they fill the flags not given
     recorded = {} if args.plain else trained_store_defaults(args.model)
-    config = build_config_from_args(args, recorded)
-    use_examples = args.wordnet_examples if args.wordnet_examples is not None else \
-        bool(recorded.get("wordnet_examples", False))
-    given = {"prior_weight": args.prior_weight, "wordnet_examples": args.wordnet_examples}
-    taken = {k: v for k, v in recorded.items() if given.get(k) is None}
+    taken = {k: v for k, v in recorded.items()
+             if k in ("prior_weight", "wordnet_examples") and getattr(args, k) is None}
     if taken:
+        vars(args).update(taken)
         print(f"store settings recorded with the trained model {args.model}: {_store_settings_text(taken)}")
+    config = build_config_from_args(args)
     corpus = read_dataset(args.train)
     if args.held_out_fraction is not None:
         corpus, held = split_corpus_by_document(corpus, args.held_out_fraction, args.seed)
@@ -260,7 +258,7 @@ def run_build(args: argparse.Namespace) -> int:
     elif args.held_out_dir:
         raise ValueError("--held-out-dir needs --held-out-fraction")
     embedder = load_embedder(args.model, device=args.device, **embedder_overrides(args))
-    examples = wordnet_example_corpus() if use_examples else None
+    examples = wordnet_example_corpus() if args.wordnet_examples else None
     store = build_sense_store(corpus, embedder, config, examples=examples, show_progress_bar=not args.no_progress)
     if args.held_out_fraction is not None:
         store.metadata["build"]["held_out"] = {"fraction": args.held_out_fraction, "seed": args.seed}

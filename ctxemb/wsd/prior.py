@@ -87,19 +87,17 @@ def parse_prior_weight(text: str) -> float | dict[str, float]:
         except ValueError:
             raise ValueError("prior weight: expected a number >= 0 or POS=weight pairs such as "
                              "NOUN=0.015,VERB=0.02,ADJ=0.04,ADV=0.025; got %r" % text) from None
-    pairs = {}
+    pairs: dict[str, float] = {}
     for item in text.split(","):
-        key, sep, number = item.partition("=")
+        key, _, number = (part.strip() for part in item.partition("="))
         try:
-            pairs.setdefault(key.strip(), []).append(float(number))
+            weight = float(number)  # "" (no "=") fails here too
         except ValueError:
             raise ValueError("prior weight: %r is not POS=number (in %r)" % (item, text)) from None
-        if not sep:
-            raise ValueError("prior weight: %r is not POS=number (in %r)" % (item, text))
-    repeated = [key for key, numbers_ in pairs.items() if len(numbers_) > 1]
-    if repeated:
-        raise ValueError("prior weight: %s given twice in %r" % (repeated[0], text))
-    return check_prior_weight({key: numbers_[0] for key, numbers_ in pairs.items()})
+        if key in pairs:
+            raise ValueError("prior weight: %s given twice in %r" % (key, text))
+        pairs[key] = weight
+    return check_prior_weight(pairs)
 
 
 def format_prior_weight(weight: PriorWeight) -> str:

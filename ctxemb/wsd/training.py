@@ -131,10 +131,10 @@ def check_held_out_documents(model: str | os.PathLike, held_out: Sequence[str]) 
         ValueError: the encoder's training data include some of ``held_out`` (it was trained with another split,
             or on every document); the message gives the split it was trained with.
     """
-    path = Path(model) / TRAINING_FILE
-    if not path.is_file():
+    record = _training_record(model)
+    if record is None:
         return
-    info = read_json_file(path, "sense-training record").get("held_out")
+    info = record.get("held_out")
     seen = set(held_out) - set(info["documents"] if info else [])
     if seen:
         how = (f"held-out fraction {info['fraction']} and seed {info['seed']}" if info else
@@ -151,18 +151,21 @@ def trained_embedder_options(model_dir: str | os.PathLike) -> dict[str, Any]:
     Raises:
         FileNotFoundError: the directory has no ``wsd_training.json``.
     """
-    path = Path(model_dir) / TRAINING_FILE
-    if not path.is_file():
+    record = _training_record(model_dir)
+    if record is None:
         raise FileNotFoundError(f"{model_dir} has no {TRAINING_FILE}: not a model made by ctxemb wsd train")
-    info = read_json_file(path, "sense-training record")
-    return dict(info["embedder"])
+    return dict(record["embedder"])
 
 
 def trained_store_defaults(model: str | os.PathLike | None) -> dict[str, Any]:
     """The sense-store settings recorded with a model trained by :func:`run_sense_training` (its recipe's
     :data:`~ctxemb.wsd.sense_config.STORE_DEFAULTS`: ``prior_weight``, ``wordnet_examples``); ``{}`` for any other
     model (a name, a directory without ``wsd_training.json``, or a record without store settings)."""
+    record = _training_record(model)
+    return dict((record or {}).get("store") or {})
+
+
+def _training_record(model: str | os.PathLike | None) -> dict | None:
+    """The ``wsd_training.json`` of a model directory; None for a model name or a directory without one."""
     path = Path(model) / TRAINING_FILE if model is not None else None
-    if path is None or not path.is_file():
-        return {}
-    return dict(read_json_file(path, "sense-training record").get("store") or {})
+    return read_json_file(path, "sense-training record") if path is not None and path.is_file() else None

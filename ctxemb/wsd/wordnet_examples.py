@@ -9,10 +9,10 @@ they reach the senses SemCor never tags, which otherwise get a vector only from 
 speech), so everything that takes SemCor takes them: ``build_sense_store(semcor, embedder, examples=...)`` folds
 them into a store's sense vectors (:func:`~ctxemb.wsd.corpus_pass.add_example_contexts`), and sense training adds
 them to its corpus with :func:`merge_corpora`. Finding the lemma: the example is split with
-:func:`~ctxemb.wsd.corpus.regex_tokenize`; a single-word lemma matches a token whose lower-cased form or one of whose morphy base forms (``banks`` -> bank,
-``took`` -> take) is the lemma; a multiword lemma (``take_off``) matches consecutive tokens whose first part is
-matched that way and the others literally, and becomes one ``took_off`` token, as multiword instances are in the
-Raganato format. The first match of each lemma is annotated; an example in which no lemma of its synset is found is
+:func:`~ctxemb.wsd.corpus.regex_tokenize`; a single-word lemma matches a token whose lower-cased form or one of
+whose morphy base forms (``banks`` -> bank, ``took`` -> take) is the lemma; a multiword lemma (``take_off``)
+matches consecutive tokens whose first part is matched that way and the others literally, and becomes one
+``took_off`` token, as multiword instances are in the Raganato format. The first match of each lemma is annotated; an example in which no lemma of its synset is found is
 left out (counted in the log: derived forms such as "banker" for "bank" are not matched, on purpose).
 """
 
