@@ -9,7 +9,10 @@ Parts (each one run of ``ctxemb finetune``'s task through the run skeleton):
   task selects on STS-B dev, so its STS-B dev score is a selected one: the table also gives the last evaluation);
 - ``allnli-b256``, ``allnli-b256-matryoshka``: the same rows in batches of 256 through the cached-gradient loss
   (GradCache, 64 rows a forward), without and with Matryoshka dimensions, STS-B dev every 5 steps;
-  ``allnli-b256-lr5e-6``: ``allnli-b256`` at a quarter of its learning rate.
+  ``allnli-b256-lr5e-6``: ``allnli-b256`` at a quarter of its learning rate;
+- ``allnli-interpolate``: ``allnli``, then the kept weights interpolated towards the untrained model's,
+  ``start + alpha (trained - start)`` for alpha in 0.25, 0.5, 0.75 (WiSE-FT; ``TrainConfig.interpolate``), the best
+  on STS-B dev saved (alpha 1, the trained weights, is a candidate too).
 
 Reported on dev only (XQuAD dev articles: MRR@10 and Recall@1 of the dev questions against the dev passages; STS-B
 dev Spearman, at full width and truncated to 64 dimensions), before and after training. The trained model
@@ -66,6 +69,10 @@ PARTS = {
     # the b256 run at a quarter of the learning rate: does a gentler step keep STS-B dev at the untrained score?
     "allnli-b256-lr5e-6": ("allnli", dict(epochs=1.0, batch_size=256, cache_batch_size=64, max_length=64,
                                           train_split="dev+test"), dict(learning_rate=5e-6, eval_every=5)),
+    # the allnli run, then its best weights interpolated towards all-MiniLM-L6-v2's (WiSE-FT), alpha chosen on dev
+    "allnli-interpolate": ("allnli", dict(epochs=1.0, batch_size=64, max_length=64, train_split="dev+test",
+                                          matryoshka_dims=MATRYOSHKA),
+                           dict(learning_rate=2e-5, eval_every=20, interpolate=[0.25, 0.5, 0.75])),
 }
 
 
@@ -103,7 +110,8 @@ def run_part(name: str, models_dir: Path) -> dict:
                "mining"),
            "run_seconds": round(seconds, 1), "eval_before_seconds": round(t_before, 1),
            "train_seconds": round(record["training"]["train_seconds"], 1), "model_dir": str(target),
-           "training_run": done.run.training_run, "load_average": round(os.getloadavg()[0], 1)}
+           "training_run": done.run.training_run, "load_average": round(os.getloadavg()[0], 1),
+           "interpolation": done.run.interpolation}
     print(json.dumps({k: row[k] for k in ("part", "before", "after", "run_seconds")}, indent=1), flush=True)
     return row
 
@@ -156,6 +164,12 @@ def report(rows: dict) -> str:
         table = [{"model": "all-MiniLM-L6-v2", **cells(allnli[0]["before"])}]
         notes = []
         for r in allnli:
+            chosen = r.get("interpolation")
+            if chosen:
+                for c in chosen["candidates"]:
+                    table.append({"model": f"{r['part']}, alpha {c['alpha']:g}" + (" (chosen)" if c["alpha"] ==
+                                  chosen["alpha"] else ""), **cells(c)})
+                continue
             table.append({"model": f"{r['part']}, best evaluation", **cells(r["after"])})
             if r["history"] and r["history"][-1] != r["after"]:  # the best evaluation was not the last one
                 table.append({"model": f"{r['part']}, last evaluation", **cells(r["history"][-1])})

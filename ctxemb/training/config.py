@@ -16,6 +16,7 @@ from typing import Any, Mapping
 from ctxemb._validation import check_choice, check_int
 from ctxemb.precision import TRAINING_PRECISIONS as PRECISIONS
 from ctxemb.precision import TrainingPrecision as Precision
+from ctxemb.training.interpolation import check_alphas
 
 
 def _int(value: Any, name: str, low: int) -> None:
@@ -88,6 +89,9 @@ class TrainConfig:
         keep_best: at the end of a run, restore the weights of the evaluation with the best primary metric
             (the task's; a recipe's run skeleton applies it) before the model is saved. Off by default.
         early_stopping_patience: stop after this many evaluations without a better primary metric (0: off).
+        interpolate: after training (and ``keep_best``), also evaluate the encoder's weights interpolated towards
+            the ones it started from, ``start + alpha (trained - start)`` for each alpha in (0, 1), and save the
+            best on the primary metric (WiSE-FT; the trained weights win ties). None: off.
         report_to: where rank 0 reports metrics besides ``metrics.jsonl``: ``"none"`` (the default),
             ``"tensorboard"`` (``out_dir/tensorboard/``), ``"wandb"`` (offline unless ``WANDB_MODE`` says otherwise;
             the run goes to ``out_dir/wandb/``), or several joined by commas. Needs ``out_dir`` unless "none".
@@ -121,6 +125,9 @@ class TrainConfig:
         "save the weights of the evaluation with the best primary metric instead of the last ones"))
     early_stopping_patience: int = field(default=0, metadata=_help(
         "stop after this many evaluations without a better primary metric (0: never)"))
+    interpolate: list[float] | None = field(default=None, metadata=_help(
+        "after training, also try the encoder's weights interpolated towards its starting ones at these alphas in "
+        "(0, 1) (WiSE-FT) and save the best on dev"))
     report_to: str = field(default="none", metadata=_help(
         "loggers besides metrics.jsonl: none, tensorboard, wandb (offline unless WANDB_MODE is set), or several "
         "joined by commas (rank 0 only)"))
@@ -153,6 +160,8 @@ class TrainConfig:
         if not (_number(self.max_grad_norm) and self.max_grad_norm >= 0):
             raise ValueError(f"max_grad_norm must be a number >= 0 (0 disables clipping), got {self.max_grad_norm!r}")
         check_choice(self.precision, "precision", PRECISIONS)
+        if self.interpolate is not None:
+            self.interpolate = check_alphas(self.interpolate) or None
         if self.out_dir is not None:
             if isinstance(self.out_dir, os.PathLike):
                 self.out_dir = os.fspath(self.out_dir)

@@ -1,7 +1,7 @@
 """The one run skeleton every recipe uses (pretraining, fine-tuning, sense training, a user's own task).
 
     seed -> build the model -> features and batches -> resolve steps from epochs -> train(...) with the task's
-    evaluator -> (best weights, if asked) -> one atomic save of ``<out_dir>/model`` with the training-run stamp and
+    evaluator -> (best weights, then their interpolation with the starting ones, if asked) -> one atomic save of ``<out_dir>/model`` with the training-run stamp and
     the run record
 
 A recipe describes its run with a :class:`RunSpec` (its settings, what may change on resume, its epochs) and two
@@ -49,6 +49,7 @@ from ctxemb.paths import atomic_directory, atomic_write
 from ctxemb.training.callbacks import BestWeights, Callback, EarlyStopping, TrainResult
 from ctxemb.training.config import TrainConfig, epochs_to_steps
 from ctxemb.training.distributed import DistributedContext, barrier, distributed_session
+from ctxemb.training.interpolation import choose_interpolation, interpolated_module, snapshot
 from ctxemb.training.loop import check_fresh_out_dir, seed_everything, train
 from ctxemb.training.model_card import CARD_FILE, render_model_card
 from ctxemb.training.state import CHECKPOINT_PREFIX
@@ -188,9 +189,11 @@ class RunResult:
         model_dir: the saved model directory (``<out_dir>/model``).
         training_run: its stamp (None on ranks other than 0).
         eval_history: each evaluation's metrics (the task evaluator's), in order.
-        final_metrics: the saved model's metrics (the last evaluation, or the best one with ``keep_best``).
+        final_metrics: the saved model's metrics (the last evaluation, or the best one with ``keep_best``, or the
+            chosen interpolation's with ``interpolate``).
         best_step: the step whose weights were saved with ``keep_best`` (None otherwise).
         eval_seconds: of the run's wall time, spent in the task's evaluator.
+        interpolation: what the ``interpolate`` setting chose (alpha, metrics, the candidates), or None.
         record: the run record written to ``model/run.json``.
     """
 
@@ -203,6 +206,7 @@ class RunResult:
     final_metrics: dict[str, float]
     best_step: int | None = None
     eval_seconds: float = 0.0
+    interpolation: dict[str, Any] | None = None
     record: dict[str, Any] = field(default_factory=dict)
 
 
@@ -210,13 +214,16 @@ def run_record(spec: RunSpec, train_config: TrainConfig, result: TrainResult, *,
                eval_history: list[dict[str, float]], final_metrics: Mapping[str, float], best_step: int | None,
                stats: Mapping[str, Any], total_seconds: float, world_size: int,
                extra: Mapping[str, Any] | None = None, best_checkpoint: str | None = None,
-               history_steps: list[int] | None = None, timing: Mapping[str, float] | None = None) -> dict[str, Any]:
+               history_steps: list[int] | None = None, timing: Mapping[str, float] | None = None,
+               interpolation: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The run record (``model/run.json``): one shape for every recipe (see the module docstring).
 
     ``timing`` (wall seconds by phase, see :func:`run_training`) is recorded when given.
 
     ``metrics.best_checkpoint`` names the checkpoint directory of ``best_step`` (None where none was written at
-    that step); ``metrics.history_steps`` the step of each evaluation in ``metrics.history``.
+    that step); ``metrics.history_steps`` the step of each evaluation in ``metrics.history``;
+    ``metrics.interpolation`` what :func:`ctxemb.training.interpolation.choose_interpolation` chose (None when the
+    run did not interpolate).
     """
     card = dict(getattr(spec, "card", None) or {})
     return {
@@ -232,7 +239,8 @@ def run_record(spec: RunSpec, train_config: TrainConfig, result: TrainResult, *,
                      "final_loss": float(np.mean(result.losses[-50:])) if result.losses else None},
         "metrics": {"primary_metric": spec.primary_metric, "greater_is_better": spec.greater_is_better,
                     "final": dict(final_metrics), "history": eval_history, "history_steps": history_steps,
-                    "best_step": best_step, "best_checkpoint": best_checkpoint, "loop_eval": result.eval_metrics},
+                    "best_step": best_step, "best_checkpoint": best_checkpoint, "loop_eval": result.eval_metrics,
+                    "interpolation": dict(interpolation) if interpolation else None},
         **({"card": card} if card else {}),
         **({"timing": dict(timing)} if timing else {}),
         **dict(extra or {}),
@@ -286,6 +294,8 @@ def run_training(spec: RunSpec, *, build_model: Callable[[], nn.Module],
         seed_everything(spec.train.seed)  # before the model: a fresh head (or a fresh model) belongs to the seed
         t = time.perf_counter()
         model = build_model()
+        # the weights interpolation returns towards (a resumed run's model is rebuilt the same way, then loaded)
+        start = snapshot(interpolated_module(model)) if spec.train.interpolate else None
         timing["model"] = time.perf_counter() - t
         t = time.perf_counter()
         data = make_data(model, ctx)
@@ -311,6 +321,9 @@ def run_training(spec: RunSpec, *, build_model: Callable[[], nn.Module],
         elif train_config.keep_best or train_config.early_stopping_patience:
             raise ValueError(f"keep_best and early_stopping_patience need an evaluation and a primary metric; the "
                              f"{spec.recipe} run has {'no evaluation' if spec.primary_metric else 'no primary metric'}")
+        if train_config.interpolate and not (spec.primary_metric and data.evaluate is not None):
+            raise ValueError(f"interpolate chooses its weight on the task's dev evaluator and primary metric; the "
+                             f"{spec.recipe} run has {'no evaluator' if spec.primary_metric else 'no primary metric'}")
         result = train(model, data.source, train_config, eval_data=data.eval_data,
                        eval_fn=timed_evaluate if data.evaluate is not None else None,
                        param_groups=data.param_groups, callbacks=cbs)
@@ -326,9 +339,23 @@ def run_training(spec: RunSpec, *, build_model: Callable[[], nn.Module],
             final = next((h for h, s in zip(history, steps) if s == best_step), dict(best.best_metrics))
             ckpt = out_dir / f"{CHECKPOINT_PREFIX}{best_step}"
             best_checkpoint = ckpt.name if ckpt.is_dir() else None
+        interpolation = None
+        if start is not None:
+            t = time.perf_counter()
+            was_training = model.training
+            model.eval()
+            interpolation = choose_interpolation(model, start, train_config.interpolate, data.evaluate,
+                                                 spec.primary_metric, greater_is_better=spec.greater_is_better,
+                                                 trained_metrics=final)
+            model.train(was_training)
+            final = dict(interpolation["metrics"])
+            timing["interpolate"] = time.perf_counter() - t
+            eval_seconds[0] += timing["interpolate"]
+            logger.info("interpolation: alpha %s chosen on %s (%s)", interpolation["alpha"], spec.primary_metric,
+                        final.get(spec.primary_metric))
         outcome = RunResult(train=result, train_config=train_config, model=model, model_dir=out_dir / MODEL_DIR,
                             training_run=None, eval_history=history, final_metrics=final, best_step=best_step,
-                            eval_seconds=eval_seconds[0])
+                            eval_seconds=eval_seconds[0], interpolation=interpolation)
         timing.update(result.timing)
         t = time.perf_counter()
         if after_train is not None:
@@ -340,7 +367,7 @@ def run_training(spec: RunSpec, *, build_model: Callable[[], nn.Module],
                                 final_metrics=outcome.final_metrics, best_step=best_step, stats=data.stats,
                                 total_seconds=time.perf_counter() - t_start, world_size=ctx.world_size,
                                 extra=extra_record(outcome) if extra_record else None,
-                                best_checkpoint=best_checkpoint, history_steps=steps,
+                                best_checkpoint=best_checkpoint, history_steps=steps, interpolation=interpolation,
                                 timing={k: round(v, 3) for k, v in timing.items()})
             t = time.perf_counter()
             if best is not None:
