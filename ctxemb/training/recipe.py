@@ -1,8 +1,8 @@
 """The one run skeleton every recipe uses (pretraining, fine-tuning, sense training, a user's own task).
 
     seed -> build the model -> features and batches -> resolve steps from epochs -> train(...) with the task's
-    evaluator -> (best weights, then their interpolation with the starting ones, if asked) -> one atomic save of ``<out_dir>/model`` with the training-run stamp and
-    the run record
+    evaluator -> (best weights, then their interpolation with the starting ones, if asked) -> one atomic save of
+    ``<out_dir>/model`` with the training-run stamp and the run record
 
 A recipe describes its run with a :class:`RunSpec` (its settings, what may change on resume, its epochs) and two
 callables: ``build_model()`` (called right after seeding, so a fresh head or a model pretrained from scratch is
