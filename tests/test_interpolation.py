@@ -125,3 +125,40 @@ def data(tmp_path_factory):
     write_corpus(d / "corpus.txt", 12, seed=0)
     return {"model": write_tiny_model(d / "tiny", num_hidden_layers=2), "tsv": _write_task(d / "t.tsv", 48, 0),
             "corpus": d / "corpus.txt"}
+
+
+def _scripted(out, *, stop=None, resume=False):
+    """The run skeleton on the tiny scripted model, evaluated by a function of its weights, with interpolation."""
+    from ctxemb.training import DatasetBatches
+    from ctxemb.training.recipe import RunData, RunSpec, run_training
+    from tests.test_run_outputs import StopAt
+    from tests.training_scripts.tiny import make_examples, make_model
+
+    def make_data(model, ctx):
+        def evaluate(m):
+            return {"score": -float(sum((p.detach() - 0.05).pow(2).sum() for p in m.parameters()))}
+        return RunData(source=DatasetBatches(make_examples(16), batch_size=4, seed=1), evaluate=evaluate,
+                       stats={"train_examples": 16})
+
+    def save_files(model, directory):
+        from safetensors.torch import save_model
+
+        save_model(model, str(directory / "model.safetensors"))
+        (directory / "config.json").write_text("{}")
+
+    cfg = TrainConfig(learning_rate=0.05, max_steps=6, eval_every=2, save_every=1, keep_best=True,
+                      interpolate=[0.25, 0.5, 0.75], precision="fp32", device="cpu", progress_bar=False, seed=0,
+                      out_dir=str(out), resume=resume)
+    spec = RunSpec(recipe="scripted", label="scripted", settings={}, train=cfg, primary_metric="score")
+    return run_training(spec, build_model=lambda: make_model(seed=0), make_data=make_data, save_files=save_files,
+                        callbacks=[StopAt(stop)] if stop else [])
+
+
+def test_a_resumed_run_interpolates_to_the_same_model(tmp_path):
+    straight = _scripted(tmp_path / "straight")
+    _scripted(tmp_path / "split", stop=3)
+    resumed = _scripted(tmp_path / "split", resume=True)
+    assert straight.interpolation["candidates"] == resumed.interpolation["candidates"]
+    assert (resumed.model_dir / "model.safetensors").read_bytes() == \
+        (straight.model_dir / "model.safetensors").read_bytes()
+    assert read_run_record(resumed.model_dir)["metrics"]["interpolation"]["alpha"] == straight.interpolation["alpha"]
