@@ -74,6 +74,16 @@ def test_choice_is_the_best_candidate_and_only_the_encoder_moves():
         assert torch.equal(v, trained_head[k]) and not torch.equal(v, start_head[k])
 
 
+def test_the_trained_model_is_evaluated_when_the_run_never_was():
+    model = _Model()
+    start = snapshot(model.encoder)
+    with torch.no_grad():
+        model.encoder.weight.add_(1.0)
+    out = choose_interpolation(model, start, [0.5], lambda m: {"s": float(m.encoder.weight.sum())}, "s",
+                               greater_is_better=True, trained_metrics={})
+    assert out["alpha"] == 1.0 and out["candidates"][0]["s"] > out["candidates"][1]["s"]
+
+
 def test_trained_weights_win_ties_and_stay_bitwise():
     model = _Model()
     start = snapshot(model.encoder)

@@ -74,18 +74,22 @@ def choose_interpolation(model: nn.Module, start: Mapping[str, torch.Tensor], al
         alphas: weights in (0, 1) (:func:`check_alphas`).
         evaluate: ``evaluate(model) -> metrics`` (the task's dev evaluator).
         metric: the metric to choose by; ``greater_is_better`` its direction.
-        trained_metrics: the trained model's metrics (alpha = 1), already evaluated.
+        trained_metrics: the trained model's metrics (alpha = 1), already evaluated (evaluated here if they lack
+            ``metric``, e.g. after a run with no evaluation).
 
     Returns:
         ``{"metric", "alpha" (the chosen one), "metrics" (the chosen model's), "candidates": [{"alpha", **metrics}]}``.
 
     Raises:
         KeyError: the evaluator's metrics lack ``metric``.
+        ValueError: ``start`` does not name the same tensors as the model's interpolated module.
     """
     module = interpolated_module(model)
     trained = snapshot(module)
     if set(trained) != set(start):
         raise ValueError("the model's weights do not match the snapshot taken before training (different names)")
+    if metric not in trained_metrics:
+        trained_metrics = dict(evaluate(model))
     candidates = [{"alpha": 1.0, **trained_metrics}]
     for alpha in check_alphas(alphas):
         set_interpolation(module, start, trained, alpha)
