@@ -79,7 +79,7 @@ def test_the_trained_model_is_evaluated_when_the_run_never_was():
     start = snapshot(model.encoder)
     with torch.no_grad():
         model.encoder.weight.add_(1.0)
-    out = choose_interpolation(model, start, [0.5], lambda m: {"s": float(m.encoder.weight.sum())}, "s",
+    out = choose_interpolation(model, start, [0.5], lambda m: {"s": float(m.encoder.weight.detach().sum())}, "s",
                                greater_is_better=True, trained_metrics={})
     assert out["alpha"] == 1.0 and out["candidates"][0]["s"] > out["candidates"][1]["s"]
 
