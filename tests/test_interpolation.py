@@ -172,3 +172,11 @@ def test_a_resumed_run_interpolates_to_the_same_model(tmp_path):
     assert (resumed.model_dir / "model.safetensors").read_bytes() == \
         (straight.model_dir / "model.safetensors").read_bytes()
     assert read_run_record(resumed.model_dir)["metrics"]["interpolation"]["alpha"] == straight.interpolation["alpha"]
+
+
+def test_the_model_card_says_the_weights_were_interpolated(tmp_path):
+    run = _scripted(tmp_path / "card")
+    card = (run.model_dir / "README.md").read_text()
+    chosen = run.interpolation["alpha"]
+    assert f"alpha {chosen:g} kept by score" in card and "interpolated towards the starting model's" in card
+    assert "which also chose the saved weights" in card

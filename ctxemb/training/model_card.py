@@ -245,7 +245,7 @@ def render_model_card(record: Mapping[str, Any], model_dir: str | os.PathLike | 
     lines += _table([(k, v) for k, v in _flat(settings)], ("recipe setting", "value")) + [""]
     loop_keys = ("learning_rate", "max_steps", "warmup_steps", "warmup_ratio", "weight_decay",
                  "grad_accumulation_steps", "max_grad_norm", "precision", "seed", "eval_every", "save_every",
-                 "keep_best", "early_stopping_patience")
+                 "keep_best", "early_stopping_patience", "interpolate")
     lines += _table([(k, train[k]) for k in loop_keys if k in train], ("training loop", "value")) + [""]
     lines += ["## Evaluation", ""]
     final = _numbers(metrics.get("final") or {})
@@ -261,6 +261,12 @@ def render_model_card(record: Mapping[str, Any], model_dir: str | os.PathLike | 
         else:
             lines += [f"These are the weights of the last step ({training.get('steps')})"
                       + (f"; primary metric: {primary}." if primary else "."), ""]
+        interpolation = metrics.get("interpolation")
+        if interpolation:
+            tried = ", ".join(f"{c['alpha']:g}: {_cell(c.get(primary))}" for c in interpolation["candidates"])
+            lines += [f"Then the encoder's weights were interpolated towards the starting model's (WiSE-FT),"
+                      f" start + alpha (trained - start), and alpha {interpolation['alpha']:g} kept by {primary}"
+                      f" (tried {tried}).", ""]
         history = metrics.get("history") or []
         steps = metrics.get("history_steps") or []
         if primary and len(history) > 1:
@@ -281,8 +287,8 @@ def render_model_card(record: Mapping[str, Any], model_dir: str | os.PathLike | 
     lines += ["## Limitations", ""]
     if final:
         lines.append(f"- The numbers above are on the {split} split"
-                     + (", which also chose the saved step: they overestimate held-out performance." if
-                        metrics.get("best_step") is not None else ".") + " No test-set result is recorded.")
+                     + (", which also chose the saved weights: they overestimate held-out performance." if
+                        metrics.get("best_step") is not None or metrics.get("interpolation") else ".") + " No test-set result is recorded.")
     lines.append(f"- Trained for {training.get('steps')} optimizer steps"
                  + (" (stopped early)" if training.get("stopped_early") else "")
                  + "; the model inherits the biases and the domain of its base model and training data.")
