@@ -38,8 +38,8 @@ def _wsd_trained():
     results = _json("wsd_train_all-MiniLM-L6-v2_perpos.json")
     datasets = results["encoders"]["supcon"]["wsd"]["configs"]["1nn+prior-n0.015-v0.02-a0.04-r0.025"]["datasets"]
     minutes = results["training"]["supcon"]["training"]["train_seconds"] / 60
-    return [f"SemEval-2007 {datasets['semeval2007']['F1']:.1f}", f"held-out SemCor {datasets['semcor_heldout']['F1']:.1f}",
-            f"{minutes:.0f} min here"]
+    return [f"SemEval-2007 {datasets['semeval2007']['F1']:.1f}",
+            f"held-out SemCor {datasets['semcor_heldout']['F1']:.1f}", f"{minutes:.0f} min here"]
 
 
 def _similarity():

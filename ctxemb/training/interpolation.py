@@ -65,8 +65,8 @@ def set_interpolation(module: nn.Module, start: Mapping[str, torch.Tensor], trai
 def choose_interpolation(model: nn.Module, start: Mapping[str, torch.Tensor], alphas: Sequence[float],
                          evaluate: Callable[[nn.Module], Mapping[str, float]], metric: str, *,
                          greater_is_better: bool, trained_metrics: Mapping[str, float]) -> dict:
-    """Evaluate the interpolations of ``model`` (trained) with its starting weights ``start`` at each alpha, leave
-    ``model`` at the best one on ``metric`` (the trained weights win ties), and say what was done.
+    """Evaluate (in eval mode) the interpolations of ``model`` (trained) with its starting weights ``start`` at each
+    alpha, leave ``model`` at the best one on ``metric`` (the trained weights win ties), and say what was done.
 
     Args:
         model: the trained model (its :func:`interpolated_module` is changed in place).
@@ -88,14 +88,19 @@ def choose_interpolation(model: nn.Module, start: Mapping[str, torch.Tensor], al
     trained = snapshot(module)
     if set(trained) != set(start):
         raise ValueError("the model's weights do not match the snapshot taken before training (different names)")
-    if metric not in trained_metrics:
-        trained_metrics = dict(evaluate(model))
-    candidates = [{"alpha": 1.0, **trained_metrics}]
-    for alpha in check_alphas(alphas):
-        set_interpolation(module, start, trained, alpha)
-        metrics = dict(evaluate(model))
-        logger.info("interpolation alpha %.2f: %s %.4f", alpha, metric, metrics[metric])
-        candidates.append({"alpha": alpha, **metrics})
+    was_training = model.training
+    model.eval()  # evaluated as the loop evaluates: dropout off
+    try:
+        if metric not in trained_metrics:
+            trained_metrics = dict(evaluate(model))
+        candidates = [{"alpha": 1.0, **trained_metrics}]
+        for alpha in check_alphas(alphas):
+            set_interpolation(module, start, trained, alpha)
+            metrics = dict(evaluate(model))
+            logger.info("interpolation alpha %.2f: %s %.4f", alpha, metric, metrics[metric])
+            candidates.append({"alpha": alpha, **metrics})
+    finally:
+        model.train(was_training)
     sign = 1 if greater_is_better else -1
     best = max(candidates, key=lambda c: (sign * c[metric], c["alpha"]))
     set_interpolation(module, start, trained, best["alpha"])

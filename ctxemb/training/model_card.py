@@ -286,9 +286,10 @@ def render_model_card(record: Mapping[str, Any], model_dir: str | os.PathLike | 
     lines += _usage(record, model_dir)
     lines += ["## Limitations", ""]
     if final:
+        selected = metrics.get("best_step") is not None or metrics.get("interpolation")
         lines.append(f"- The numbers above are on the {split} split"
-                     + (", which also chose the saved weights: they overestimate held-out performance." if
-                        metrics.get("best_step") is not None or metrics.get("interpolation") else ".") + " No test-set result is recorded.")
+                     + (", which also chose the saved weights: they overestimate held-out performance." if selected
+                        else ".") + " No test-set result is recorded.")
     lines.append(f"- Trained for {training.get('steps')} optimizer steps"
                  + (" (stopped early)" if training.get("stopped_early") else "")
                  + "; the model inherits the biases and the domain of its base model and training data.")

@@ -342,12 +342,9 @@ def run_training(spec: RunSpec, *, build_model: Callable[[], nn.Module],
         interpolation = None
         if start is not None:
             t = time.perf_counter()
-            was_training = model.training
-            model.eval()
             interpolation = choose_interpolation(model, start, train_config.interpolate, data.evaluate,
                                                  spec.primary_metric, greater_is_better=spec.greater_is_better,
                                                  trained_metrics=final)
-            model.train(was_training)
             final = dict(interpolation["metrics"])
             timing["interpolate"] = time.perf_counter() - t
             eval_seconds[0] += timing["interpolate"]

@@ -12,8 +12,8 @@ them to its corpus with :func:`merge_corpora`. Finding the lemma: the example is
 :func:`~ctxemb.wsd.corpus.regex_tokenize`; a single-word lemma matches a token whose lower-cased form or one of
 whose morphy base forms (``banks`` -> bank, ``took`` -> take) is the lemma; a multiword lemma (``take_off``)
 matches consecutive tokens whose first part is matched that way and the others literally, and becomes one
-``took_off`` token, as multiword instances are in the Raganato format. The first match of each lemma is annotated; an example in which no lemma of its synset is found is
-left out (counted in the log: derived forms such as "banker" for "bank" are not matched, on purpose).
+``took_off`` token, as multiword instances are in the Raganato format. The first match of each lemma is annotated;
+an example in which no lemma of its synset is found is left out (counted in the log: derived forms such as "banker" for "bank" are not matched, on purpose).
 """
 
 from __future__ import annotations
