@@ -45,6 +45,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ctxemb.kernels import int8_vnni_ops
 from ctxemb.modeling.encoder import ACTIVATIONS, AttentionOutput, Intermediate, Output, SelfAttention
 
 logger = logging.getLogger(__name__)
@@ -259,6 +260,8 @@ def linear_relu_kernel(x, weight_int8, weight_sum, weight_scale, bias, keep, out
 
 _LINEAR_KERNELS = {"none": linear_kernel, "gelu": linear_gelu_kernel, "gelu_tanh": linear_gelu_tanh_kernel,
                    "relu": linear_relu_kernel}
+# The native kernel's activation codes (int8_vnni.cpp, enum Activation).
+_NATIVE_ACTIVATIONS = {"none": 0, "gelu": 1, "gelu_tanh": 2, "relu": 3}
 
 
 def residual_norm_kernel(x, weight_int8, weight_sum, weight_scale, bias, keep, outlier_index, outlier_weight,
@@ -328,19 +331,24 @@ def inductor_works() -> bool:
 
 
 def kernel_mode(fused: bool | None = None) -> str:
-    """"inductor" (fused by ``torch.compile``) or "eager" (the same functions, unfused).
+    """"vnni" (the native kernel of :mod:`ctxemb.kernels`: quantization, product and epilogue in one C++ call per
+    Linear, on CPUs with AVX512-VNNI), "inductor" (the functions below fused by ``torch.compile``) or "eager" (the
+    same functions, unfused).
 
     Args:
-        fused: True requires Inductor (raises if it does not work), False runs eagerly, None: Inductor where it works
-            (a warning otherwise).
+        fused: True requires a fused mode (raises if neither works), False runs eagerly, None: the first of "vnni",
+            "inductor" that works here (a warning if neither does).
     """
     if fused is False:
         return "eager"
+    if int8_vnni_ops() is not None:
+        return "vnni"
     if inductor_works():
         return "inductor"
     if fused is True:
-        raise RuntimeError("fused=True needs torch.compile with Inductor on the CPU, which failed here (a C++ compiler "
-                           "is required); pass fused=False or None")
+        raise RuntimeError("fused=True needs the native int8 kernel (an AVX512-VNNI CPU) or torch.compile with "
+                           "Inductor on the CPU, and neither works here (a C++ compiler is required); pass "
+                           "fused=False or None")
     return "eager"
 
 
@@ -353,7 +361,8 @@ class Int8Linear(nn.Module):
         bias: (N,) or None.
         outliers: the outlier input features (float32 path).
         activation: "none", "gelu", "gelu_tanh" or "relu", fused into the dequantization.
-        mode: "inductor" or "eager" (:func:`kernel_mode`).
+        mode: "vnni", "inductor" or "eager" (:func:`kernel_mode`). "vnni" needs N a multiple of 16 and K of 4 (the
+            kernel's panels); a Linear of another shape takes the next mode that works here.
 
     Shapes: x (..., K) float -> (..., N) float32.
     """
@@ -363,10 +372,12 @@ class Int8Linear(nn.Module):
         super().__init__()
         if activation not in _LINEAR_KERNELS:
             raise ValueError(f"activation must be 'none', 'gelu', 'gelu_tanh' or 'relu', got {activation!r}")
-        if mode not in ("inductor", "eager"):
-            raise ValueError(f"mode must be 'inductor' or 'eager', got {mode!r}")
+        if mode not in ("vnni", "inductor", "eager"):
+            raise ValueError(f"mode must be 'vnni', 'inductor' or 'eager', got {mode!r}")
         weight = weight.detach().float()
         self.out_features, self.in_features = weight.shape
+        if mode == "vnni" and (self.out_features % 16 or self.in_features % 4 or int8_vnni_ops() is None):
+            mode = "inductor" if inductor_works() else "eager"
         outliers = sorted({int(i) for i in outliers})
         if outliers and not (0 <= outliers[0] and outliers[-1] < self.in_features):
             raise ValueError(f"outlier features must be in 0..{self.in_features - 1}, got {outliers}")
@@ -375,9 +386,14 @@ class Int8Linear(nn.Module):
         inliers = weight.index_fill(1, index, 0.0) if outliers else weight
         levels = weight_levels()
         scale = inliers.abs().amax(dim=1).clamp_min(_TINY) / levels
-        # (K, N) contiguous: the layout torch._int_mm multiplies fastest as its right operand; outlier rows are 0
-        self.register_buffer("weight_int8", torch.round(inliers / scale[:, None]).to(torch.int8).t().contiguous())
-        self.register_buffer("weight_sum", self.weight_int8.sum(dim=0, dtype=torch.int32))  # (N,): c
+        weight_int8 = torch.round(inliers / scale[:, None]).to(torch.int8)  # (N, K)
+        self.register_buffer("weight_sum", weight_int8.sum(dim=1, dtype=torch.int32))  # (N,): c
+        if mode == "vnni":  # the kernel's panels of 64 output channels
+            self.register_buffer("weight_packed", int8_vnni_ops().pack_weights(weight_int8))
+            self.weight_int8 = None
+        else:  # (K, N) contiguous: the layout torch._int_mm multiplies fastest as its right operand
+            self.register_buffer("weight_int8", weight_int8.t().contiguous())
+            self.weight_packed = None
         self.register_buffer("weight_scale", scale)
         self.register_buffer("bias", torch.zeros(self.out_features) if bias is None else bias.detach().float().clone())
         if outliers:
@@ -403,9 +419,22 @@ class Int8Linear(nn.Module):
     def _fn(self, fn: Callable) -> Callable:
         return _compiled(fn) if self.mode == "inductor" else fn
 
+    def _native(self, rows: torch.Tensor, activation: str = "none", residual: torch.Tensor | None = None,
+                norm: nn.LayerNorm | None = None) -> torch.Tensor:
+        """The "vnni" mode: (M, K) -> (M, N) float32 in two native calls (quantize; product with its epilogue)."""
+        ops = int8_vnni_ops()
+        u, scale, zero, xo = ops.quantize_rows(rows.float().contiguous(), self.keep, self.outlier_index)
+        return ops.linear(u, scale, zero, self.weight_packed, self.weight_sum, self.weight_scale, self.bias,
+                          None if self.outlier_index is None else xo, self.outlier_weight,
+                          _NATIVE_ACTIVATIONS[activation], residual, None if norm is None else norm.weight,
+                          None if norm is None else norm.bias, 0.0 if norm is None else float(norm.eps))
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.reshape(-1, self.in_features)
-        y = self._fn(_LINEAR_KERNELS[self.activation])(*self._args(rows))
+        if self.mode == "vnni":
+            y = self._native(rows, self.activation)
+        else:
+            y = self._fn(_LINEAR_KERNELS[self.activation])(*self._args(rows))
         return y.reshape(*x.shape[:-1], self.out_features)
 
     def extra_repr(self) -> str:
@@ -458,8 +487,11 @@ class Int8ResidualNorm(nn.Module):
         d = self.dense
         rows = h.reshape(-1, d.in_features)
         ln = self.LayerNorm
-        y = d._fn(residual_norm_kernel)(*d._args(rows), residual.reshape(-1, d.out_features).float(), ln.weight,
-                                        ln.bias, float(ln.eps))
+        residual = residual.reshape(-1, d.out_features).float()
+        if d.mode == "vnni":
+            y = d._native(rows, residual=residual.contiguous(), norm=ln)
+        else:
+            y = d._fn(residual_norm_kernel)(*d._args(rows), residual, ln.weight, ln.bias, float(ln.eps))
         return y.reshape(*h.shape[:-1], d.out_features)
 
 

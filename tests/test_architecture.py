@@ -16,7 +16,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("ctxemb._validation", "ctxemb._version", "ctxemb.atomic", "ctxemb.locks", "ctxemb.paths", "ctxemb.protocols",
      "ctxemb.precision", "ctxemb.sentences"),
     ("ctxemb.config", "ctxemb.metrics"),
-    ("ctxemb.tokenization", "ctxemb.registry"),
+    ("ctxemb.tokenization", "ctxemb.registry", "ctxemb.kernels"),
     ("ctxemb.modeling",),
     ("ctxemb.inference", "ctxemb.quantization", "ctxemb.backends", "ctxemb.autoprecision", "ctxemb.loading",
      "ctxemb.training"),

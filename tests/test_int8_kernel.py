@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from ctxemb import backends, quantization
+from ctxemb.kernels import int8_vnni_cpu, int8_vnni_ops
 from ctxemb.embedding import Embedder, EmbedderConfig
 from ctxemb.loading import load_encoder, load_tokenizer
 from ctxemb.modeling.encoder import Layer
@@ -18,7 +19,9 @@ from ctxemb.quantization import (Int8Calibration, Int8Linear, Int8ResidualNorm, 
 from tests.helpers import write_tiny_model
 
 MODES = ["eager", pytest.param("inductor", marks=pytest.mark.skipif(
-    not quantization.inductor_works(), reason="torch.compile (Inductor) needs a C++ compiler"))]
+    not quantization.inductor_works(), reason="torch.compile (Inductor) needs a C++ compiler")),
+         pytest.param("vnni", marks=pytest.mark.skipif(
+             int8_vnni_ops() is None, reason=f"no native int8 kernel here: {int8_vnni_cpu()[1]} (or it did not build)"))]
 
 
 @pytest.fixture(scope="module")
@@ -78,8 +81,8 @@ def _close(got, want):
 @pytest.mark.parametrize("activation", ["none", "gelu"])
 def test_int8_linear_matches_its_float64_formula(mode, outliers, activation):
     torch.manual_seed(0)
-    linear = torch.nn.Linear(48, 24)
-    x = torch.randn(2, 7, 48)
+    linear = torch.nn.Linear(52, 80)  # the native kernel: a full and a partial panel, K not a multiple of 16
+    x = torch.randn(2, 7, 52)
     x[1, 3, 5] = 300.0  # a massive activation on one token, in an outlier feature ...
     x[..., 11] *= 5
     x[0, 2, 30] = 45.0  # ... and one in a feature that is not (that token's own scale absorbs it)
@@ -88,7 +91,7 @@ def test_int8_linear_matches_its_float64_formula(mode, outliers, activation):
         got = q(x)
     act = torch.nn.functional.gelu if activation == "gelu" else None
     _close(got, brute_force(linear.weight, linear.bias, x, outliers, act))
-    assert got.shape == (2, 7, 24) and got.dtype == torch.float32
+    assert got.shape == (2, 7, 80) and got.dtype == torch.float32 and q.mode == mode
     if 5 in outliers and activation == "none":  # the token with the massive activation keeps its other features
         exact = linear(x).detach()
         plain = brute_force(linear.weight, linear.bias, x).float()  # no outlier features
@@ -128,7 +131,7 @@ def test_fused_blocks_match_the_float64_formula(mode):
 @pytest.mark.parametrize("mode", MODES)
 def test_a_row_is_bitwise_the_same_alone_and_in_a_batch_with_outliers(mode):
     torch.manual_seed(2)
-    q = Int8Linear.from_linear(torch.nn.Linear(64, 40), outliers=(7,), mode=mode)
+    q = Int8Linear.from_linear(torch.nn.Linear(64, 48), outliers=(7,), mode=mode)
     row = torch.randn(1, 64)
     mates = torch.randn(5, 64)
     mates[:, 7] = 500.0  # an outlier feature (float32 path) ...
@@ -235,3 +238,38 @@ def test_unfused_mode_is_explicit_and_any_module_quantizes():
         Int8Linear.from_linear(lin, activation="swish")
     with pytest.raises(ValueError, match="outlier features must be in 0..7"):
         Int8Linear.from_linear(lin, outliers=[8])
+
+
+@pytest.mark.skipif(int8_vnni_ops() is None, reason="no native int8 kernel here")
+@pytest.mark.parametrize("activation", ["gelu_tanh", "relu"])
+def test_native_kernel_activations_and_sizes_match_the_float64_formula(activation):
+    """The other activations, and sizes around the kernel's tiles: rows 1..13 (6-row micro-tiles, and the 48-row
+    blocks split between threads), output panels of 16..80 channels, K from 4 to 388."""
+    acts = {"gelu_tanh": lambda y: torch.nn.functional.gelu(y, approximate="tanh"), "relu": torch.relu}
+    torch.manual_seed(3)
+    for rows, k, n in [(1, 4, 16), (5, 36, 32), (13, 388, 80), (97, 64, 48)]:
+        linear = torch.nn.Linear(k, n)
+        q = Int8Linear.from_linear(linear, (1,) if k > 4 else (), activation=activation, mode="vnni")
+        x = torch.randn(rows, k) * 3
+        with torch.inference_mode():
+            got = q(x)
+        assert q.mode == "vnni"
+        _close(got, brute_force(linear.weight, linear.bias, x, (1,) if k > 4 else (), acts[activation]))
+
+
+def test_a_linear_the_native_kernel_cannot_tile_takes_the_next_mode():
+    torch.manual_seed(4)
+    linear = torch.nn.Linear(8, 24)  # N = 24 is not a multiple of the kernel's 16 channels
+    q = Int8Linear.from_linear(linear, mode="vnni")
+    assert q.mode == ("inductor" if quantization.inductor_works() else "eager")
+    x = torch.randn(3, 8)
+    with torch.inference_mode():
+        _close(q(x), brute_force(linear.weight, linear.bias, x))
+
+
+def test_native_kernel_is_used_exactly_where_the_cpu_has_vnni():
+    ok, why = int8_vnni_cpu()
+    if not ok:
+        assert int8_vnni_ops() is None and quantization.kernel_mode() != "vnni", why
+    elif quantization.inductor_works():  # a C++ compiler is here, so the kernel must build, pass its check and run
+        assert int8_vnni_ops() is not None and quantization.kernel_mode() == "vnni"

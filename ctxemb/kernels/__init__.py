@@ -1,0 +1,88 @@
+"""Native CPU kernels, compiled from their C++ source on first use and cached.
+
+One kernel today: the int8 Linear for CPUs with AVX512-VNNI (``int8_vnni.cpp``): per-token quantization of the
+activations to uint8, and a u8 x s8 product (``vpdpbusd``) whose dequantization, bias, outlier features and
+activation (or residual add and LayerNorm) are applied to each output tile while it is still in registers, instead
+of in separate passes over the (M, N) output. The scheme is :mod:`ctxemb.quantization`'s; the integer sums are the
+same, exact ones as ``torch._int_mm``'s.
+
+The build (``torch.utils.cpp_extension``, about 30 s; needs a C++ compiler and ninja) goes to
+``$CTXEMB_CACHE/kernels/<name>-torch<version>``, keyed by the torch version; ninja rebuilds it when the source
+changes, and a lock keeps concurrent processes from building it twice. The kernel is compiled for AVX-512 and is
+only loaded on a CPU whose ``/proc/cpuinfo`` flags say it has those instructions (a CPU without them would fault).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from pathlib import Path
+
+import torch
+
+from ctxemb.precision import cpu_info
+from ctxemb.registry import cache_dir
+
+logger = logging.getLogger(__name__)
+
+#: What the int8 kernel is compiled for; each must be among the CPU's flags.
+INT8_VNNI_FLAGS = ("avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_vnni", "fma")
+_COMPILE_FLAGS = ["-O3", "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mavx512vnni", "-mfma",
+                  # ATen's vectorized math (erf, tanh of the fused GELU) in its AVX-512 form
+                  "-DCPU_CAPABILITY_AVX512", "-DCPU_CAPABILITY=AVX512", "-fopenmp"]
+_SOURCE = Path(__file__).with_name("int8_vnni.cpp")
+
+
+def int8_vnni_cpu() -> tuple[bool, str]:
+    """Whether this CPU can run the int8 VNNI kernel, and why not if it cannot."""
+    flags = cpu_info().flags
+    if not flags:
+        return False, "the CPU's instruction-set flags are unknown (no /proc/cpuinfo)"
+    missing = [f for f in INT8_VNNI_FLAGS if f not in flags]
+    if missing:
+        return False, f"the CPU lacks {', '.join(missing)}"
+    return True, "the CPU has AVX512-VNNI"
+
+
+@functools.lru_cache(maxsize=1)
+def _load_int8_vnni():
+    from torch.utils.cpp_extension import load
+
+    name = "ctxemb_int8_vnni"
+    build = cache_dir() / "kernels" / f"{name}-torch{torch.__version__.replace('+', '-')}"
+    build.mkdir(parents=True, exist_ok=True)
+    load(name=name, sources=[str(_SOURCE)], extra_cflags=_COMPILE_FLAGS, extra_ldflags=["-fopenmp"],
+         build_directory=str(build), is_python_module=False, verbose=False)
+    return torch.ops.ctxemb_int8
+
+
+@functools.lru_cache(maxsize=1)
+def int8_vnni_ops():
+    """The int8 VNNI kernel's ops (``torch.ops.ctxemb_int8``: ``pack_weights``, ``quantize_rows``, ``linear``),
+    built on first use; None where this CPU lacks the instructions or the build fails (logged once, with the reason).
+    """
+    ok, why = int8_vnni_cpu()
+    if not ok:
+        logger.info("int8 VNNI kernel not used: %s", why)
+        return None
+    try:
+        ops = _load_int8_vnni()
+        _check(ops)
+        return ops
+    except Exception as e:  # noqa: BLE001  (any failure to build or load means: not here; the caller falls back)
+        logger.warning("the int8 VNNI kernel could not be built or loaded here (%s: %s); the int8 path uses "
+                       "torch._int_mm instead", type(e).__name__, str(e).strip().splitlines()[-1] if str(e) else "")
+        return None
+
+
+def _check(ops) -> None:
+    """One product against an int64 product, so a miscompiled kernel is never used (raises if it differs)."""
+    gen = torch.Generator().manual_seed(0)
+    M, K, N = 13, 72, 80  # a partial micro-tile, a partial panel, K not a multiple of 16
+    u = torch.randint(0, 256, (M, K), dtype=torch.uint8, generator=gen)
+    w = torch.randint(-127, 128, (N, K), dtype=torch.int8, generator=gen)
+    ones, zeros = torch.ones(M), torch.zeros(M, dtype=torch.int32)
+    y = ops.linear(u, ones, zeros, ops.pack_weights(w), torch.zeros(N, dtype=torch.int32), torch.ones(N),
+                   torch.zeros(N), None, None, 0, None, None, None, 0.0)
+    if not torch.equal(y.double(), (u.long() @ w.long().T).double()):
+        raise RuntimeError("the int8 VNNI kernel's product differs from an int64 product")

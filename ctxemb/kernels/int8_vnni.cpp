@@ -1,0 +1,287 @@
+// ctxemb's int8 Linear for CPUs with AVX512-VNNI: per-token quantization, and a u8 x s8 -> s32 product whose
+// dequantization, bias, outlier features and activation (or residual add and LayerNorm) are applied to each tile
+// while it is still in registers. Compiled on first use by ctxemb.kernels (torch.utils.cpp_extension) with
+// -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni, and only loaded where the CPU reports those features.
+//
+// The scheme is ctxemb.quantization's (its module docstring): for a token t (row) and an output channel o,
+//   y[t, o] = s_x[t] * s_w[o] * (sum_k u[t, k] w[o, k] - zu[t] c[o]) + sum_j x[t, O_j] W_O[j, o] + b[o]
+// with u = q + 128 in [0, 255] the unsigned form of the int8 activations and zu = z + 128 their zero point, so the
+// int32 part is the same as torch._int_mm(q, w) - z c (both exact). The products are _mm512_dpbusd_epi32 (u8 x s8
+// summed in fours into int32, exact at these K), on weights packed once into panels of 64 output channels.
+#include <ATen/ATen.h>
+#include <torch/library.h>
+#include <ATen/Parallel.h>
+#include <ATen/cpu/vec/vec.h>
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+namespace {
+
+constexpr int kRows = 6;         // rows of a micro-tile (6 x 4 accumulators + 4 weight vectors + 1 broadcast <= 32)
+constexpr int kVectors = 4;      // 16-channel vectors of a micro-tile: a panel is 64 output channels
+constexpr int kPanel = 16 * kVectors;
+constexpr int64_t kBlockRows = 48;  // rows per task: a panel's weights are reused across a block's micro-tiles
+
+enum Activation : int64_t { kNone = 0, kGelu = 1, kGeluTanh = 2, kRelu = 3 };
+
+// (N, K) int8 weights -> panels: for each panel of v <= 4 vectors (64 channels; the last may be narrower), K/4 steps
+// of v * 64 bytes: channel c's 4 consecutive weights w[c, 4s..4s+3] at byte 4c of step s (the operand layout of
+// vpdpbusd). Full panels are K * 64 bytes apart.
+at::Tensor pack_weights(const at::Tensor& weight) {
+  TORCH_CHECK(weight.dim() == 2 && weight.scalar_type() == at::kChar, "pack_weights: expected (N, K) int8, got ",
+              weight.sizes(), " ", weight.scalar_type());
+  const int64_t N = weight.size(0), K = weight.size(1);
+  TORCH_CHECK(N % 16 == 0 && K % 4 == 0, "pack_weights: N must be a multiple of 16 and K of 4, got N ", N, ", K ", K);
+  auto w = weight.contiguous();
+  auto packed = at::empty({N * K}, weight.options());
+  const int8_t* src = w.data_ptr<int8_t>();
+  int8_t* dst = packed.data_ptr<int8_t>();
+  const int64_t steps = K / 4;
+  for (int64_t p0 = 0; p0 < N; p0 += kPanel) {
+    const int64_t width = std::min<int64_t>(kPanel, N - p0);
+    int8_t* panel = dst + p0 * K;
+    for (int64_t s = 0; s < steps; ++s)
+      for (int64_t c = 0; c < width; ++c)
+        std::memcpy(panel + (s * width + c) * 4, src + (p0 + c) * K + 4 * s, 4);
+  }
+  return packed;
+}
+
+// Per-token asymmetric quantization of the inlier features (keep[k] = 1, outliers 0), as ctxemb.quantization's
+// _quantize (same operations in the same order, so the same integers): returns u = q + 128 (M, K) uint8, the scale
+// (M,) float and the zero point zu = z + 128 (M,) int32; the outlier features gathered (M, |O|) float.
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> quantize_rows(const at::Tensor& x, const c10::optional<at::Tensor>& keep,
+                                         const c10::optional<at::Tensor>& outlier_index) {
+  TORCH_CHECK(x.dim() == 2 && x.scalar_type() == at::kFloat && x.is_contiguous(),
+              "quantize_rows: expected contiguous (M, K) float32, got ", x.sizes(), " ", x.scalar_type());
+  const int64_t M = x.size(0), K = x.size(1);
+  auto u = at::empty({M, K}, x.options().dtype(at::kByte));
+  auto scale = at::empty({M}, x.options());
+  auto zero = at::empty({M}, x.options().dtype(at::kInt));
+  const int64_t P = outlier_index.has_value() ? outlier_index->numel() : 0;
+  auto xo = at::empty({M, P}, x.options());
+  const float* xp = x.data_ptr<float>();
+  const float* kp = keep.has_value() ? keep->data_ptr<float>() : nullptr;
+  const int64_t* op = P ? outlier_index->data_ptr<int64_t>() : nullptr;
+  uint8_t* up = u.data_ptr<uint8_t>();
+  float* sp = scale.data_ptr<float>();
+  int32_t* zp = zero.data_ptr<int32_t>();
+  float* xop = xo.data_ptr<float>();
+  const float tiny = std::numeric_limits<float>::min();
+  at::parallel_for(0, M, 16, [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) {
+      const float* row = xp + t * K;
+      __m512 lo = _mm512_setzero_ps(), hi = _mm512_setzero_ps();  // min(., 0) and max(., 0) from the start
+      for (int64_t k = 0; k < K; k += 16) {
+        const __mmask16 m = K - k >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (K - k)) - 1);
+        __m512 v = _mm512_maskz_loadu_ps(m, row + k);
+        if (kp) v = _mm512_mul_ps(v, _mm512_maskz_loadu_ps(m, kp + k));
+        lo = _mm512_min_ps(lo, v);
+        hi = _mm512_max_ps(hi, v);
+      }
+      const float low = _mm512_reduce_min_ps(lo);
+      const float s = std::max(_mm512_reduce_max_ps(hi) - low, tiny) / 255.0f;
+      const float z = std::nearbyint(-low / s) - 128.0f;
+      sp[t] = s;
+      zp[t] = static_cast<int32_t>(z) + 128;
+      const __m512 vs = _mm512_set1_ps(s), vz = _mm512_set1_ps(z);
+      const __m512 vlo = _mm512_set1_ps(-128.0f), vhi = _mm512_set1_ps(127.0f), v128 = _mm512_set1_ps(128.0f);
+      for (int64_t k = 0; k < K; k += 16) {
+        const __mmask16 m = K - k >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (K - k)) - 1);
+        __m512 v = _mm512_maskz_loadu_ps(m, row + k);
+        if (kp) v = _mm512_mul_ps(v, _mm512_maskz_loadu_ps(m, kp + k));
+        v = _mm512_roundscale_ps(_mm512_div_ps(v, vs), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        v = _mm512_add_ps(_mm512_min_ps(_mm512_max_ps(_mm512_add_ps(v, vz), vlo), vhi), v128);
+        _mm_mask_storeu_epi8(up + t * K + k, m, _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(v)));
+      }
+      for (int64_t j = 0; j < P; ++j) xop[t * P + j] = row[op[j]];
+    }
+  });
+  return std::make_tuple(u, scale, zero, xo);
+}
+
+struct Epilogue {
+  const float* x_scale;     // (M,)
+  const int32_t* x_zero;    // (M,) zu
+  const int32_t* w_sum;     // (N,) c
+  const float* w_scale;     // (N,)
+  const float* bias;        // (N,)
+  const float* xo;          // (M, P) or null
+  const float* wo;          // (P, N) or null
+  int64_t P;
+  int64_t activation;
+  const float* residual;    // (M, N) or null: then y = residual + product (LayerNorm after the whole row)
+  float* out;               // (M, N)
+  int64_t N;
+};
+
+inline __m512 activate(__m512 v, int64_t activation) {
+  using Vec = at::vec::Vectorized<float>;
+  switch (activation) {
+    case kGelu: {  // 0.5 v (1 + erf(v / sqrt(2)))
+      const Vec x(v);
+      return (x * Vec(0.5f) * (Vec(1.0f) + (x * Vec(static_cast<float>(M_SQRT1_2))).erf()));
+    }
+    case kGeluTanh: {  // 0.5 v (1 + tanh(sqrt(2 / pi) (v + 0.044715 v^3)))
+      const Vec x(v);
+      const Vec inner = Vec(static_cast<float>(M_2_SQRTPI * M_SQRT1_2)) * (x + Vec(0.044715f) * x * x * x);
+      return x * Vec(0.5f) * (Vec(1.0f) + inner.tanh());
+    }
+    case kRelu:
+      return _mm512_max_ps(v, _mm512_setzero_ps());
+    default:
+      return v;
+  }
+}
+
+// One micro-tile: rows [t0, t0 + R) x channels [n0, n0 + 16 V) of the output, from the packed panel `panel`
+// (width vectors per step) starting at vector `v0` of the panel.
+template <int R, int V>
+inline void tile(const uint8_t* a, int64_t lda, const int8_t* panel, int64_t width, int64_t steps, int64_t t0,
+                 int64_t n0, const Epilogue& e) {
+  // the sums go through a scratch tile in L1: with the epilogue reading the accumulators directly, GCC keeps a
+  // memory copy of them inside the product loop (a store per vpdpbusd)
+  alignas(64) int32_t sums[R][16 * V];
+  {
+    __m512i acc[R][V];
+#pragma GCC unroll 8
+    for (int i = 0; i < R; ++i)
+#pragma GCC unroll 4
+      for (int j = 0; j < V; ++j) acc[i][j] = _mm512_setzero_si512();
+    const int8_t* b = panel;
+    const int64_t stride = width * 64;
+    for (int64_t s = 0; s < steps; ++s, b += stride) {
+      __m512i w[V];
+#pragma GCC unroll 4
+      for (int j = 0; j < V; ++j) w[j] = _mm512_loadu_si512(b + 64 * j);
+#pragma GCC unroll 8
+      for (int i = 0; i < R; ++i) {
+        const __m512i x = _mm512_set1_epi32(*reinterpret_cast<const int32_t*>(a + i * lda + 4 * s));
+#pragma GCC unroll 4
+        for (int j = 0; j < V; ++j) acc[i][j] = _mm512_dpbusd_epi32(acc[i][j], x, w[j]);
+      }
+    }
+#pragma GCC unroll 8
+    for (int i = 0; i < R; ++i)
+#pragma GCC unroll 4
+      for (int j = 0; j < V; ++j) _mm512_store_si512(sums[i] + 16 * j, acc[i][j]);
+  }
+  for (int j = 0; j < V; ++j) {
+    const int64_t n = n0 + 16 * j;
+    const __m512i c = _mm512_loadu_si512(e.w_sum + n);
+    const __m512 ws = _mm512_loadu_ps(e.w_scale + n), bias = _mm512_loadu_ps(e.bias + n);
+    for (int i = 0; i < R; ++i) {
+      const int64_t t = t0 + i;
+      const __m512i exact = _mm512_sub_epi32(_mm512_load_si512(sums[i] + 16 * j),
+                                             _mm512_mullo_epi32(_mm512_set1_epi32(e.x_zero[t]), c));
+      __m512 y = _mm512_add_ps(_mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(exact), _mm512_set1_ps(e.x_scale[t])),
+                                             ws), bias);
+      if (e.P) {
+        __m512 o = _mm512_setzero_ps();
+        for (int64_t p = 0; p < e.P; ++p)
+          o = _mm512_fmadd_ps(_mm512_set1_ps(e.xo[t * e.P + p]), _mm512_loadu_ps(e.wo + p * e.N + n), o);
+        y = _mm512_add_ps(y, o);
+      }
+      if (e.residual) y = _mm512_add_ps(y, _mm512_loadu_ps(e.residual + t * e.N + n));
+      else y = activate(y, e.activation);
+      _mm512_storeu_ps(e.out + t * e.N + n, y);
+    }
+  }
+}
+
+template <int R>
+inline void tile_rows(const uint8_t* a, int64_t lda, const int8_t* panel, int64_t width, int64_t steps, int64_t t0,
+                      int64_t n0, const Epilogue& e) {
+  switch (width) {
+    case 4: tile<R, 4>(a, lda, panel, width, steps, t0, n0, e); break;
+    case 3: tile<R, 3>(a, lda, panel, width, steps, t0, n0, e); break;
+    case 2: tile<R, 2>(a, lda, panel, width, steps, t0, n0, e); break;
+    default: tile<R, 1>(a, lda, panel, width, steps, t0, n0, e); break;
+  }
+}
+
+// LayerNorm of each row, in place (N a multiple of 16): two passes over the row, which is in L1.
+void layer_norm_rows(float* y, int64_t rows, int64_t N, const float* gamma, const float* beta, float eps) {
+  for (int64_t t = 0; t < rows; ++t) {
+    float* row = y + t * N;
+    __m512 sum = _mm512_setzero_ps();
+    for (int64_t n = 0; n < N; n += 16) sum = _mm512_add_ps(sum, _mm512_loadu_ps(row + n));
+    const __m512 mean = _mm512_set1_ps(_mm512_reduce_add_ps(sum) / static_cast<float>(N));
+    __m512 sq = _mm512_setzero_ps();
+    for (int64_t n = 0; n < N; n += 16) {
+      const __m512 d = _mm512_sub_ps(_mm512_loadu_ps(row + n), mean);
+      sq = _mm512_fmadd_ps(d, d, sq);
+    }
+    const __m512 inv = _mm512_set1_ps(1.0f / std::sqrt(_mm512_reduce_add_ps(sq) / static_cast<float>(N) + eps));
+    for (int64_t n = 0; n < N; n += 16) {
+      const __m512 d = _mm512_mul_ps(_mm512_sub_ps(_mm512_loadu_ps(row + n), mean), inv);
+      _mm512_storeu_ps(row + n, _mm512_fmadd_ps(d, _mm512_loadu_ps(gamma + n), _mm512_loadu_ps(beta + n)));
+    }
+  }
+}
+
+}  // namespace
+
+// activation(s_x s_w (u w^T - zu c) + xo wo + b), or LayerNorm(residual + that without activation): (M, N) float32.
+at::Tensor int8_linear(const at::Tensor& u, const at::Tensor& x_scale, const at::Tensor& x_zero,
+                     const at::Tensor& packed, const at::Tensor& w_sum, const at::Tensor& w_scale,
+                     const at::Tensor& bias, const c10::optional<at::Tensor>& xo,
+                     const c10::optional<at::Tensor>& wo, int64_t activation,
+                     const c10::optional<at::Tensor>& residual, const c10::optional<at::Tensor>& ln_weight,
+                     const c10::optional<at::Tensor>& ln_bias, double eps) {
+  TORCH_CHECK(u.dim() == 2 && u.scalar_type() == at::kByte && u.is_contiguous(), "int8_linear: u must be (M, K) uint8");
+  const int64_t M = u.size(0), K = u.size(1), N = w_sum.numel();
+  TORCH_CHECK(packed.numel() == N * K, "int8_linear: packed weights hold ", packed.numel(), " values, expected N*K = ", N * K);
+  TORCH_CHECK(!residual.has_value() || (residual->sizes() == at::IntArrayRef({M, N}) && residual->is_contiguous() &&
+                                        residual->scalar_type() == at::kFloat),
+              "int8_linear: residual must be contiguous (M, N) float32");
+  auto out = at::empty({M, N}, x_scale.options());
+  Epilogue e{x_scale.data_ptr<float>(), x_zero.data_ptr<int32_t>(), w_sum.data_ptr<int32_t>(),
+             w_scale.data_ptr<float>(), bias.data_ptr<float>(), nullptr, nullptr, 0, activation,
+             residual.has_value() ? residual->data_ptr<float>() : nullptr, out.data_ptr<float>(), N};
+  if (xo.has_value() && xo->numel()) {
+    e.xo = xo->data_ptr<float>();
+    e.wo = wo->data_ptr<float>();
+    e.P = xo->size(1);
+  }
+  const uint8_t* a = u.data_ptr<uint8_t>();
+  const int8_t* w = packed.data_ptr<int8_t>();
+  const int64_t steps = K / 4;
+  const float* gamma = ln_weight.has_value() ? ln_weight->data_ptr<float>() : nullptr;
+  const float* beta = ln_bias.has_value() ? ln_bias->data_ptr<float>() : nullptr;
+  const int64_t blocks = (M + kBlockRows - 1) / kBlockRows;
+  at::parallel_for(0, blocks, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t blk = begin; blk < end; ++blk) {
+      const int64_t r0 = blk * kBlockRows, r1 = std::min(M, r0 + kBlockRows);
+      for (int64_t n0 = 0; n0 < N; n0 += kPanel) {
+        const int64_t width = std::min<int64_t>(kPanel, N - n0) / 16;
+        const int8_t* panel = w + n0 * K;
+        int64_t t = r0;
+        for (; t + kRows <= r1; t += kRows) tile_rows<kRows>(a + t * K, K, panel, width, steps, t, n0, e);
+        switch (r1 - t) {
+          case 5: tile_rows<5>(a + t * K, K, panel, width, steps, t, n0, e); break;
+          case 4: tile_rows<4>(a + t * K, K, panel, width, steps, t, n0, e); break;
+          case 3: tile_rows<3>(a + t * K, K, panel, width, steps, t, n0, e); break;
+          case 2: tile_rows<2>(a + t * K, K, panel, width, steps, t, n0, e); break;
+          case 1: tile_rows<1>(a + t * K, K, panel, width, steps, t, n0, e); break;
+          default: break;
+        }
+      }
+      if (gamma) layer_norm_rows(e.out + r0 * N, r1 - r0, N, gamma, beta, static_cast<float>(eps));
+    }
+  });
+  return out;
+}
+
+TORCH_LIBRARY(ctxemb_int8, m) {
+  m.def("pack_weights(Tensor weight) -> Tensor", &pack_weights);
+  m.def("quantize_rows(Tensor x, Tensor? keep, Tensor? outlier_index) -> (Tensor, Tensor, Tensor, Tensor)",
+        &quantize_rows);
+  m.def("linear(Tensor u, Tensor x_scale, Tensor x_zero, Tensor packed, Tensor w_sum, Tensor w_scale, Tensor bias, "
+        "Tensor? xo, Tensor? wo, int activation, Tensor? residual, Tensor? ln_weight, Tensor? ln_bias, float eps) "
+        "-> Tensor", &int8_linear);
+}
