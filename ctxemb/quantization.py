@@ -46,6 +46,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ctxemb.kernels import int8_vnni_ops
+from ctxemb.modeling.attention import inference_attention
 from ctxemb.modeling.encoder import ACTIVATIONS, AttentionOutput, Intermediate, Output, SelfAttention
 
 logger = logging.getLogger(__name__)
@@ -459,7 +460,7 @@ class Int8SelfAttention(nn.Module):
         B, T, H = x.shape
         qkv = self.qkv(x).view(B, T, 3, self.num_heads, self.head_size)
         q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # each (B, N, T, D)
-        y = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask)
+        y = inference_attention(q, k, v, attn_mask)
         return y.transpose(1, 2).reshape(B, T, H)
 
 
