@@ -21,12 +21,21 @@ Scheme (one Linear, y = x W^T + b, x (M, K) with M = B * T tokens):
 Every quantity of a token depends on that token alone (its own scale; O is fixed), so a text's vectors do not depend
 on the rest of its batch, and the int32 sums are exact, so the int8 products are bitwise the same in any batch.
 
-Fusion (:func:`kernel_mode`): each quantized module's whole computation is one function run through
-``torch.compile`` (Inductor, CPU): the per-token scale, the rounding and the cast to int8 become one pass over the
-input (with the gather of the outlier features), ``torch._int_mm`` and the small outlier product are library calls,
-and dequantization, bias, the following activation (GELU) or the following residual add and LayerNorm become one
-pass over the output. Q, K and V are one product of the concatenated weights, so their shared input is quantized
-once. Without a working Inductor (no C++ compiler) the same functions run eagerly, with a warning.
+Kernels (:func:`kernel_mode`), in order of preference:
+
+- "vnni", on CPUs with AVX512-VNNI: the native kernel of :mod:`ctxemb.kernels` (C++, compiled on first use). One
+  call quantizes a Linear's input (to uint8, u = q + 128, zero point z + 128: the same integers), one computes the
+  product with ``vpdpbusd`` on weights packed once, and applies dequantization, bias, outlier features and the
+  activation (or residual add and LayerNorm) to each output tile while it is in registers, so the (M, N) output is
+  written once, in float32, and never read back for an epilogue.
+- "inductor": each quantized module's computation is one function run through ``torch.compile`` (Inductor, CPU):
+  the per-token scale, the rounding and the cast to int8 become one pass over the input (with the gather of the
+  outlier features), ``torch._int_mm`` and the small outlier product are library calls, and dequantization, bias,
+  the activation or the residual add and LayerNorm become one pass over the output.
+- "eager": the same functions unfused (no C++ compiler here; a warning says so).
+
+Q, K and V are one product of the concatenated weights, so their shared input is quantized once. Attention itself
+stays float32 (:func:`ctxemb.modeling.attention.inference_attention`).
 
 The quantized copy is for inference: dropout is left out.
 
@@ -39,7 +48,7 @@ import copy
 import functools
 import logging
 from dataclasses import dataclass, field
-from typing import Callable, Mapping, Sequence
+from typing import Callable, Mapping, NamedTuple, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -356,6 +365,16 @@ def kernel_mode(fused: bool | None = None) -> str:
 
 
 # ---- the quantized modules -------------------------------------------------------------------------------------
+class QuantizedRows(NamedTuple):
+    """A Linear's input in the "vnni" kernel's form: u = q + 128 (M, K) uint8, the per-token scale (M,) float32,
+    zero point z + 128 (M,) int32, and the outlier features (M, |O|) float32 (None without outlier features)."""
+
+    u: torch.Tensor
+    scale: torch.Tensor
+    zero: torch.Tensor
+    outliers: torch.Tensor | None
+
+
 class Int8Linear(nn.Module):
     """``activation(x W^T + b)`` in int8 (see the module docstring for the scheme).
 
@@ -422,15 +441,31 @@ class Int8Linear(nn.Module):
     def _fn(self, fn: Callable) -> Callable:
         return _compiled(fn) if self.mode == "inductor" else fn
 
-    def _native(self, rows: torch.Tensor, activation: str = "none", residual: torch.Tensor | None = None,
-                norm: nn.LayerNorm | None = None) -> torch.Tensor:
-        """The "vnni" mode: (M, K) -> (M, N) float32 in two native calls (quantize; product with its epilogue)."""
-        ops = int8_vnni_ops()
-        u, scale, zero, xo = ops.quantize_rows(rows.float().contiguous(), self.keep, self.outlier_index)
-        return ops.linear(u, scale, zero, self.weight_packed, self.weight_sum, self.weight_scale, self.bias,
-                          None if self.outlier_index is None else xo, self.outlier_weight,
-                          _NATIVE_ACTIVATIONS[activation], residual, None if norm is None else norm.weight,
-                          None if norm is None else norm.bias, 0.0 if norm is None else float(norm.eps))
+    def quantize_input(self, rows: torch.Tensor) -> QuantizedRows:
+        """The "vnni" mode's quantized form of this Linear's input rows (M, K)."""
+        u, scale, zero, xo = int8_vnni_ops().quantize_rows(rows.float().contiguous(), self.keep, self.outlier_index)
+        return QuantizedRows(u, scale, zero, None if self.outlier_index is None else xo)
+
+    def _native_args(self, q: QuantizedRows, activation: str) -> tuple:
+        return (q.u, q.scale, q.zero, self.weight_packed, self.weight_sum, self.weight_scale, self.bias, q.outliers,
+                self.outlier_weight, _NATIVE_ACTIVATIONS[activation])
+
+    def _native(self, rows: torch.Tensor | QuantizedRows, activation: str = "none",
+                residual: torch.Tensor | None = None, norm: nn.LayerNorm | None = None) -> torch.Tensor:
+        """The "vnni" mode: (M, K) rows, or their quantized form, -> (M, N) float32 (two native calls: quantize;
+        product with its epilogue)."""
+        q = rows if isinstance(rows, QuantizedRows) else self.quantize_input(rows)
+        return int8_vnni_ops().linear(*self._native_args(q, activation), residual,
+                                      None if norm is None else norm.weight, None if norm is None else norm.bias,
+                                      0.0 if norm is None else float(norm.eps))
+
+    def quantized_output(self, x: torch.Tensor, consumer: Int8Linear) -> QuantizedRows:
+        """The "vnni" mode: this Linear's output (with its activation), quantized for ``consumer`` inside the product's
+        epilogue, so the float32 output is never written out: x (..., K) -> rows (M, N) in ``consumer``'s form."""
+        q = self.quantize_input(x.reshape(-1, self.in_features))
+        u, scale, zero, xo = int8_vnni_ops().linear_quantized(*self._native_args(q, self.activation), consumer.keep,
+                                                              consumer.outlier_index)
+        return QuantizedRows(u, scale, zero, None if consumer.outlier_index is None else xo)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.reshape(-1, self.in_features)
@@ -471,8 +506,17 @@ class Int8Intermediate(nn.Module):
     def __init__(self, intermediate: Intermediate, activation: str, outliers: Sequence[int] = (), mode: str = "eager"):
         super().__init__()
         self.dense = Int8Linear.from_linear(intermediate.dense, outliers, activation=activation, mode=mode)
+        self._consumer: tuple[Int8Linear, ...] = ()  # a tuple: not a submodule of this one
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def feed(self, consumer: Int8Linear) -> None:
+        """Quantize the output for ``consumer`` (the block's down-projection) inside the product, where both run the
+        "vnni" kernel: :meth:`forward` then returns :class:`QuantizedRows`, which :class:`Int8ResidualNorm` takes."""
+        if self.dense.mode == "vnni" and consumer.mode == "vnni" and consumer.in_features == self.dense.out_features:
+            self._consumer = (consumer,)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor | QuantizedRows:
+        if self._consumer:
+            return self.dense.quantized_output(x, self._consumer[0])
         return self.dense(x)
 
 
@@ -486,16 +530,18 @@ class Int8ResidualNorm(nn.Module):
         self.dense = Int8Linear.from_linear(block.dense, outliers, mode=mode)
         self.LayerNorm = copy.deepcopy(block.LayerNorm)
 
-    def forward(self, h: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
+    def forward(self, h: torch.Tensor | QuantizedRows, residual: torch.Tensor) -> torch.Tensor:
+        """h (..., K) float, or already quantized for this block's Linear (:meth:`Int8Intermediate.feed`);
+        residual (..., N) -> (..., N)."""
         d = self.dense
-        rows = h.reshape(-1, d.in_features)
         ln = self.LayerNorm
-        residual = residual.reshape(-1, d.out_features).float()
+        rows = h if isinstance(h, QuantizedRows) else h.reshape(-1, d.in_features)
+        flat = residual.reshape(-1, d.out_features).float()
         if d.mode == "vnni":
-            y = d._native(rows, residual=residual.contiguous(), norm=ln)
+            y = d._native(rows, residual=flat.contiguous(), norm=ln)
         else:
-            y = d._fn(residual_norm_kernel)(*d._args(rows), residual, ln.weight, ln.bias, float(ln.eps))
-        return y.reshape(*h.shape[:-1], d.out_features)
+            y = d._fn(residual_norm_kernel)(*d._args(rows), flat, ln.weight, ln.bias, float(ln.eps))
+        return y.reshape(*residual.shape[:-1], d.out_features)
 
 
 def quantize_int8(encoder: nn.Module, outliers: Mapping[str, Sequence[int]] | Int8Calibration | None = None, *,
@@ -553,4 +599,8 @@ def quantize_int8(encoder: nn.Module, outliers: Mapping[str, Sequence[int]] | In
     for name, module in replaced.items():
         parent_name, _, child = name.rpartition(".")
         setattr(quantized.get_submodule(parent_name) if parent_name else quantized, child, module)
+    for m in quantized.modules():  # a block's up-projection quantizes its output for the down-projection
+        up, down = getattr(m, "intermediate", None), getattr(m, "output", None)
+        if isinstance(up, Int8Intermediate) and isinstance(down, Int8ResidualNorm):
+            up.feed(down.dense)
     return quantized.eval()

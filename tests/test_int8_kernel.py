@@ -273,3 +273,22 @@ def test_native_kernel_is_used_exactly_where_the_cpu_has_vnni():
         assert int8_vnni_ops() is None and quantization.kernel_mode() != "vnni", why
     elif quantization.inductor_works():  # a C++ compiler is here, so the kernel must build, pass its check and run
         assert int8_vnni_ops() is not None and quantization.kernel_mode() == "vnni"
+
+
+@pytest.mark.skipif(int8_vnni_ops() is None, reason="no native int8 kernel here")
+def test_up_projection_quantizing_for_the_down_projection_changes_no_bit(tiny):
+    """With the native kernel each block's up-projection hands the down-projection its input already quantized
+    (the float32 GELU output stays in the kernel's scratch): the same integers, so bitwise the same hidden states."""
+    enc, tok = _outlier_heavy_encoder(tiny)
+    outliers = {name: ([3, 17] if name.endswith(".output.dense") and ".attention." not in name else [9])
+                for name, m in enc.named_modules() if isinstance(m, torch.nn.Linear)}
+    q = quantize_int8(enc, outliers, fused=True)
+    ups = [m for m in q.modules() if isinstance(m, quantization.Int8Intermediate)]
+    assert ups and all(m._consumer for m in ups) and any(m._consumer[0].outliers for m in ups)
+    ids, mask = _batch(tok, [["the", "mouse", "sat", "on", "the", "bank"], ["river"]])
+    with torch.inference_mode():
+        fused = q(ids, mask).hidden_states
+        for m in ups:
+            m._consumer = ()
+        plain = q(ids, mask).hidden_states
+    assert all(torch.equal(a, b) for a, b in zip(fused, plain))

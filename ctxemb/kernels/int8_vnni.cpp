@@ -51,57 +51,90 @@ at::Tensor pack_weights(const at::Tensor& weight) {
   return packed;
 }
 
-// Per-token asymmetric quantization of the inlier features (keep[k] = 1, outliers 0), as ctxemb.quantization's
-// _quantize (same operations in the same order, so the same integers): returns u = q + 128 (M, K) uint8, the scale
-// (M,) float and the zero point zu = z + 128 (M,) int32; the outlier features gathered (M, |O|) float.
-std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> quantize_rows(const at::Tensor& x, const c10::optional<at::Tensor>& keep,
-                                         const c10::optional<at::Tensor>& outlier_index) {
+// What quantizes a Linear's input: keep[k] = 1 for the inlier features and 0 for the outliers (or null: none), and
+// the P outlier features' indices, gathered in float32.
+struct Quantizer {
+  const float* keep;
+  const int64_t* outlier_index;
+  int64_t P;
+};
+
+Quantizer quantizer(const c10::optional<at::Tensor>& keep, const c10::optional<at::Tensor>& outlier_index,
+                    int64_t K) {
+  Quantizer q{nullptr, nullptr, 0};
+  if (keep.has_value()) {
+    TORCH_CHECK(keep->numel() == K && keep->scalar_type() == at::kFloat && keep->is_contiguous(),
+                "keep must be (", K, ",) float32");
+    q.keep = keep->data_ptr<float>();
+  }
+  if (outlier_index.has_value() && outlier_index->numel()) {
+    TORCH_CHECK(outlier_index->scalar_type() == at::kLong && outlier_index->is_contiguous(),
+                "outlier_index must be int64");
+    q.outlier_index = outlier_index->data_ptr<int64_t>();
+    q.P = outlier_index->numel();
+  }
+  return q;
+}
+
+inline __mmask16 tail_mask(int64_t left) {
+  return left >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << left) - 1);
+}
+
+// One token's asymmetric quantization over its inlier features, as ctxemb.quantization's _quantize (the same
+// operations in the same order, so the same integers): u = q + 128 in [0, 255], the scale, zu = z + 128, and the
+// outlier features in float32.
+inline void quantize_row(const float* row, int64_t K, const Quantizer& q, uint8_t* u, float* scale, int32_t* zero,
+                         float* xo) {
+  __m512 lo = _mm512_setzero_ps(), hi = _mm512_setzero_ps();  // min(., 0) and max(., 0) from the start
+  for (int64_t k = 0; k < K; k += 16) {
+    const __mmask16 m = tail_mask(K - k);
+    __m512 v = _mm512_maskz_loadu_ps(m, row + k);
+    if (q.keep) v = _mm512_mul_ps(v, _mm512_maskz_loadu_ps(m, q.keep + k));
+    lo = _mm512_min_ps(lo, v);
+    hi = _mm512_max_ps(hi, v);
+  }
+  const float low = _mm512_reduce_min_ps(lo);
+  const float s = std::max(_mm512_reduce_max_ps(hi) - low, std::numeric_limits<float>::min()) / 255.0f;
+  const float z = std::nearbyint(-low / s) - 128.0f;
+  *scale = s;
+  *zero = static_cast<int32_t>(z) + 128;
+  const __m512 inv = _mm512_set1_ps(1.0f / s), vz = _mm512_set1_ps(z);
+  const __m512 vlo = _mm512_set1_ps(-128.0f), vhi = _mm512_set1_ps(127.0f), v128 = _mm512_set1_ps(128.0f);
+  for (int64_t k = 0; k < K; k += 16) {
+    const __mmask16 m = tail_mask(K - k);
+    __m512 v = _mm512_maskz_loadu_ps(m, row + k);
+    if (q.keep) v = _mm512_mul_ps(v, _mm512_maskz_loadu_ps(m, q.keep + k));
+    v = _mm512_roundscale_ps(_mm512_mul_ps(v, inv), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    v = _mm512_add_ps(_mm512_min_ps(_mm512_max_ps(_mm512_add_ps(v, vz), vlo), vhi), v128);
+    _mm_mask_storeu_epi8(u + k, m, _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(v)));
+  }
+  for (int64_t j = 0; j < q.P; ++j) xo[j] = row[q.outlier_index[j]];
+}
+
+// The quantized form of M rows of K features: u (M, K) uint8, scale (M,), zu (M,) int32, outliers (M, P).
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> empty_quantized(int64_t M, int64_t K, int64_t P,
+                                                                           const at::TensorOptions& options) {
+  return std::make_tuple(at::empty({M, K}, options.dtype(at::kByte)), at::empty({M}, options.dtype(at::kFloat)),
+                         at::empty({M}, options.dtype(at::kInt)), at::empty({M, P}, options.dtype(at::kFloat)));
+}
+
+// Per-token quantization of x (M, K) float32: (u, scale, zu, outliers), see quantize_row.
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> quantize_rows(
+    const at::Tensor& x, const c10::optional<at::Tensor>& keep, const c10::optional<at::Tensor>& outlier_index) {
   TORCH_CHECK(x.dim() == 2 && x.scalar_type() == at::kFloat && x.is_contiguous(),
               "quantize_rows: expected contiguous (M, K) float32, got ", x.sizes(), " ", x.scalar_type());
   const int64_t M = x.size(0), K = x.size(1);
-  auto u = at::empty({M, K}, x.options().dtype(at::kByte));
-  auto scale = at::empty({M}, x.options());
-  auto zero = at::empty({M}, x.options().dtype(at::kInt));
-  const int64_t P = outlier_index.has_value() ? outlier_index->numel() : 0;
-  auto xo = at::empty({M, P}, x.options());
+  const Quantizer q = quantizer(keep, outlier_index, K);
+  auto result = empty_quantized(M, K, q.P, x.options());
   const float* xp = x.data_ptr<float>();
-  const float* kp = keep.has_value() ? keep->data_ptr<float>() : nullptr;
-  const int64_t* op = P ? outlier_index->data_ptr<int64_t>() : nullptr;
-  uint8_t* up = u.data_ptr<uint8_t>();
-  float* sp = scale.data_ptr<float>();
-  int32_t* zp = zero.data_ptr<int32_t>();
-  float* xop = xo.data_ptr<float>();
-  const float tiny = std::numeric_limits<float>::min();
+  uint8_t* up = std::get<0>(result).data_ptr<uint8_t>();
+  float* sp = std::get<1>(result).data_ptr<float>();
+  int32_t* zp = std::get<2>(result).data_ptr<int32_t>();
+  float* op = std::get<3>(result).data_ptr<float>();
   at::parallel_for(0, M, 16, [&](int64_t begin, int64_t end) {
-    for (int64_t t = begin; t < end; ++t) {
-      const float* row = xp + t * K;
-      __m512 lo = _mm512_setzero_ps(), hi = _mm512_setzero_ps();  // min(., 0) and max(., 0) from the start
-      for (int64_t k = 0; k < K; k += 16) {
-        const __mmask16 m = K - k >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (K - k)) - 1);
-        __m512 v = _mm512_maskz_loadu_ps(m, row + k);
-        if (kp) v = _mm512_mul_ps(v, _mm512_maskz_loadu_ps(m, kp + k));
-        lo = _mm512_min_ps(lo, v);
-        hi = _mm512_max_ps(hi, v);
-      }
-      const float low = _mm512_reduce_min_ps(lo);
-      const float s = std::max(_mm512_reduce_max_ps(hi) - low, tiny) / 255.0f;
-      const float z = std::nearbyint(-low / s) - 128.0f;
-      sp[t] = s;
-      zp[t] = static_cast<int32_t>(z) + 128;
-      const __m512 vs = _mm512_set1_ps(1.0f / s), vz = _mm512_set1_ps(z);
-      const __m512 vlo = _mm512_set1_ps(-128.0f), vhi = _mm512_set1_ps(127.0f), v128 = _mm512_set1_ps(128.0f);
-      for (int64_t k = 0; k < K; k += 16) {
-        const __mmask16 m = K - k >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (K - k)) - 1);
-        __m512 v = _mm512_maskz_loadu_ps(m, row + k);
-        if (kp) v = _mm512_mul_ps(v, _mm512_maskz_loadu_ps(m, kp + k));
-        v = _mm512_roundscale_ps(_mm512_mul_ps(v, vs), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-        v = _mm512_add_ps(_mm512_min_ps(_mm512_max_ps(_mm512_add_ps(v, vz), vlo), vhi), v128);
-        _mm_mask_storeu_epi8(up + t * K + k, m, _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(v)));
-      }
-      for (int64_t j = 0; j < P; ++j) xop[t * P + j] = row[op[j]];
-    }
+    for (int64_t t = begin; t < end; ++t) quantize_row(xp + t * K, K, q, up + t * K, sp + t, zp + t, op + t * q.P);
   });
-  return std::make_tuple(u, scale, zero, xo);
+  return result;
 }
 
 struct Epilogue {
@@ -115,7 +148,8 @@ struct Epilogue {
   int64_t P;
   int64_t activation;
   const float* residual;    // (M, N) or null: then y = residual + product (LayerNorm after the whole row)
-  float* out;               // (M, N)
+  float* out;               // rows [out_row0, ...) of the (M, N) output: the output itself, or a block's scratch
+  int64_t out_row0;
   int64_t N;
 };
 
@@ -228,7 +262,7 @@ inline void tile(const uint8_t* a, int64_t lda, const int8_t* panel, int64_t wid
       }
       if (e.residual) y = _mm512_add_ps(y, _mm512_loadu_ps(e.residual + t * e.N + n));
       else y = activate(y, e.activation);
-      _mm512_storeu_ps(e.out + t * e.N + n, y);
+      _mm512_storeu_ps(e.out + (t - e.out_row0) * e.N + n, y);
     }
   }
 }
@@ -264,39 +298,47 @@ void layer_norm_rows(float* y, int64_t rows, int64_t N, const float* gamma, cons
   }
 }
 
-}  // namespace
-
-// activation(s_x s_w (u w^T - zu c) + xo wo + b), or LayerNorm(residual + that without activation): (M, N) float32.
-at::Tensor int8_linear(const at::Tensor& u, const at::Tensor& x_scale, const at::Tensor& x_zero,
-                     const at::Tensor& packed, const at::Tensor& w_sum, const at::Tensor& w_scale,
-                     const at::Tensor& bias, const c10::optional<at::Tensor>& xo,
-                     const c10::optional<at::Tensor>& wo, int64_t activation,
-                     const c10::optional<at::Tensor>& residual, const c10::optional<at::Tensor>& ln_weight,
-                     const c10::optional<at::Tensor>& ln_bias, double eps) {
-  TORCH_CHECK(u.dim() == 2 && u.scalar_type() == at::kByte && u.is_contiguous(), "int8_linear: u must be (M, K) uint8");
+// The arguments of a product, checked: u (M, K) uint8 with its scale and zu (M,), the packed weights with their
+// column sums, scales and bias (N,), the outlier features (M, P) and their weights (P, N), the residual (M, N).
+Epilogue epilogue(const at::Tensor& u, const at::Tensor& x_scale, const at::Tensor& x_zero, const at::Tensor& packed,
+                  const at::Tensor& w_sum, const at::Tensor& w_scale, const at::Tensor& bias,
+                  const c10::optional<at::Tensor>& xo, const c10::optional<at::Tensor>& wo, int64_t activation,
+                  const c10::optional<at::Tensor>& residual) {
+  TORCH_CHECK(u.dim() == 2 && u.scalar_type() == at::kByte && u.is_contiguous(), "int8 linear: u must be (M, K) uint8");
   const int64_t M = u.size(0), K = u.size(1), N = w_sum.numel();
-  TORCH_CHECK(packed.numel() == N * K, "int8_linear: packed weights hold ", packed.numel(), " values, expected N*K = ", N * K);
+  TORCH_CHECK(packed.numel() == N * K && K % 4 == 0 && N % 16 == 0, "int8 linear: packed weights hold ",
+              packed.numel(), " values, expected N * K = ", N, " * ", K, " (N a multiple of 16, K of 4)");
+  TORCH_CHECK(x_scale.numel() == M && x_zero.numel() == M && w_scale.numel() == N && bias.numel() == N,
+              "int8 linear: scales, zero points or bias of the wrong size");
   TORCH_CHECK(!residual.has_value() || (residual->sizes() == at::IntArrayRef({M, N}) && residual->is_contiguous() &&
                                         residual->scalar_type() == at::kFloat),
-              "int8_linear: residual must be contiguous (M, N) float32");
-  auto out = at::empty({M, N}, x_scale.options());
+              "int8 linear: residual must be contiguous (M, N) float32");
   Epilogue e{x_scale.data_ptr<float>(), x_zero.data_ptr<int32_t>(), w_sum.data_ptr<int32_t>(),
              w_scale.data_ptr<float>(), bias.data_ptr<float>(), nullptr, nullptr, 0, activation,
-             residual.has_value() ? residual->data_ptr<float>() : nullptr, out.data_ptr<float>(), N};
+             residual.has_value() ? residual->data_ptr<float>() : nullptr, nullptr, 0, N};
   if (xo.has_value() && xo->numel()) {
+    TORCH_CHECK(wo.has_value() && xo->size(0) == M && wo->size(0) == xo->size(1) && wo->size(1) == N,
+                "int8 linear: outlier features (M, P) need weights (P, N)");
     e.xo = xo->data_ptr<float>();
     e.wo = wo->data_ptr<float>();
     e.P = xo->size(1);
   }
-  const uint8_t* a = u.data_ptr<uint8_t>();
-  const int8_t* w = packed.data_ptr<int8_t>();
-  const int64_t steps = K / 4;
-  const float* gamma = ln_weight.has_value() ? ln_weight->data_ptr<float>() : nullptr;
-  const float* beta = ln_bias.has_value() ? ln_bias->data_ptr<float>() : nullptr;
+  return e;
+}
+
+// The product over blocks of kBlockRows rows, in parallel: each block's micro-tiles for every panel, written through
+// `e` (out, out_row0 set per block by `target`), then `finish(r0, r1, rows)` on the block's finished rows.
+template <typename Target, typename Finish>
+void run_blocks(const uint8_t* a, int64_t M, int64_t K, const int8_t* w, const Epilogue& base, Target target,
+                Finish finish) {
+  const int64_t N = base.N, steps = K / 4;
   const int64_t blocks = (M + kBlockRows - 1) / kBlockRows;
   at::parallel_for(0, blocks, 1, [&](int64_t begin, int64_t end) {
+    Epilogue e = base;
     for (int64_t blk = begin; blk < end; ++blk) {
       const int64_t r0 = blk * kBlockRows, r1 = std::min(M, r0 + kBlockRows);
+      e.out = target(r0);
+      e.out_row0 = r0;
       for (int64_t n0 = 0; n0 < N; n0 += kPanel) {
         const int64_t width = std::min<int64_t>(kPanel, N - n0) / 16;
         const int8_t* panel = w + n0 * K;
@@ -311,10 +353,60 @@ at::Tensor int8_linear(const at::Tensor& u, const at::Tensor& x_scale, const at:
           default: break;
         }
       }
-      if (gamma) layer_norm_rows(e.out + r0 * N, r1 - r0, N, gamma, beta, static_cast<float>(eps));
+      finish(r0, r1, e.out);
     }
   });
+}
+
+}  // namespace
+
+// activation(s_x s_w (u w^T - zu c) + xo wo + b), or LayerNorm(residual + that without activation): (M, N) float32.
+at::Tensor int8_linear(const at::Tensor& u, const at::Tensor& x_scale, const at::Tensor& x_zero,
+                       const at::Tensor& packed, const at::Tensor& w_sum, const at::Tensor& w_scale,
+                       const at::Tensor& bias, const c10::optional<at::Tensor>& xo,
+                       const c10::optional<at::Tensor>& wo, int64_t activation,
+                       const c10::optional<at::Tensor>& residual, const c10::optional<at::Tensor>& ln_weight,
+                       const c10::optional<at::Tensor>& ln_bias, double eps) {
+  const Epilogue e = epilogue(u, x_scale, x_zero, packed, w_sum, w_scale, bias, xo, wo, activation, residual);
+  const int64_t M = u.size(0), K = u.size(1), N = e.N;
+  auto out = at::empty({M, N}, x_scale.options());
+  float* op = out.data_ptr<float>();
+  const float* gamma = ln_weight.has_value() ? ln_weight->data_ptr<float>() : nullptr;
+  const float* beta = ln_bias.has_value() ? ln_bias->data_ptr<float>() : nullptr;
+  TORCH_CHECK(!gamma || (ln_weight->numel() == N && ln_bias.has_value() && ln_bias->numel() == N),
+              "int8 linear: LayerNorm weight and bias must be (N,)");
+  run_blocks(u.data_ptr<uint8_t>(), M, K, packed.data_ptr<int8_t>(), e, [&](int64_t r0) { return op + r0 * N; },
+             [&](int64_t r0, int64_t r1, float* rows) {
+               if (gamma) layer_norm_rows(rows, r1 - r0, N, gamma, beta, static_cast<float>(eps));
+             });
   return out;
+}
+
+// The same product with its activation, quantized for the next Linear (its keep mask and outlier features) block by
+// block, so its float32 output never leaves a per-thread scratch of kBlockRows x N: (u, scale, zu, outliers) as
+// quantize_rows would give for the float32 output.
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> int8_linear_quantized(
+    const at::Tensor& u, const at::Tensor& x_scale, const at::Tensor& x_zero, const at::Tensor& packed,
+    const at::Tensor& w_sum, const at::Tensor& w_scale, const at::Tensor& bias, const c10::optional<at::Tensor>& xo,
+    const c10::optional<at::Tensor>& wo, int64_t activation, const c10::optional<at::Tensor>& next_keep,
+    const c10::optional<at::Tensor>& next_outlier_index) {
+  const Epilogue e = epilogue(u, x_scale, x_zero, packed, w_sum, w_scale, bias, xo, wo, activation, c10::nullopt);
+  const int64_t M = u.size(0), K = u.size(1), N = e.N;
+  const Quantizer q = quantizer(next_keep, next_outlier_index, N);
+  auto result = empty_quantized(M, N, q.P, x_scale.options());
+  uint8_t* up = std::get<0>(result).data_ptr<uint8_t>();
+  float* sp = std::get<1>(result).data_ptr<float>();
+  int32_t* zp = std::get<2>(result).data_ptr<int32_t>();
+  float* op = std::get<3>(result).data_ptr<float>();
+  // one scratch block per thread (at::parallel_for runs one chunk per thread at a time)
+  std::vector<std::vector<float>> scratch(at::get_num_threads(), std::vector<float>(kBlockRows * N));
+  run_blocks(u.data_ptr<uint8_t>(), M, K, packed.data_ptr<int8_t>(), e,
+             [&](int64_t) { return scratch[at::get_thread_num()].data(); },
+             [&](int64_t r0, int64_t r1, float* rows) {
+               for (int64_t t = r0; t < r1; ++t)
+                 quantize_row(rows + (t - r0) * N, N, q, up + t * N, sp + t, zp + t, op + t * q.P);
+             });
+  return result;
 }
 
 TORCH_LIBRARY(ctxemb_int8, m) {
@@ -324,4 +416,7 @@ TORCH_LIBRARY(ctxemb_int8, m) {
   m.def("linear(Tensor u, Tensor x_scale, Tensor x_zero, Tensor packed, Tensor w_sum, Tensor w_scale, Tensor bias, "
         "Tensor? xo, Tensor? wo, int activation, Tensor? residual, Tensor? ln_weight, Tensor? ln_bias, float eps) "
         "-> Tensor", &int8_linear);
+  m.def("linear_quantized(Tensor u, Tensor x_scale, Tensor x_zero, Tensor packed, Tensor w_sum, Tensor w_scale, "
+        "Tensor bias, Tensor? xo, Tensor? wo, int activation, Tensor? next_keep, Tensor? next_outlier_index) "
+        "-> (Tensor, Tensor, Tensor, Tensor)", &int8_linear_quantized);
 }
