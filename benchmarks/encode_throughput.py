@@ -158,7 +158,7 @@ def profile_int8_linears(backend, batches: list[Batch], items, enc, repeats: int
 
 
 def _profile_pass(backend, batches: list[Batch], items, enc) -> dict:
-    from ctxemb.quantization import Int8Linear, Int8ResidualNorm
+    from ctxemb.quantization import Int8Intermediate, Int8Linear, Int8ResidualNorm
 
     stats = {"seconds": 0.0, "flops": 0.0, "calls": 0}
     start: dict[int, float] = {}
@@ -168,13 +168,19 @@ def _profile_pass(backend, batches: list[Batch], items, enc) -> dict:
 
     def after(module, inputs, output):
         stats["seconds"] += time.perf_counter() - start.pop(id(module))
-        dense = module.dense if isinstance(module, Int8ResidualNorm) else module
-        stats["flops"] += 2 * inputs[0].numel() // dense.in_features * dense.in_features * dense.out_features
+        dense = module if isinstance(module, Int8Linear) else module.dense
+        # tokens: a residual block's input may come already quantized (the native kernel), its residual never does
+        rows = (inputs[1].numel() // dense.out_features if isinstance(module, Int8ResidualNorm)
+                else inputs[0].numel() // dense.in_features)
+        stats["flops"] += 2 * rows * dense.in_features * dense.out_features
         stats["calls"] += 1
 
+    # each product once: the feed-forward and residual blocks (which call their Linear's kernel themselves, and with
+    # the native kernel the up-projection hands the down-projection its quantized input), and any other Linear
+    owned = {id(m.dense) for m in backend.encoder.modules() if isinstance(m, (Int8Intermediate, Int8ResidualNorm))}
     handles = []
     for m in backend.encoder.modules():
-        if isinstance(m, (Int8Linear, Int8ResidualNorm)):  # (a residual block's own Linear is never called)
+        if isinstance(m, (Int8Intermediate, Int8ResidualNorm)) or (isinstance(m, Int8Linear) and id(m) not in owned):
             handles += [m.register_forward_pre_hook(before), m.register_forward_hook(after)]
     layers = enc.resolve_layers(LAST_FOUR)
     try:
