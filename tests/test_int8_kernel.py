@@ -292,3 +292,11 @@ def test_up_projection_quantizing_for_the_down_projection_changes_no_bit(tiny):
             m._consumer = ()
         plain = q(ids, mask).hidden_states
     assert all(torch.equal(a, b) for a, b in zip(fused, plain))
+
+
+@pytest.mark.parametrize("env", [{"ATEN_CPU_CAPABILITY": "avx2"}, {"ONEDNN_MAX_CPU_ISA": "AVX2"}])
+def test_the_native_kernel_honours_torchs_instruction_set_limits(monkeypatch, env):
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    ok, why = int8_vnni_cpu()
+    assert not ok and next(iter(env)) in why

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 from pathlib import Path
 
 import torch
@@ -34,7 +35,15 @@ _SOURCE = Path(__file__).with_name("int8_vnni.cpp")
 
 
 def int8_vnni_cpu() -> tuple[bool, str]:
-    """Whether this CPU can run the int8 VNNI kernel, and why not if it cannot."""
+    """Whether this CPU can run the int8 VNNI kernel, and why not if it cannot. Limits set for torch's own kernels
+    count too: ``ATEN_CPU_CAPABILITY`` below avx512, or ``ONEDNN_MAX_CPU_ISA`` below AVX-512 (how
+    ``scripts/test_avx2.sh`` runs this machine as an AVX2-only one) keep it off."""
+    aten = os.environ.get("ATEN_CPU_CAPABILITY", "").strip().lower()
+    if aten and not aten.startswith("avx512"):
+        return False, f"ATEN_CPU_CAPABILITY={aten} limits torch to instructions below AVX-512"
+    onednn = os.environ.get("ONEDNN_MAX_CPU_ISA", "").strip().upper()
+    if onednn and onednn != "ALL" and not onednn.startswith(("AVX512", "AVX10")) and "AMX" not in onednn:
+        return False, f"ONEDNN_MAX_CPU_ISA={onednn} limits oneDNN to instructions below AVX-512"
     flags = cpu_info().flags
     if not flags:
         return False, "the CPU's instruction-set flags are unknown (no /proc/cpuinfo)"
