@@ -5,7 +5,7 @@ sequence length at hand.
 encoding its blocking costs more than it saves: on a 2-core EPYC (Zen 4), head size 32 and ~2,048 tokens per call,
 the explicit product - softmax - product was 2-3x faster at 8-24 tokens, 1.2-1.9x at 32-64, about even at 80 and
 slower from 96 on. Where the crossover lies depends on the CPU, its threads and the head size, so it is measured
-once per process (:func:`math_attention_limit`, ~0.2 s), not assumed. Both compute softmax(q k^T / sqrt(D) + mask) v
+once per process (:func:`math_attention_limit`, under a second), not assumed. Both compute softmax(q k^T / sqrt(D) + mask) v
 in float32; they differ by rounding (~1e-6).
 
 Used by the int8 path (:class:`ctxemb.quantization.Int8SelfAttention`); the exact path keeps SDPA, so its vectors
@@ -39,14 +39,17 @@ def math_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torc
     return torch.matmul(scores.softmax(-1), v)
 
 
-def _best_time(fn, repeats: int = 5) -> float:
-    fn()
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - start)
-    return best
+def _best_times(first, second, rounds: int = 9) -> tuple[float, float]:
+    """The best time of each of two calls over ``rounds`` alternating rounds (alternating, so that a slow spell of
+    the machine hits both)."""
+    first(), second()
+    best = [float("inf"), float("inf")]
+    for _ in range(rounds):
+        for i, fn in enumerate((first, second)):
+            start = time.perf_counter()
+            fn()
+            best[i] = min(best[i], time.perf_counter() - start)
+    return best[0], best[1]
 
 
 @functools.lru_cache(maxsize=None)
@@ -62,8 +65,8 @@ def math_attention_limit(head_size: int, threads: int) -> int:
             q, k, v = torch.randn(3, B, _HEADS, T, head_size, generator=gen).unbind(0)
             mask = torch.zeros(B, 1, 1, T)
             mask[::2, ..., T // 2:] = torch.finfo(torch.float32).min
-            sdpa = _best_time(lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=mask))
-            math = _best_time(lambda: math_attention(q, k, v, mask))
+            sdpa, math = _best_times(lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=mask),
+                                     lambda: math_attention(q, k, v, mask))
             if math >= sdpa:
                 break
             limit = T
