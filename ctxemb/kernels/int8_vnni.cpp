@@ -234,7 +234,9 @@ inline void tile(const uint8_t* a, int64_t lda, const int8_t* panel, int64_t wid
       for (int j = 0; j < V; ++j) w[j] = _mm512_loadu_si512(b + 64 * j);
 #pragma GCC unroll 8
       for (int i = 0; i < R; ++i) {
-        const __m512i x = _mm512_set1_epi32(*reinterpret_cast<const int32_t*>(a + i * lda + 4 * s));
+        int32_t four;  // 4 activation bytes (memcpy: no aliasing of uint8 data as int32; compiles to one load)
+        std::memcpy(&four, a + i * lda + 4 * s, 4);
+        const __m512i x = _mm512_set1_epi32(four);
 #pragma GCC unroll 4
         for (int j = 0; j < V; ++j) acc[i][j] = _mm512_dpbusd_epi32(acc[i][j], x, w[j]);
       }
