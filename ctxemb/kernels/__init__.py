@@ -7,14 +7,16 @@ of in separate passes over the (M, N) output. The scheme is :mod:`ctxemb.quantiz
 same, exact ones as ``torch._int_mm``'s.
 
 The build (``torch.utils.cpp_extension``, about 30 s; needs a C++ compiler and ninja) goes to
-``$CTXEMB_CACHE/kernels/<name>-torch<version>``, keyed by the torch version; ninja rebuilds it when the source
-changes, and a lock keeps concurrent processes from building it twice. The kernel is compiled for AVX-512 and is
+``$CTXEMB_CACHE/kernels/ctxemb_int8_vnni_<key>``, keyed by the source, the compiler flags and the torch version (so
+a new version builds beside an old one instead of over it), and a lock keeps concurrent processes from building it
+twice. The kernel is compiled for AVX-512 and is
 only loaded on a CPU whose ``/proc/cpuinfo`` flags say it has those instructions (a CPU without them would fault).
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
 import logging
 import os
 from pathlib import Path
@@ -57,8 +59,12 @@ def int8_vnni_cpu() -> tuple[bool, str]:
 def _load_int8_vnni():
     from torch.utils.cpp_extension import load
 
-    name = "ctxemb_int8_vnni"
-    build = cache_dir() / "kernels" / f"{name}-torch{torch.__version__.replace('+', '-')}"
+    # one build per source, flags and torch version: a process never rebuilds (overwrites) a library another
+    # process, running another version of ctxemb, has loaded
+    key = hashlib.sha256("\n".join([_SOURCE.read_text(encoding="utf-8"), *_COMPILE_FLAGS, torch.__version__])
+                         .encode()).hexdigest()[:16]
+    name = f"ctxemb_int8_vnni_{key}"
+    build = cache_dir() / "kernels" / name
     build.mkdir(parents=True, exist_ok=True)
     load(name=name, sources=[str(_SOURCE)], extra_cflags=_COMPILE_FLAGS, extra_ldflags=["-fopenmp"],
          build_directory=str(build), is_python_module=False, verbose=False)
