@@ -63,8 +63,8 @@ logger = logging.getLogger(__name__)
 # again (2: int8 with one activation scale per token instead of one per batch; 3, 4: outlier features in float32;
 # 5: the fused int8 kernel with outlier features calibrated once per model; 6: the least mean cosine 0.999; 7: 7-bit
 # int8 weights where the CPU's int8 products are not exact with 8, quantization.weight_levels; 8: asymmetric int8
-# activations, a zero point per token).
-_PROBE_VERSION = 8
+# activations, a zero point per token; 9: the native AVX512-VNNI int8 kernel, ctxemb.kernels).
+_PROBE_VERSION = 9
 PROBE_BATCH_SIZE = 16
 #: The least per-word cosine to the exact vectors any path must keep on the probe (besides its mean bound).
 LEAST_WORD_COSINE = 0.99
