@@ -49,9 +49,9 @@ from ctxemb.inference import EncoderBackend, TorchBackend
 from ctxemb.precision import INFERENCE_PRECISIONS as PRECISIONS
 from ctxemb.modeling.encoder import Encoder
 from ctxemb.paths import atomic_path, atomic_write
-from ctxemb.quantization import (CALIBRATION_SENTENCES, CALIBRATION_VERSION, DEFAULT_MAX_OUTLIER_FRACTION,
-                                 DEFAULT_OUTLIER_THRESHOLD, Int8Calibration, calibrate_outliers, quantize_int8,
-                                 weight_levels)
+from ctxemb.int8_calibration import (CALIBRATION_SENTENCES, CALIBRATION_VERSION, DEFAULT_MAX_OUTLIER_FRACTION,
+                                     DEFAULT_OUTLIER_THRESHOLD, Int8Calibration, calibrate_outliers)
+from ctxemb.quantization import quantize_int8, weight_levels
 from ctxemb.registry import cache_dir
 from ctxemb.tokenization import Tokenizer
 

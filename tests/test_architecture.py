@@ -18,7 +18,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("ctxemb.config", "ctxemb.metrics"),
     ("ctxemb.tokenization", "ctxemb.registry", "ctxemb.kernels"),
     ("ctxemb.modeling",),
-    ("ctxemb.inference", "ctxemb.quantization", "ctxemb.backends", "ctxemb.autoprecision", "ctxemb.loading",
+    ("ctxemb.inference", "ctxemb.int8_calibration", "ctxemb.quantization", "ctxemb.backends", "ctxemb.autoprecision", "ctxemb.loading",
      "ctxemb.training"),
     ("ctxemb.embedding", "ctxemb.embedder_config", "ctxemb.pretraining", "ctxemb.finetuning", "ctxemb.fill_mask",
      "ctxemb.sentence_transformers_format", "ctxemb.sentence_transformers_writer"),

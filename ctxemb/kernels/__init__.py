@@ -55,7 +55,6 @@ def int8_vnni_cpu() -> tuple[bool, str]:
     return True, "the CPU has AVX512-VNNI"
 
 
-@functools.lru_cache(maxsize=1)
 def _load_int8_vnni():
     from torch.utils.cpp_extension import load
 
@@ -73,9 +72,9 @@ def _load_int8_vnni():
 
 @functools.lru_cache(maxsize=1)
 def int8_vnni_ops():
-    """The int8 VNNI kernel's ops (``torch.ops.ctxemb_int8``: ``pack_weights``, ``quantize_rows``, ``linear``),
-    built on first use; None where this CPU lacks the instructions or the build fails (logged once, with the reason).
-    """
+    """The int8 VNNI kernel's ops (``torch.ops.ctxemb_int8``: ``pack_weights``, ``quantize_rows``, ``linear``,
+    ``linear_quantized``), built on first use; None where this CPU lacks the instructions or the build fails (logged
+    once, with the reason)."""
     ok, why = int8_vnni_cpu()
     if not ok:
         logger.info("int8 VNNI kernel not used: %s", why)
