@@ -400,10 +400,12 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> int8_linear_quantized
   float* sp = std::get<1>(result).data_ptr<float>();
   int32_t* zp = std::get<2>(result).data_ptr<int32_t>();
   float* op = std::get<3>(result).data_ptr<float>();
-  // one scratch block per thread (at::parallel_for runs one chunk per thread at a time)
-  std::vector<std::vector<float>> scratch(at::get_num_threads(), std::vector<float>(kBlockRows * N));
+  // one scratch block per thread (at::parallel_for runs one chunk per thread at a time); left uninitialised: every
+  // value is written by the product before it is read (a zero-filled vector cost a memset per call)
+  auto scratch = at::empty({at::get_num_threads(), kBlockRows * N}, x_scale.options());
+  float* scratch_base = scratch.data_ptr<float>();
   run_blocks(u.data_ptr<uint8_t>(), M, K, packed.data_ptr<int8_t>(), e,
-             [&](int64_t) { return scratch[at::get_thread_num()].data(); },
+             [&](int64_t) { return scratch_base + at::get_thread_num() * kBlockRows * N; },
              [&](int64_t r0, int64_t r1, float* rows) {
                for (int64_t t = r0; t < r1; ++t)
                  quantize_row(rows + (t - r0) * N, N, q, up + t * N, sp + t, zp + t, op + t * q.P);
