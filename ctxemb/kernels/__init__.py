@@ -9,8 +9,8 @@ same, exact ones as ``torch._int_mm``'s.
 The build (``torch.utils.cpp_extension``, about 30 s; needs a C++ compiler and ninja) goes to
 ``$CTXEMB_CACHE/kernels/ctxemb_int8_vnni_<key>``, keyed by the source, the compiler flags and the torch version (so
 a new version builds beside an old one instead of over it), and a lock keeps concurrent processes from building it
-twice. The kernel is compiled for AVX-512 and is
-only loaded on a CPU whose ``/proc/cpuinfo`` flags say it has those instructions (a CPU without them would fault).
+twice. The kernel is compiled for AVX-512 and is only loaded on a CPU whose ``/proc/cpuinfo`` flags say it has those
+instructions (a CPU without them would fault).
 """
 
 from __future__ import annotations
