@@ -67,8 +67,11 @@ def _overfit(four_type_fixture, name, **kw):
     model, path, d = four_type_fixture
     config = TokenFinetuneConfig(
         task="conll-file", model=str(model), head="span", train_file=str(path), dev_file=str(path), epochs=4,
-        batch_size=16, max_length=48, max_span_length=3, **kw,
-        train=TrainConfig(learning_rate=3e-3, max_steps=1, warmup_ratio=0.1, out_dir=str(d / name),
+        batch_size=16, max_length=48, max_span_length=3,
+        # random batches: with 10 batches per epoch, length grouping sorts the whole fixture into batches of one
+        # length each, and 40 steps of those leave LOC and MISC unlearnt (F1 57.9); the test is about the head's rate
+        group_by_length=False, **kw,
+        train=TrainConfig(learning_rate=3e-3, warmup_ratio=0.1, out_dir=str(d / name),
                           progress_bar=False, precision="fp32", seed=0))
     return run_token_finetuning(config).final_metrics
 
