@@ -13,9 +13,9 @@ PACKAGE = Path(__file__).resolve().parent.parent / "ctxemb"
 
 # Lower layers never import higher ones; a layer may import its own layer (no cycles, checked separately).
 LAYERS: list[tuple[str, ...]] = [
-    ("ctxemb._validation", "ctxemb._version", "ctxemb.atomic", "ctxemb.locks", "ctxemb.paths", "ctxemb.protocols",
-     "ctxemb.precision", "ctxemb.sentences"),
-    ("ctxemb.config", "ctxemb.metrics"),
+    ("ctxemb._exchange", "ctxemb._validation", "ctxemb._version", "ctxemb.atomic", "ctxemb.locks", "ctxemb.paths",
+     "ctxemb.protocols", "ctxemb.precision", "ctxemb.sentences"),
+    ("ctxemb.config", "ctxemb.metrics", "ctxemb.io"),
     ("ctxemb.tokenization", "ctxemb.registry", "ctxemb.kernels"),
     ("ctxemb.modeling",),
     ("ctxemb.inference", "ctxemb.int8_calibration", "ctxemb.quantization", "ctxemb.backends", "ctxemb.autoprecision",

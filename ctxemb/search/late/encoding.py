@@ -1,0 +1,233 @@
+"""Queries and documents as bags of contextual token vectors, with ColBERT's conventions (late interaction).
+
+A :class:`LateInteractionEncoder` wraps an :class:`~ctxemb.embedding.Embedder` (any precision, any layer choice)
+and adds what ColBERT (Khattab & Zaharia 2020; Santhanam et al. 2022) does around the encoder:
+
+- **markers**: a query marker token after ``[CLS]`` of a query and a document marker after ``[CLS]`` of a document
+  (``[unused0]`` and ``[unused1]`` in BERT vocabularies), so one encoder can treat the two sides differently. Off
+  for a zero-shot encoder that never saw them (``markers=None``).
+- **query augmentation**: queries are padded to ``query_length`` tokens with ``[MASK]``; the masks attend to the
+  query but nothing attends to them, and their output vectors are kept: they act as soft expansion terms.
+- **documents** are cut at ``document_length`` tokens (ColBERT's ``doc_maxlen``), or, with
+  ``long_documents="window"``, encoded whole in overlapping windows so that every token sees its context (late
+  chunking); tokens that are punctuation are dropped from documents only.
+- an optional **projection** ``Linear(H, dim, bias=False)`` (ColBERT's 128 dimensions), then every vector is
+  L2-normalised, so MaxSim sums cosines.
+
+Shape legend: B texts in a batch, T tokens, H the encoder's width, D the output dimension.
+"""
+
+from __future__ import annotations
+
+import string
+from dataclasses import asdict, dataclass
+from typing import Literal, Sequence
+
+import numpy as np
+import torch
+
+from ctxemb._validation import check_choice, check_int, check_string_batch
+from ctxemb.inference import make_batches
+from ctxemb.tokenization import plan_windows
+
+LongDocuments = Literal["truncate", "window"]
+
+
+@dataclass(frozen=True)
+class LateInteractionConfig:
+    """How texts become token vectors (saved with an index and with a trained model).
+
+    Attributes:
+        query_length: queries are padded with ``[MASK]`` (or cut) to this many tokens, specials included.
+        document_length: most tokens per document, specials included ("truncate"), or per window ("window").
+        long_documents: ``"truncate"`` (ColBERT) or ``"window"`` (every token, encoded in overlapping windows).
+        markers: the (query, document) marker tokens, e.g. ``("[unused0]", "[unused1]")``, or None for none.
+        query_augmentation: pad queries with ``[MASK]`` to ``query_length`` (False: no padding).
+        skip_punctuation: drop punctuation tokens from documents.
+        layers: hidden states pooled into each token vector (0 = embedding output, -1 = the last layer).
+    """
+
+    query_length: int = 32
+    document_length: int = 256
+    long_documents: LongDocuments = "truncate"
+    markers: tuple[str, str] | None = None
+    query_augmentation: bool = True
+    skip_punctuation: bool = True
+    layers: tuple[int, ...] = (-1,)
+
+    def __post_init__(self):
+        check_int(self.query_length, "query_length", low=4)
+        check_int(self.document_length, "document_length", low=4)
+        check_choice(self.long_documents, "long_documents", ("truncate", "window"))
+        if self.markers is not None:
+            if len(self.markers) != 2 or not all(isinstance(m, str) and m for m in self.markers):
+                raise ValueError("markers must be a pair of token strings (query, document) or None, got %r"
+                                 % (self.markers,))
+            object.__setattr__(self, "markers", tuple(self.markers))
+        object.__setattr__(self, "layers", tuple(int(i) for i in self.layers))
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["markers"] = None if self.markers is None else list(self.markers)
+        d["layers"] = list(self.layers)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "LateInteractionConfig":
+        d = dict(d)
+        if d.get("markers") is not None:
+            d["markers"] = tuple(d["markers"])
+        if "layers" in d:
+            d["layers"] = tuple(d["layers"])
+        return cls(**d)
+
+
+class LateInteractionEncoder:
+    """Token vectors of queries and documents (see the module docstring).
+
+    Args:
+        embedder: runs the encoder (its precision and device are used).
+        config: the conventions.
+        projection: a bias-free ``torch.nn.Linear(H, D)``, or a (D, H) array, or None (D = H).
+
+    Raises:
+        ValueError: a marker token that is not in the vocabulary, or a projection whose input width is not H.
+    """
+
+    def __init__(self, embedder, config: LateInteractionConfig | None = None, projection=None):
+        self.embedder = embedder
+        self.config = config or LateInteractionConfig()
+        tok = embedder.tokenizer
+        self._markers = None
+        if self.config.markers is not None:
+            ids = [tok.backend.token_to_id(m) for m in self.config.markers]
+            for m, i in zip(self.config.markers, ids):
+                if i is None:
+                    raise ValueError("markers: the token %r is not in the tokenizer's vocabulary" % m)
+            self._markers = tuple(ids)
+        hidden = embedder.hidden_size  # the layers are averaged: one H-wide vector per token
+        if projection is not None and not isinstance(projection, torch.nn.Module):
+            weight = torch.as_tensor(np.asarray(projection, dtype=np.float32))
+            layer = torch.nn.Linear(weight.shape[1], weight.shape[0], bias=False)
+            with torch.no_grad():
+                layer.weight.copy_(weight)
+            projection = layer
+        if projection is not None:
+            if projection.bias is not None:
+                raise ValueError("projection must have no bias (ColBERT's linear layer is bias-free)")
+            if projection.in_features != hidden:
+                raise ValueError("projection takes %d inputs but the encoder gives %d" % (projection.in_features, hidden))
+        self.projection = projection
+        self._layers = embedder.encoder.resolve_layers(list(self.config.layers))
+        self._skip = {i for c in string.punctuation if (i := tok.backend.token_to_id(c)) is not None}
+
+    @property
+    def dim(self) -> int:
+        """D: the width of the output vectors."""
+        return self.projection.out_features if self.projection is not None else self.embedder.hidden_size
+
+    # ------------------------------------------------------------------------------------------------ inputs
+    def _prefix(self, side: int) -> list[int]:
+        tok = self.embedder.tokenizer
+        return [tok.cls_token_id] + ([self._markers[side]] if self._markers else [])
+
+    def query_inputs(self, texts: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor]:
+        """(B, T) input ids and attention mask of queries: prefix, tokens, [SEP], then [MASK] padding (not
+        attended to) up to ``query_length``."""
+        tok, cfg = self.embedder.tokenizer, self.config
+        prefix = self._prefix(0)
+        rows = []
+        for item in tok.tokenize(texts):
+            ids = (prefix + list(item.ids))[: cfg.query_length - 1] + [tok.sep_token_id]
+            rows.append(ids)
+        T = cfg.query_length if cfg.query_augmentation else max(len(r) for r in rows)
+        input_ids = torch.full((len(rows), T), tok.mask_token_id if cfg.query_augmentation else tok.pad_token_id,
+                               dtype=torch.long)
+        mask = torch.zeros((len(rows), T), dtype=torch.long)
+        for r, ids in enumerate(rows):
+            input_ids[r, :len(ids)] = torch.tensor(ids)
+            mask[r, :len(ids)] = 1
+        return input_ids, mask
+
+    def _document_pieces(self, ids: list[int]) -> list[tuple[list[int], int, int]]:
+        """The model inputs of one document's content ids: (input ids, first kept position, last kept + 1)."""
+        tok, cfg = self.embedder.tokenizer, self.config
+        prefix = self._prefix(1)
+        room = cfg.document_length - len(prefix) - 1
+        if cfg.long_documents == "truncate" or len(ids) <= room:
+            seq = prefix + ids[:room] + [tok.sep_token_id]
+            return [(seq, 0, len(seq))]
+        pieces = []
+        windows = plan_windows(len(ids), room)
+        for n, (s, e, keep_start, keep_stop) in enumerate(windows):
+            seq = prefix + ids[s:e] + [tok.sep_token_id]
+            lo = 0 if n == 0 else len(prefix) + keep_start - s
+            hi = len(seq) if n == len(windows) - 1 else len(prefix) + keep_stop - s
+            pieces.append((seq, lo, hi))
+        return pieces
+
+    # ------------------------------------------------------------------------------------------------ running
+    def _run(self, input_ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """(B, T, D) L2-normalised float32 vectors."""
+        states = self.embedder.backend.hidden_states(input_ids, mask, self._layers)  # (B, T, n, H)
+        x = states.float().mean(dim=2)
+        if self.projection is not None:
+            with torch.inference_mode():
+                x = self.projection(x.to(self.projection.weight.device))
+        return torch.nn.functional.normalize(x, dim=-1)
+
+    def encode_queries(self, texts: Sequence[str] | str, *, batch_size: int = 64) -> np.ndarray | list:
+        """Query token vectors: (Q, query_length, D) float32 with augmentation (a (query_length, D) array for
+        one str); without it, a list of (T_q, D) arrays."""
+        single = isinstance(texts, str)
+        texts = check_string_batch([texts] if single else texts, "texts", allow_empty_batch=True)
+        check_int(batch_size, "batch_size", low=1)
+        out: list = []
+        for lo in range(0, len(texts), batch_size):
+            ids, mask = self.query_inputs(texts[lo:lo + batch_size])
+            x = self._run(ids, mask).cpu().numpy()
+            if self.config.query_augmentation:
+                out.append(x)
+            else:
+                out.extend(x[r, :int(mask[r].sum())] for r in range(len(x)))
+        if self.config.query_augmentation:
+            arr = np.concatenate(out) if out else np.zeros((0, self.config.query_length, self.dim), np.float32)
+            return arr[0] if single else arr
+        return out[0] if single else out
+
+    def encode_documents(self, texts: Sequence[str], *, batch_size: int = 32, max_tokens_per_batch: int = 8192,
+                         show_progress_bar: bool = True) -> list[np.ndarray]:
+        """Document token vectors: one (T_i, D) float32 array per text, in the caller's order (punctuation
+        dropped if configured; a document of only punctuation keeps its special tokens)."""
+        from tqdm.auto import tqdm
+
+        texts = check_string_batch(texts, "texts", allow_empty_batch=True)
+        if not texts:
+            return []
+        pieces, owner = [], []
+        for i, item in enumerate(self.embedder.tokenizer.tokenize(texts)):
+            for p in self._document_pieces(list(item.ids)):
+                pieces.append(p)
+                owner.append(i)
+        parts: list[list] = [[] for _ in texts]
+        skip = self._skip if self.config.skip_punctuation else set()
+        bar = tqdm(total=len(pieces), disable=not show_progress_bar or len(pieces) < 64, desc="documents",
+                   unit="window")
+        pad = self.embedder.tokenizer.pad_token_id
+        for batch in make_batches([len(p[0]) for p in pieces], batch_size, max_tokens_per_batch):
+            T = max(len(pieces[j][0]) for j in batch)
+            ids = torch.full((len(batch), T), pad, dtype=torch.long)
+            mask = torch.zeros((len(batch), T), dtype=torch.long)
+            for r, j in enumerate(batch):
+                seq = pieces[j][0]
+                ids[r, :len(seq)] = torch.tensor(seq)
+                mask[r, :len(seq)] = 1
+            x = self._run(ids, mask).cpu().numpy()
+            for r, j in enumerate(batch):
+                seq, lo, hi = pieces[j]
+                keep = [t for t in range(lo, hi) if seq[t] not in skip]
+                parts[owner[j]].append((j, x[r, keep]))
+            bar.update(len(batch))
+        bar.close()
+        return [np.ascontiguousarray(np.concatenate([v for _, v in sorted(p, key=lambda t: t[0])]), np.float32)
+                for p in parts]
