@@ -24,6 +24,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "similarity": ("similarity", "similarity benchmarks (WiC, CoSimLex, usim, STS-B, SICK, word similarity)"),
     "embed": ("embed", "sentence vectors of a text file into one .npy file (one process, or several under torchrun)"),
     "index": ("index", "build and query semantic search indexes"),
+    "retrieval": ("retrieval", "retrieval on BEIR data: BM25, one vector, hybrid, late interaction; TREC runs, nDCG"),
     "vocab": ("vocab", "train a WordPiece / BPE / Unigram vocabulary that ctxemb and transformers load"),
     "pretrain": ("pretrain", "pretrain or continue pretraining an encoder (MLM, NSP, span masking + SBO)"),
     "fill-mask": ("fill_mask", "the top-k fills of each [MASK] under a model's masked-LM head"),

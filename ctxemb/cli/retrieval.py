@@ -57,7 +57,40 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     add_embedder_args(ev, pooling=False)
     ev.add_argument("--no-progress", action="store_true", help="no progress bars")
     ev.set_defaults(func=run_eval)
+
+    pairs = sub.add_parser("pairs", help="training rows (query, relevant document, BM25 negatives) as JSONL",
+                           description="Write one JSONL row per judged (query, relevant document) pair of a BEIR "
+                                       "folder, with hard negatives drawn from the query's best BM25 documents that "
+                                       "are not relevant to it: the rows that `ctxemb finetune late-interaction` "
+                                       "reads from --beir, as a table for `ctxemb finetune contrastive`.")
+    pairs.add_argument("data", type=Path, help="the BEIR folder")
+    pairs.add_argument("--split", default="train", help="the qrels file qrels/SPLIT.tsv (default %(default)s)")
+    pairs.add_argument("--queries", type=Path, required=True, help="a file of query ids, one per line")
+    pairs.add_argument("--hard-negatives", type=int, default=1, help="negatives per row (default %(default)s)")
+    pairs.add_argument("--mine-range", type=positive_int, default=20,
+                       help="BM25 ranks the negatives are drawn from (default %(default)s)")
+    pairs.add_argument("--seed", type=int, default=0, help="the draw's seed (default %(default)s)")
+    pairs.add_argument("--out", type=Path, required=True, help="the JSONL file to write (atomically)")
+    pairs.set_defaults(func=run_pairs)
     return parser
+
+
+def run_pairs(args: argparse.Namespace) -> int:
+    from ctxemb.finetuning.late_interaction import beir_rows
+
+    if args.hard_negatives < 0:
+        raise UsageError("--hard-negatives must be >= 0, got %d" % args.hard_negatives)
+    rows = beir_rows(args.data, args.split, _query_ids(args.queries), hard_negatives=args.hard_negatives,
+                     mine_range=args.mine_range, seed=args.seed)
+    lines = []
+    for row in rows:
+        record = {"id": row.id, "anchor": row.anchor, "positive": row.positive}
+        record.update({"negative_%d" % (i + 1): t for i, t in enumerate(row.negatives)})
+        lines.append(json.dumps(record, ensure_ascii=False))
+    write_text(args.out, "\n".join(lines) + "\n")
+    print("%d rows written to %s (columns: anchor, positive%s)" % (
+        len(rows), args.out, "".join(", negative_%d" % (i + 1) for i in range(args.hard_negatives))), file=sys.stderr)
+    return 0
 
 
 def _query_ids(path: Path) -> list[str]:

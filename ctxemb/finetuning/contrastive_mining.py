@@ -78,6 +78,7 @@ def bm25_candidates(anchors: Sequence[str], corpus: Sequence[str], depth: int) -
     except ImportError:
         raise ImportError("mining with BM25 (mine_with='bm25') needs the bm25s package: pip install 'ctxemb[hybrid]' "
                           "(or pip install bm25s)") from None
+    logging.getLogger("bm25s").setLevel(logging.WARNING)  # bm25s sets DEBUG on import: its lines would leak
     retriever = bm25s.BM25(k1=1.5, b=0.75, method="lucene")
     retriever.index(bm25s.tokenize(list(corpus), lower=True, stopwords="en", show_progress=False),
                     show_progress=False)

@@ -9,6 +9,7 @@ The built-in tasks are registered at the bottom of this module, one line per tas
 from __future__ import annotations
 
 from ctxemb.finetuning.contrastive import CONTRASTIVE_TASKS, ContrastiveTask
+from ctxemb.finetuning.late_interaction import LATE_INTERACTION_TASKS, LateInteractionTask
 from ctxemb.finetuning.task import Task, TaskData
 from ctxemb.finetuning.tasks import TASKS, SequenceTask
 from ctxemb.finetuning.token_tasks import TOKEN_TASKS, TokenTask
@@ -74,3 +75,5 @@ for _task in PRETRAINING_TASKS.values():
     register_task(_task)
 for _name in CONTRASTIVE_TASKS:
     register_task(ContrastiveTask(_name))
+for _name in LATE_INTERACTION_TASKS:
+    register_task(LateInteractionTask(_name))

@@ -47,6 +47,7 @@ def require_bm25s():
             "hybrid search (SemanticIndex(..., hybrid=...)) needs the bm25s package: pip install 'ctxemb[hybrid]' "
             "(or pip install bm25s)"
         ) from None
+    logging.getLogger("bm25s").setLevel(logging.WARNING)  # bm25s sets DEBUG on import: its lines would leak
     return bm25s
 
 

@@ -19,67 +19,17 @@ Shape legend: B texts in a batch, T tokens, H the encoder's width, D the output 
 
 from __future__ import annotations
 
-import string
-from dataclasses import asdict, dataclass
-from typing import Literal, Sequence
+import os
+from typing import Sequence
 
 import numpy as np
 import torch
 
-from ctxemb._validation import check_choice, check_int, check_string_batch
+from ctxemb._validation import check_int, check_string_batch
 from ctxemb.inference import make_batches
-from ctxemb.tokenization import plan_windows
-
-LongDocuments = Literal["truncate", "window"]
-
-
-@dataclass(frozen=True)
-class LateInteractionConfig:
-    """How texts become token vectors (saved with an index and with a trained model).
-
-    Attributes:
-        query_length: queries are padded with ``[MASK]`` (or cut) to this many tokens, specials included.
-        document_length: most tokens per document, specials included ("truncate"), or per window ("window").
-        long_documents: ``"truncate"`` (ColBERT) or ``"window"`` (every token, encoded in overlapping windows).
-        markers: the (query, document) marker tokens, e.g. ``("[unused0]", "[unused1]")``, or None for none.
-        query_augmentation: pad queries with ``[MASK]`` to ``query_length`` (False: no padding).
-        skip_punctuation: drop punctuation tokens from documents.
-        layers: hidden states pooled into each token vector (0 = embedding output, -1 = the last layer).
-    """
-
-    query_length: int = 32
-    document_length: int = 256
-    long_documents: LongDocuments = "truncate"
-    markers: tuple[str, str] | None = None
-    query_augmentation: bool = True
-    skip_punctuation: bool = True
-    layers: tuple[int, ...] = (-1,)
-
-    def __post_init__(self):
-        check_int(self.query_length, "query_length", low=4)
-        check_int(self.document_length, "document_length", low=4)
-        check_choice(self.long_documents, "long_documents", ("truncate", "window"))
-        if self.markers is not None:
-            if len(self.markers) != 2 or not all(isinstance(m, str) and m for m in self.markers):
-                raise ValueError("markers must be a pair of token strings (query, document) or None, got %r"
-                                 % (self.markers,))
-            object.__setattr__(self, "markers", tuple(self.markers))
-        object.__setattr__(self, "layers", tuple(int(i) for i in self.layers))
-
-    def to_dict(self) -> dict:
-        d = asdict(self)
-        d["markers"] = None if self.markers is None else list(self.markers)
-        d["layers"] = list(self.layers)
-        return d
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "LateInteractionConfig":
-        d = dict(d)
-        if d.get("markers") is not None:
-            d["markers"] = tuple(d["markers"])
-        if "layers" in d:
-            d["layers"] = tuple(d["layers"])
-        return cls(**d)
+from ctxemb.modeling.late_interaction import (LATE_CONFIG_KEY, LateInteractionConfig, document_pieces,
+                                              load_projection, marker_ids, pad_queries, punctuation_ids,
+                                              query_input_ids)
 
 
 class LateInteractionEncoder:
@@ -98,13 +48,7 @@ class LateInteractionEncoder:
         self.embedder = embedder
         self.config = config or LateInteractionConfig()
         tok = embedder.tokenizer
-        self._markers = None
-        if self.config.markers is not None:
-            ids = [tok.backend.token_to_id(m) for m in self.config.markers]
-            for m, i in zip(self.config.markers, ids):
-                if i is None:
-                    raise ValueError("markers: the token %r is not in the tokenizer's vocabulary" % m)
-            self._markers = tuple(ids)
+        self._markers = marker_ids(tok, self.config)
         hidden = embedder.hidden_size  # the layers are averaged: one H-wide vector per token
         if projection is not None and not isinstance(projection, torch.nn.Module):
             weight = torch.as_tensor(np.asarray(projection, dtype=np.float32))
@@ -119,7 +63,26 @@ class LateInteractionEncoder:
                 raise ValueError("projection takes %d inputs but the encoder gives %d" % (projection.in_features, hidden))
         self.projection = projection
         self._layers = embedder.encoder.resolve_layers(list(self.config.layers))
-        self._skip = {i for c in string.punctuation if (i := tok.backend.token_to_id(c)) is not None}
+        self._skip = punctuation_ids(tok)
+
+    @classmethod
+    def from_pretrained(cls, model_dir: str | os.PathLike, **embedder_args) -> "LateInteractionEncoder":
+        """A trained late-interaction model (``ctxemb finetune late-interaction``): its encoder through an
+        :class:`~ctxemb.embedding.Embedder` (``embedder_args``: precision, device, ...; the last layer), its
+        projection and the conventions it was trained with."""
+        from ctxemb._validation import read_json_file
+        from ctxemb.embedding import Embedder
+        from ctxemb.registry import resolve_model_dir
+
+        directory = resolve_model_dir(model_dir)
+        settings = read_json_file(directory / "config.json", "config file").get(LATE_CONFIG_KEY)
+        if not settings:
+            raise ValueError("%s is not a late-interaction model (config.json has no %r); for a plain encoder, "
+                             "build LateInteractionEncoder(Embedder.from_pretrained(...)) instead"
+                             % (directory, LATE_CONFIG_KEY))
+        config = LateInteractionConfig.from_dict(settings.get("conventions") or {})
+        embedder = Embedder.from_pretrained(directory, layers=list(config.layers), **embedder_args)
+        return cls(embedder, config, projection=load_projection(directory))
 
     @property
     def dim(self) -> int:
@@ -127,44 +90,12 @@ class LateInteractionEncoder:
         return self.projection.out_features if self.projection is not None else self.embedder.hidden_size
 
     # ------------------------------------------------------------------------------------------------ inputs
-    def _prefix(self, side: int) -> list[int]:
-        tok = self.embedder.tokenizer
-        return [tok.cls_token_id] + ([self._markers[side]] if self._markers else [])
-
     def query_inputs(self, texts: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor]:
-        """(B, T) input ids and attention mask of queries: prefix, tokens, [SEP], then [MASK] padding (not
-        attended to) up to ``query_length``."""
-        tok, cfg = self.embedder.tokenizer, self.config
-        prefix = self._prefix(0)
-        rows = []
-        for item in tok.tokenize(texts):
-            ids = (prefix + list(item.ids))[: cfg.query_length - 1] + [tok.sep_token_id]
-            rows.append(ids)
-        T = cfg.query_length if cfg.query_augmentation else max(len(r) for r in rows)
-        input_ids = torch.full((len(rows), T), tok.mask_token_id if cfg.query_augmentation else tok.pad_token_id,
-                               dtype=torch.long)
-        mask = torch.zeros((len(rows), T), dtype=torch.long)
-        for r, ids in enumerate(rows):
-            input_ids[r, :len(ids)] = torch.tensor(ids)
-            mask[r, :len(ids)] = 1
-        return input_ids, mask
-
-    def _document_pieces(self, ids: list[int]) -> list[tuple[list[int], int, int]]:
-        """The model inputs of one document's content ids: (input ids, first kept position, last kept + 1)."""
-        tok, cfg = self.embedder.tokenizer, self.config
-        prefix = self._prefix(1)
-        room = cfg.document_length - len(prefix) - 1
-        if cfg.long_documents == "truncate" or len(ids) <= room:
-            seq = prefix + ids[:room] + [tok.sep_token_id]
-            return [(seq, 0, len(seq))]
-        pieces = []
-        windows = plan_windows(len(ids), room)
-        for n, (s, e, keep_start, keep_stop) in enumerate(windows):
-            seq = prefix + ids[s:e] + [tok.sep_token_id]
-            lo = 0 if n == 0 else len(prefix) + keep_start - s
-            hi = len(seq) if n == len(windows) - 1 else len(prefix) + keep_stop - s
-            pieces.append((seq, lo, hi))
-        return pieces
+        """(B, T) input ids and attention mask of queries: [CLS], the marker, tokens, [SEP], then [MASK] padding
+        (not attended to) up to ``query_length``."""
+        tok = self.embedder.tokenizer
+        rows = [query_input_ids(tok, item.ids, self.config, self._markers) for item in tok.tokenize(texts)]
+        return pad_queries(tok, rows, self.config)
 
     # ------------------------------------------------------------------------------------------------ running
     def _run(self, input_ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -206,7 +137,7 @@ class LateInteractionEncoder:
             return []
         pieces, owner = [], []
         for i, item in enumerate(self.embedder.tokenizer.tokenize(texts)):
-            for p in self._document_pieces(list(item.ids)):
+            for p in document_pieces(self.embedder.tokenizer, item.ids, self.config, self._markers):
                 pieces.append(p)
                 owner.append(i)
         parts: list[list] = [[] for _ in texts]
