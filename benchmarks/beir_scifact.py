@@ -1,14 +1,22 @@
 """BEIR SciFact: BM25, one-vector dense, hybrid and late interaction (MaxSim over token vectors), side by side.
 
-The dev split is 200 of the 809 queries with train qrels (``ctxemb.io.split_queries(..., 200, seed=0)``; its ids
-are written to ``benchmarks/results/scifact_dev_query_ids.txt``); settings are chosen on it. The 300 test queries
-(those without train qrels; their qrels are held back) get TREC run files ``benchmarks/results/scifact_test_*.trec``
-for independent scoring.
+The dev split is 200 of the 809 queries with train qrels (``ctxemb.io.split_queries(..., 200, seed=0)``; ids in
+``benchmarks/results/scifact_dev_query_ids.txt``, the other 609 in ``scifact_train_query_ids.txt``); every setting
+is chosen on it. The 300 test queries (those without train qrels; their qrels are held back) get TREC run files
+``benchmarks/results/scifact_test_<retriever>.trec`` for independent scoring, for the retrievers named with
+``--test``.
 
-Encodings are cached under ``cache/scifact/`` (token vectors as float16; rerun cheaply with other search settings).
+Rows (all on dev): BM25 (bm25s, title + text); all-MiniLM-L6-v2 zero-shot, one vector (its sentence-transformers
+modules: 256 tokens), naive and late chunking; hybrid BM25 + dense (RRF, k 60); zero-shot MaxSim over MiniLM's
+last-layer token vectors (documents cut at 256 or 512 tokens, or whole in windows of 256), exhaustive; trained
+models given with ``--late-model`` (late interaction: exhaustive, compressed index at 1/2/4 bits, token pooling,
+hybrid) and ``--dense-model`` (one vector, trained in-domain on the same rows); PyLate's dev run (``--peer-run``).
 
-    python benchmarks/beir_scifact.py                      # zero-shot rows
-    python benchmarks/beir_scifact.py --precision fp32
+Encodings are cached under ``cache/scifact/`` (token vectors as float16), so settings can be rerun cheaply.
+
+    python benchmarks/beir_scifact.py                                        # zero-shot rows
+    python benchmarks/beir_scifact.py --late-model runs/li/model --dense-model runs/ct/model \\
+        --peer-run pylate=cache/pylate/dev.trec --test bm25,late-hybrid
 
 Writes benchmarks/results/beir_scifact.{md,json}.
 """
@@ -17,8 +25,10 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import json
+import os
+import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -26,11 +36,12 @@ import numpy as np
 
 from _common import RESULTS, machine, markdown_table, write_results
 from ctxemb import Embedder
-from ctxemb.io import load_beir, read_queries, split_queries, write_run
+from ctxemb.io import load_beir, read_queries, read_run, split_queries, write_run
 from ctxemb.metrics.trec import evaluate_run
 from ctxemb.paths import shared_data_dir
-from ctxemb.search.late import LateInteractionConfig, LateInteractionEncoder
-from ctxemb.search.retrievers import (BM25Retriever, DenseRetriever, FusionRetriever, LateInteractionRetriever)
+from ctxemb.search.late import LateInteractionConfig, LateInteractionEncoder, LateInteractionIndex
+from ctxemb.search.late.pooling import pool_documents
+from ctxemb.search.retrievers import BM25Retriever, DenseRetriever, FusionRetriever, LateInteractionRetriever
 
 CACHE = Path(__file__).resolve().parent.parent / "cache" / "scifact"
 MEASURES = ("ndcg@10", "recall@100", "mrr@10")
@@ -40,37 +51,46 @@ def scifact():
     folder = shared_data_dir() / "retrieval" / "scifact"
     data = load_beir(folder, "train")
     train_ids, dev_ids = split_queries(list(data.qrels), 200, seed=0)
-    all_queries = read_queries(folder / "queries.jsonl")
-    test = {q: t for q, t in all_queries.items() if q not in data.qrels}
+    test = {q: t for q, t in read_queries(folder / "queries.jsonl").items() if q not in data.qrels}
     return data, train_ids, dev_ids, test
 
 
-def cached_tokens(encoder: LateInteractionEncoder, ids, texts, tag: str) -> list[np.ndarray]:
-    """Token vectors of the corpus, cached as float16 (computed once per encoder setting)."""
+def cached_tokens(encoder: LateInteractionEncoder, texts, tag: str) -> tuple[list[np.ndarray], float]:
+    """Token vectors of the corpus and the seconds their encoding took, cached as float16."""
     CACHE.mkdir(parents=True, exist_ok=True)
     path = CACHE / f"tokens-{tag}.npz"
     if path.exists():
         z = np.load(path)
-        offsets = z["offsets"]
-        tokens = z["tokens"].astype(np.float32)
-        return [tokens[offsets[i]:offsets[i + 1]] for i in range(len(ids))]
+        offsets, tokens = z["offsets"], z["tokens"].astype(np.float32)
+        return [tokens[offsets[i]:offsets[i + 1]] for i in range(len(texts))], float(z["seconds"])
     start = time.perf_counter()
     docs = encoder.encode_documents(texts)
     seconds = time.perf_counter() - start
     offsets = np.concatenate([[0], np.cumsum([len(d) for d in docs])])
     np.savez(path, tokens=np.concatenate(docs).astype(np.float16), offsets=offsets, seconds=seconds)
     print(f"encoded {len(docs)} documents ({offsets[-1]} tokens) in {seconds:.0f} s", file=sys.stderr)
-    return docs
+    return docs, seconds
 
 
 def cached_sentences(emb: Embedder, texts, tag: str) -> np.ndarray:
-    CACHE.mkdir(parents=True, exist_ok=True)
     path = CACHE / f"sentences-{tag}.npy"
-    if path.exists():
-        return np.load(path)
-    vectors = emb.embed_sentences(texts, normalize=True)
-    np.save(path, vectors)
-    return vectors
+    if not path.exists():
+        CACHE.mkdir(parents=True, exist_ok=True)
+        np.save(path, emb.embed_sentences(texts, normalize=True))
+    return np.load(path)
+
+
+def latency(retriever, queries: dict[str, str], n: int = 100) -> dict[str, float]:
+    """Median and p99 milliseconds of one query at a time (encode + search + re-score), after 5 warm-up queries."""
+    items = list(queries.items())[:n]
+    for qid, text in items[:5]:
+        retriever.retrieve({qid: text}, 10)
+    times = []
+    for qid, text in items:
+        start = time.perf_counter()
+        retriever.retrieve({qid: text}, 10)
+        times.append(1000 * (time.perf_counter() - start))
+    return {"latency_ms_p50": statistics.median(times), "latency_ms_p99": float(np.percentile(times, 99))}
 
 
 def main(argv=None) -> None:
@@ -78,60 +98,115 @@ def main(argv=None) -> None:
     ap.add_argument("--model", default="all-MiniLM-L6-v2")
     ap.add_argument("--precision", default="auto")
     ap.add_argument("--stage", choices=["encode", "all"], default="all")
+    ap.add_argument("--late-model", action="append", default=[], help="a trained late-interaction model (repeat)")
+    ap.add_argument("--dense-model", action="append", default=[], help="a trained one-vector model (repeat)")
+    ap.add_argument("--peer-run", action="append", default=[], metavar="NAME=FILE",
+                    help="a peer's dev run file, scored beside ours")
+    ap.add_argument("--test", default="", help="comma-separated row keys whose test runs are written")
+    ap.add_argument("--skip-zero-shot", action="store_true", help="only the trained models' rows")
     args = ap.parse_args(argv)
 
     data, train_ids, dev_ids, test_queries = scifact()
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "scifact_dev_query_ids.txt").write_text("\n".join(dev_ids) + "\n")
     dev = data.subset(dev_ids)
     ids = list(data.corpus)
     texts = [d.full_text for d in data.corpus.values()]
+    corpus = dict(zip(ids, texts))
     emb = Embedder.from_pretrained(args.model, precision=args.precision)
     tag = hashlib.sha1(f"{args.model}-{emb.config.precision}".encode()).hexdigest()[:8]
+    wanted_tests = set(filter(None, args.test.split(",")))
+    rows: list[dict] = []
 
-    configs = {
+    def evaluate(key, label, retriever, **extra):
+        start = time.perf_counter()
+        run = retriever.retrieve(dev.queries, 100)
+        seconds = time.perf_counter() - start
+        scores = evaluate_run(run, dev.qrels, MEASURES)
+        rows.append({"key": key, "retriever": label, **{m: 100 * v for m, v in scores.mean.items()},
+                     "ms/query (batch)": 1000 * seconds / len(dev.queries), **extra})
+        print({k: v for k, v in rows[-1].items()}, file=sys.stderr, flush=True)
+        if key in wanted_tests:
+            write_run(RESULTS / f"scifact_test_{key}.trec", retriever.retrieve(test_queries, 100), tag=key)
+        return run
+
+    bm25 = BM25Retriever(corpus)
+    evaluate("bm25", "BM25 (bm25s, title + text)", bm25)
+    zero_shot_configs = {
         "truncate-256": LateInteractionConfig(document_length=256, query_augmentation=False),
         "window-256": LateInteractionConfig(document_length=256, long_documents="window", query_augmentation=False),
         "truncate-512": LateInteractionConfig(document_length=512, query_augmentation=False),
     }
-    token_sets = {}
-    for name, cfg in configs.items():
-        enc = LateInteractionEncoder(emb, cfg)
-        token_sets[name] = (enc, cached_tokens(enc, ids, texts, f"{tag}-{name}"))
-    sentences = cached_sentences(emb, texts, tag)
-    if args.stage == "encode":
-        return
+    if not args.skip_zero_shot:
+        dense = DenseRetriever(emb, corpus, vectors=cached_sentences(emb, texts, tag))
+        if args.stage == "encode":
+            for name, cfg in zero_shot_configs.items():
+                cached_tokens(LateInteractionEncoder(emb, cfg), texts, f"{tag}-{name}")
+            return
+        evaluate("dense", "MiniLM zero-shot, one vector (256 tokens)", dense)
+        evaluate("hybrid", "hybrid: BM25 + MiniLM one vector (RRF 60)", FusionRetriever([bm25, dense]))
+        for chunking in ("naive", "late"):
+            for size in (128, 256):
+                r = DenseRetriever(emb, corpus, chunking=chunking, chunk_tokens=size)
+                evaluate(f"dense-{chunking}-{size}", f"MiniLM one vector per {size}-token chunk, {chunking} chunking",
+                         r)
+        for name, cfg in zero_shot_configs.items():
+            enc = LateInteractionEncoder(emb, cfg)
+            docs, seconds = cached_tokens(enc, texts, f"{tag}-{name}")
+            late = LateInteractionRetriever(enc, corpus, document_vectors=docs, exhaustive=True)
+            evaluate(f"maxsim-zero-shot-{name}", f"MaxSim zero-shot (384 d, exhaustive), documents {name}", late,
+                     tokens=sum(len(d) for d in docs), encode_s=seconds)
+            evaluate(f"hybrid-maxsim-zero-shot-{name}", f"hybrid: BM25 + MaxSim zero-shot, {name}",
+                     FusionRetriever([bm25, late]))
 
-    rows, runs = [], {}
+    for n, model in enumerate(args.late_model):
+        enc = LateInteractionEncoder.from_pretrained(model, precision=args.precision)
+        label = Path(model).parent.name if Path(model).name == "model" else Path(model).name
+        mtag = hashlib.sha1(f"{Path(model).resolve()}-{os.path.getmtime(Path(model) / 'model.safetensors')}-"
+                            f"{enc.embedder.config.precision}".encode()).hexdigest()[:8]
+        docs, encode_s = cached_tokens(enc, texts, f"late-{mtag}")
+        exact = LateInteractionRetriever(enc, corpus, document_vectors=docs, exhaustive=True)
+        evaluate(f"late-exhaustive-{n}", f"{label}: MaxSim exhaustive ({enc.dim} d, float32)", exact,
+                 **latency(exact, dev.queries))
+        evaluate(f"late-hybrid-{n}", f"{label}: hybrid BM25 + MaxSim", FusionRetriever([bm25, exact]))
+        for nbits in (1, 2, 4):
+            for pool in (1, 2):
+                start = time.perf_counter()
+                pooled = pool_documents(docs, pool) if pool > 1 else docs
+                pool_s = time.perf_counter() - start
+                index = LateInteractionIndex(enc.dim, nbits=nbits, encoder_config=enc.config.to_dict())
+                start = time.perf_counter()
+                index.add(ids, pooled)
+                with tempfile.TemporaryDirectory() as tmp:
+                    index.save(Path(tmp) / "index")
+                    build_s = time.perf_counter() - start
+                    loaded = LateInteractionIndex.load(Path(tmp) / "index")
+                    for nprobe, candidates in ((2, 128), (4, 256), (8, 512)):
+                        r = LateInteractionRetriever(enc, index=loaded, nprobe=nprobe, candidates=candidates)
+                        evaluate(f"late-index-{n}-{nbits}b-pool{pool}-p{nprobe}",
+                                 f"{label}: index {nbits}-bit, pool {pool}, nprobe {nprobe}, {candidates} candidates",
+                                 r, bytes_per_token=loaded.bytes_per_token, tokens=loaded.n_tokens,
+                                 index_s=encode_s + pool_s + build_s, **latency(r, dev.queries))
+    for model in args.dense_model:
+        demb = Embedder.from_pretrained(model, precision=args.precision)
+        label = Path(model).parent.name if Path(model).name == "model" else Path(model).name
+        d = DenseRetriever(demb, corpus)
+        evaluate(f"dense-trained-{label}", f"{label}: one vector, trained in-domain", d)
+        evaluate(f"hybrid-dense-trained-{label}", f"{label}: hybrid BM25 + one vector", FusionRetriever([bm25, d]))
+    for spec in args.peer_run:
+        name, path = spec.split("=", 1)
+        scores = evaluate_run(read_run(path), dev.qrels, MEASURES)
+        rows.append({"key": name, "retriever": f"{name} (its own run file)",
+                     **{m: 100 * v for m, v in scores.mean.items()}})
 
-    def evaluate(name, retriever, queries, qrels=None, **extra):
-        start = time.perf_counter()
-        run = retriever.retrieve(queries, 100)
-        seconds = time.perf_counter() - start
-        runs[name] = (retriever, run)
-        if qrels is not None:
-            scores = evaluate_run(run, qrels, MEASURES)
-            rows.append({"retriever": name, **{m: 100 * v for m, v in scores.mean.items()},
-                         "ms/query": 1000 * seconds / len(queries), **extra})
-            print(rows[-1], file=sys.stderr)
-        return run
-
-    bm25 = BM25Retriever(dict(zip(ids, texts)))
-    dense = DenseRetriever(emb, dict(zip(ids, texts)), vectors=sentences)
-    evaluate("BM25", bm25, dev.queries, dev.qrels)
-    evaluate("dense (mean pooling)", dense, dev.queries, dev.qrels)
-    evaluate("hybrid BM25 + dense (RRF 60)", FusionRetriever([bm25, dense]), dev.queries, dev.qrels)
-    for name, (enc, docs) in token_sets.items():
-        late = LateInteractionRetriever(enc, dict(zip(ids, texts)), document_vectors=docs, exhaustive=True)
-        evaluate(f"MaxSim zero-shot, exhaustive, {name}", late, dev.queries, dev.qrels)
-        evaluate(f"hybrid BM25 + MaxSim {name}", FusionRetriever([bm25, late]), dev.queries, dev.qrels)
-
-    payload = {"machine": machine(), "precision": emb.config.precision, "dev_queries": len(dev_ids),
-               "rows": rows}
-    md = ["# BEIR SciFact: dev split (200 of the train queries)", "",
-          f"{machine()['cpu']}; {args.model} at precision {emb.config.precision}; nDCG@10, R@100, MRR@10 x 100.", "",
-          markdown_table(rows, ["retriever", *MEASURES, "ms/query"])]
-    write_results("beir_scifact", payload, "\n".join(md))
+    payload = {"machine": machine(), "model": args.model, "precision": emb.config.precision,
+               "dev_queries": len(dev_ids), "rows": rows}
+    md = ["# BEIR SciFact, dev split (200 of the 809 train queries)", "",
+          f"{machine()['cpu']} ({machine()['cpu_count']} cores); {args.model} at precision {emb.config.precision}; "
+          "nDCG@10, R@100, MRR@10 x 100 (trec_eval's definitions). Latency: one query at a time, encode + search "
+          "(+ re-score), median and p99 over 100 dev queries.", "",
+          markdown_table(rows, ["retriever", *MEASURES, "ms/query (batch)", "latency_ms_p50", "latency_ms_p99",
+                                "bytes_per_token", "index_s"])]
+    name = "beir_scifact" if not args.skip_zero_shot else "beir_scifact_trained"
+    write_results(name, payload, "\n".join(md))
 
 
 if __name__ == "__main__":

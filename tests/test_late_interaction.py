@@ -240,3 +240,31 @@ def test_reranker_and_retrievers_compose(embedder):
     assert set(rerank["q1"]) <= set(bm25.retrieve(queries, 3)["q1"])
     with pytest.raises(ValueError, match="corpus is empty"):
         BM25Retriever({})
+
+
+def test_token_pooling_merges_duplicates_exactly_and_shrinks_by_the_factor(corpus):
+    from ctxemb.search.late.pooling import pool_tokens
+
+    _, docs = corpus
+    doc = docs[0]
+    assert np.allclose(pool_tokens(doc, 1), doc, atol=1e-6)
+    pooled = pool_tokens(doc, 2)
+    assert len(pooled) <= -(-len(doc) // 2) and np.allclose(np.linalg.norm(pooled, axis=1), 1, atol=1e-5)
+    twice = np.concatenate([doc[:5], doc[:5]])  # every token twice: pooling by 2 gives the 5 tokens back
+    back = pool_tokens(twice, 2)
+    assert len(back) == 5 and np.allclose(np.sort(back @ doc[:5].T, axis=1)[:, -1], 1, atol=1e-5)
+    with pytest.raises(ValueError, match="pool_factor"):
+        pool_tokens(doc, 0)
+
+
+def test_dense_chunking_naive_and_late(embedder):
+    from ctxemb.search.retrievers import DenseRetriever
+
+    corpus = {"long": "the river bank sat on a money plant " * 6, "short": "bats and mice"}
+    for chunking in ("naive", "late"):
+        r = DenseRetriever(embedder, corpus, chunking=chunking, chunk_tokens=10, show_progress_bar=False)
+        assert r._index.ntotal == 6 and list(r._owner).count(0) == 5
+        run = r.retrieve({"q": "river bank"}, 2)
+        assert set(run["q"]) == {"long", "short"}
+    with pytest.raises(ValueError, match="chunking must be"):
+        DenseRetriever(embedder, corpus, chunking="eager")

@@ -25,6 +25,7 @@ from ctxemb._validation import check_int
 from ctxemb.search.fusion import HybridParams
 from ctxemb.search.late.index import LateInteractionIndex
 from ctxemb.search.late.maxsim import MaxSimReranker, maxsim_concatenated
+from ctxemb.search.late.pooling import pool_documents
 from ctxemb.search.lexical import BM25Index
 
 Run = dict[str, dict[str, float]]
@@ -77,29 +78,53 @@ class BM25Retriever:
 
 
 class DenseRetriever:
-    """One vector per text: the embedder's sentence vectors (normalised), exact inner-product search.
+    """One vector per text (or per chunk of a long text): the embedder's sentence vectors, exact inner product.
+
+    Chunking, for texts longer than the encoder's window:
+
+    - ``None``: one vector per text, as ``embed_sentences`` gives it (the model's maximum length; longer texts are
+      cut by a sentence-transformers model, windowed otherwise);
+    - ``"naive"``: the text cut into pieces of ``chunk_tokens`` subword tokens, each embedded alone;
+    - ``"late"`` (late chunking, Günther et al. 2024): the whole text encoded once (in overlapping windows of the
+      model's maximum length when longer), then each piece's token vectors mean-pooled, so every chunk vector saw
+      the text around it.
+
+    A document scores as its best chunk.
 
     Args:
         embedder: an :class:`~ctxemb.embedding.Embedder`.
         corpus: {doc id: text}.
-        vectors: the corpus's (N, H) vectors if already computed (then the corpus texts are not encoded).
+        vectors: the corpus's (N, H) vectors if already computed (``chunking=None`` only).
+        chunking: None, "naive" or "late".
+        chunk_tokens: subword tokens per chunk.
         batch_size / show_progress_bar: for encoding.
     """
 
     name = "dense"
 
     def __init__(self, embedder, corpus: Mapping[str, str], *, vectors: np.ndarray | None = None,
-                 batch_size: int = 32, show_progress_bar: bool = True):
+                 chunking: str | None = None, chunk_tokens: int = 256, batch_size: int = 32,
+                 show_progress_bar: bool = True):
         import faiss
 
+        if chunking not in (None, "naive", "late"):
+            raise ValueError("chunking must be None, 'naive' or 'late', got %r" % (chunking,))
+        if vectors is not None and chunking is not None:
+            raise ValueError("vectors= gives one vector per text: it cannot be combined with chunking")
+        chunk_tokens = check_int(chunk_tokens, "chunk_tokens", low=1)
         self.ids, texts = _check_corpus(corpus)
         self.embedder = embedder
-        if vectors is None:
+        owners = np.arange(len(texts))
+        if chunking is not None:
+            vectors, owners = _chunk_vectors(embedder, texts, chunking, chunk_tokens, batch_size, show_progress_bar)
+            self.name = "dense-%s-chunks-%d" % (chunking, chunk_tokens)
+        elif vectors is None:
             vectors = embedder.embed_sentences(texts, batch_size=batch_size, show_progress_bar=show_progress_bar,
                                                normalize=True)
         vectors = np.ascontiguousarray(vectors, dtype=np.float32)
-        if vectors.shape[0] != len(self.ids):
+        if vectors.shape[0] != len(owners):
             raise ValueError("vectors has %d rows for %d documents" % (vectors.shape[0], len(self.ids)))
+        self._owner = owners
         self._index = faiss.IndexFlatIP(vectors.shape[1])
         self._index.add(vectors)
 
@@ -109,9 +134,43 @@ class DenseRetriever:
             return {}
         q = np.ascontiguousarray(self.embedder.embed_sentences(texts, normalize=True, show_progress_bar=False),
                                  dtype=np.float32)
-        scores, labels = self._index.search(q, min(k, len(self.ids)))
-        return {qid: {self.ids[l]: float(s) for s, l in zip(srow, lrow) if l >= 0}
-                for qid, srow, lrow in zip(qids, scores, labels)}
+        depth = min(self._index.ntotal, k * max(1, round(len(self._owner) / len(self.ids))) * 2)
+        scores, rows = self._index.search(q, depth)
+        run = {}
+        for qid, srow, rrow in zip(qids, scores, rows):
+            best: dict[str, float] = {}
+            for score, row in zip(srow, rrow):
+                if row >= 0:
+                    doc = self.ids[self._owner[row]]
+                    best.setdefault(doc, float(score))  # rows come best first: the first is the document's best
+            run[qid] = dict(list(best.items())[:k])
+        return run
+
+
+def _chunk_vectors(embedder, texts: list[str], chunking: str, chunk_tokens: int, batch_size: int,
+                   show_progress_bar: bool) -> tuple[np.ndarray, np.ndarray]:
+    """(C, H) unit chunk vectors and (C,) the text each belongs to (see :class:`DenseRetriever`)."""
+    owners, vectors = [], []
+    if chunking == "late":
+        for n, tokens in enumerate(embedder.embed_tokens(texts, batch_size=batch_size, layers=[-1],
+                                                         show_progress_bar=show_progress_bar)):
+            for lo in range(0, max(1, len(tokens.vectors)), chunk_tokens):
+                piece = tokens.vectors[lo:lo + chunk_tokens]
+                if len(piece):
+                    vectors.append(piece.mean(axis=0))
+                    owners.append(n)
+        x = np.asarray(vectors, dtype=np.float32)
+        return x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12), np.asarray(owners)
+    pieces = []
+    for n, item in enumerate(embedder.tokenizer.tokenize(texts)):
+        offsets = item.offsets
+        for lo in range(0, max(1, len(offsets)), chunk_tokens):
+            span = offsets[lo:lo + chunk_tokens]
+            if span:
+                pieces.append(texts[n][span[0][0]:span[-1][1]])
+                owners.append(n)
+    x = embedder.embed_sentences(pieces, batch_size=batch_size, show_progress_bar=show_progress_bar, normalize=True)
+    return np.asarray(x, dtype=np.float32), np.asarray(owners)
 
 
 class DocumentRetriever:
@@ -146,13 +205,15 @@ class LateInteractionRetriever:
         exhaustive: score every document by exact MaxSim on uncompressed vectors (no index; the reference).
         nbits, n_centroids: the index's codec (ignored when ``exhaustive``).
         nprobe, candidates: search settings (see ``LateInteractionIndex.search``).
+        pool_factor: merge each document's token vectors into about ``T / pool_factor`` (token pooling,
+            :mod:`ctxemb.search.late.pooling`); 1 keeps every token.
     """
 
     name = "late-interaction"
 
     def __init__(self, encoder, corpus: Mapping[str, str] | None = None, *, index: LateInteractionIndex | None = None,
                  document_vectors: Sequence[np.ndarray] | None = None, exhaustive: bool = False, nbits: int = 2,
-                 n_centroids: int | None = None, nprobe: int = 4, candidates: int = 256,
+                 n_centroids: int | None = None, nprobe: int = 4, candidates: int = 256, pool_factor: int = 1,
                  show_progress_bar: bool = True):
         self.encoder = encoder
         self.nprobe, self.candidates = nprobe, candidates
@@ -167,6 +228,8 @@ class LateInteractionRetriever:
                 self.encode_seconds = time.perf_counter() - start
             if len(document_vectors) != len(ids):
                 raise ValueError("document_vectors has %d entries for %d documents" % (len(document_vectors), len(ids)))
+            if pool_factor != 1:
+                document_vectors = pool_documents(document_vectors, pool_factor)
             if exhaustive:
                 self.ids = ids
                 self._offsets = np.concatenate([[0], np.cumsum([len(d) for d in document_vectors])])
