@@ -1,16 +1,18 @@
 """Crash-safe saves of files and directories, and the recovery of saves a crash interrupted.
 
 Everything ctxemb saves goes through :func:`atomic_write` / :func:`atomic_path` (one file) or
-:func:`atomic_directory` (a directory: a sense store, a corpus pass, a training checkpoint, token shards). A save
-killed at any instant (SIGKILL, power cut) leaves the target's previous version or its new one, complete, never a
-mix; :func:`recover_directory` (which every loader calls, through :func:`resolve_saved_directory`) puts the right
+:func:`atomic_directory` (a directory: a model, a sense store, a corpus pass, a training checkpoint, token shards). A
+save killed at any instant (SIGKILL, power cut) leaves the target's previous version or its new one, complete, never
+a mix; :func:`recover_directory` (which every loader calls, through :func:`resolve_saved_directory`) puts the right
 one back in the one case where a crash leaves no directory at the target.
 
 Names. The temporaries of a save of ``<parent>/<name>`` are siblings of the target called
 ``.<name>.<pid>-<rand>.<kind>``: ``<pid>`` is the saving process's id, ``<rand>`` eight characters of
 ``[a-z0-9_]``, ``<kind>`` one of ``tmp`` (being written), ``new`` (complete), ``old`` (the previous version, moved
 aside) or ``del`` (being deleted). Only names of exactly this form (and the ``.<name>.<rand>.tmp`` / ``.old``
-of ctxemb versions before the ``<pid>``) are ever touched; nothing else in the parent folder is.
+of ctxemb versions before the ``<pid>``, and the ``.<name>.partial-<rand>`` / ``.<name>.old-<pid>`` of the
+sentence-transformers writer of earlier versions, which did its own two renames) are ever touched; nothing else in
+the parent folder is.
 
 A directory save, and what is on disk after each step (``P`` the target, ``T`` the token ``<pid>-<rand>``):
 
@@ -20,13 +22,16 @@ A directory save, and what is on disk after each step (``P`` the target, ``T`` t
 3. ``.P.T.tmp`` is renamed ``.P.T.new``. This rename is the completion marker: a ``.new`` directory is complete and
    durable. (The marker is the name, not a file inside, so saved directories hold exactly what their writer put
    there.) A crash between 3 and 4 leaves ``P`` as it was, and a ``.new`` that is then stale (``P`` exists).
-4. If ``P`` exists it is renamed ``.P.T.old``. A crash between 4 and 5 leaves no ``P``, a complete ``.new`` and the
-   complete previous version in ``.old``: recovery renames the ``.new`` to ``P`` (the save completed; the new
-   version wins).
-5. ``.P.T.new`` is renamed ``P``: the save is committed. The parent folder is fsynced, which makes steps 3-5
-   durable.
-6. ``.P.T.old`` is renamed ``.P.T.del`` and deleted. A crash here leaves a stale ``.old`` or ``.del`` beside a
-   complete ``P``, removed by the next save or load.
+4. If ``P`` exists and the system can swap two directories in one step (Linux's ``renameat2(RENAME_EXCHANGE)``,
+   :mod:`ctxemb._exchange`), ``P`` and ``.P.T.new`` are swapped: the save is committed with no moment without
+   ``P``, and the previous version is now ``.P.T.new`` (a crash before step 6 leaves it as a stale ``.new`` beside a
+   complete ``P``). Otherwise ``P`` is renamed ``.P.T.old``; a crash between this rename and step 5 leaves no ``P``,
+   a complete ``.new`` and the complete previous version in ``.old``: recovery renames the ``.new`` to ``P`` (the
+   save completed; the new version wins).
+5. Unless swapped, ``.P.T.new`` is renamed ``P``: the save is committed. The parent folder is fsynced, which makes
+   steps 3-5 durable.
+6. The previous version (``.P.T.old``, or ``.P.T.new`` after a swap) is renamed ``.P.T.del`` and deleted. A crash
+   here leaves a stale ``.old``, ``.new`` or ``.del`` beside a complete ``P``, removed by the next save or load.
 
 If the block raises (or a step fails) nothing changes at ``P``: the temporary is deleted and, after step 4, the
 previous version is moved back. Files (:func:`atomic_path`) follow steps 1, 2 and 5 only: a ``.tmp`` file is
@@ -35,10 +40,12 @@ fsynced and then ``os.replace``-d over the target, which has no window; the pare
 Recovery (:func:`recover_directory`, run at the start of every directory save and by every loader):
 
 - if ``P`` is missing and a ``.new`` directory exists, it becomes ``P``; else the newest ``.old`` does (a crash of
-  a pre-``<pid>`` version of ctxemb between its two renames leaves only that);
+  a pre-``<pid>`` version of ctxemb, or of the earlier sentence-transformers writer's own two renames, between
+  them leaves only that: that writer's ``.partial-<rand>`` is never restored, having no completion marker);
 - then every stale sibling of ``P`` is deleted: ``.tmp``, ``.del``, and (once ``P`` exists) ``.new`` and ``.old``.
   A sibling is stale when its process is gone (``os.kill(pid, 0)`` fails) or is this process but not one of its
-  saves in progress; siblings of a save still running elsewhere are left alone, and recovery waits up to
+  saves in progress (names that record no process, ``.<rand>.tmp`` and ``.partial-<rand>``, always are);
+  siblings of a save still running elsewhere are left alone, and recovery waits up to
   ``wait`` seconds for such a save to finish its renames before restoring anything itself. (Process ids are
   checked on this machine: do not save the same target from two machines sharing a file system at once.)
 
@@ -62,6 +69,8 @@ import time
 from pathlib import Path
 from typing import IO, Iterator, NamedTuple
 
+from ctxemb import _exchange
+
 logger = logging.getLogger(__name__)
 
 #: Seconds :func:`recover_directory` waits for a save running in another process to finish its renames.
@@ -74,7 +83,7 @@ RECOVERY_WAIT = 5.0
 _RAND_CHARS = "abcdefghijklmnopqrstuvwxyz0123456789_"  # the characters tempfile uses (so old names parse too)
 _KINDS = ("tmp", "new", "old", "del")
 _ANY_SIBLING = re.compile(r"\.(?P<name>.+)\.\d+-[a-z0-9_]{8}\.(?:tmp|new|old|del)\Z")
-_ANY_LEGACY = re.compile(r"\.(?P<name>.+)\.[a-z0-9_]{8}\.(?:tmp|old)\Z")
+_ANY_LEGACY = re.compile(r"\.(?P<name>.+)\.(?:[a-z0-9_]{8}\.(?:tmp|old)|partial-[a-z0-9_]{8}|old-\d+)\Z")
 
 _lock = threading.Lock()
 # token -> (absolute path of the temporary, whether it is a directory), for this process's saves in progress
@@ -132,7 +141,7 @@ def _active_dir_containing(path: str | Path) -> str | None:
     return best
 
 
-def _owner_alive(pid: int, token: str) -> bool:
+def _owner_alive(pid: int, token: str | None) -> bool:
     """Whether the save that owns ``token`` may still be running."""
     if pid == os.getpid():
         with _lock:
@@ -155,21 +164,21 @@ def _owner_alive(pid: int, token: str) -> bool:
 class _Sibling(NamedTuple):
     path: Path
     kind: str  # tmp, new, old, del
-    token: str | None  # None for the names of ctxemb versions before the <pid>
-    pid: int | None
+    token: str | None  # None for the names of earlier versions (no <pid>-<rand> token)
+    pid: int | None  # None for names that record no process (legacy ones are then never in use)
     is_dir: bool  # a real directory (not a symbolic link to one)
     ctime_ns: int
 
     @property
     def in_use(self) -> bool:
-        return self.token is not None and _owner_alive(self.pid, self.token)
+        return self.pid is not None and _owner_alive(self.pid, self.token)
 
 
 def _siblings(path: Path) -> list[_Sibling]:
     """Every temporary of a save of ``path`` in its parent folder (any process, any version of the naming)."""
     rx = re.compile(
-        r"\.%s\.(?:(?P<token>(?P<pid>\d+)-[a-z0-9_]{8})\.(?P<kind>tmp|new|old|del)|[a-z0-9_]{8}\.(?P<legacy>tmp|old))\Z"
-        % re.escape(path.name)
+        r"\.%s\.(?:(?P<token>(?P<pid>\d+)-[a-z0-9_]{8})\.(?P<kind>tmp|new|old|del)|[a-z0-9_]{8}\.(?P<legacy>tmp|old)"
+        r"|(?P<st>partial-[a-z0-9_]{8}|old-(?P<oldpid>\d+)))\Z" % re.escape(path.name)
     )
     out = []
     try:
@@ -182,11 +191,16 @@ def _siblings(path: Path) -> list[_Sibling]:
                     st = e.stat(follow_symlinks=False)
                 except FileNotFoundError:
                     continue
-                legacy = m.group("legacy")
-                out.append(_Sibling(
-                    Path(e.path), legacy or m.group("kind"), None if legacy else m.group("token"),
-                    None if legacy else int(m.group("pid")), stat.S_ISDIR(st.st_mode), st.st_ctime_ns,
-                ))
+                if m.group("st") and not stat.S_ISDIR(st.st_mode):
+                    continue  # (that writer made directories only: a file of such a name is someone else's)
+                if m.group("token"):
+                    kind, pid = m.group("kind"), int(m.group("pid"))
+                elif m.group("oldpid"):  # the s-t writer's previous version moved aside: restorable, pid known
+                    kind, pid = "old", int(m.group("oldpid"))
+                else:  # names that record no process (never in use); a partial is never restored (no marker)
+                    kind, pid = m.group("legacy") or "tmp", None
+                out.append(_Sibling(Path(e.path), kind, m.group("token"), pid, stat.S_ISDIR(st.st_mode),
+                                    st.st_ctime_ns))
     except (FileNotFoundError, NotADirectoryError, PermissionError):
         return []
     return out
@@ -500,10 +514,12 @@ def atomic_directory(path: str | os.PathLike) -> Iterator[Path]:
     Protocol (what is on disk at each step is in this module's docstring): interrupted earlier saves of ``path``
     are recovered and their leftovers deleted (:func:`recover_directory`); the block fills
     ``.<name>.<pid>-<rand>.tmp`` (mode 0777 minus the umask); every file in it is fsynced, then its directories;
-    it is renamed ``.new`` (complete), an existing ``path`` is renamed ``.old``, the ``.new`` is renamed
-    ``path``, the parent folder is fsynced, and the ``.old`` deleted. A crash at any point leaves the previous
-    version or the new one at ``path``, or (between the two renames) no ``path`` and both complete versions
-    beside it, which the next load or save restores (the new one). An exception leaves ``path`` as it was.
+    it is renamed ``.new`` (complete); an existing ``path`` is swapped with it in one step where the system
+    offers that (:func:`ctxemb._exchange.exchange`), else renamed ``.old`` before the ``.new`` is renamed
+    ``path``; the parent folder is fsynced, and the previous version deleted. A crash at any point leaves the
+    previous version or the new one at ``path``, or (between the two renames, where there is no swap) no ``path``
+    and both complete versions beside it, which the next load or save restores (the new one). An exception leaves
+    ``path`` as it was.
 
     Raises:
         FileExistsError: ``path`` exists and is not a directory (checked before the block runs and again before
@@ -516,23 +532,26 @@ def atomic_directory(path: str | os.PathLike) -> Iterator[Path]:
     tmp, token = _create_temp(path, directory=True)
     new, old = _sibling(path, token, "new"), _sibling(path, token, "old")
     stage = "writing"  # -> "complete" (tmp renamed new) -> "aside" (path renamed old) -> "committed"
-    moved_aside = False
+    previous = None  # where the previous version is once the new one is at path
     try:
         yield tmp
         _refuse_non_directory(path)
         _fsync_tree(tmp, token)
         os.rename(tmp, new)
         stage = "complete"
-        if os.path.lexists(path):
-            os.rename(path, old)
-            moved_aside = True
-            stage = "aside"
-        os.rename(new, path)
+        if os.path.lexists(path) and _exchange.exchange(new, path):
+            previous = new  # swapped in one step: path is the new version, new the previous one
+        else:
+            if os.path.lexists(path):
+                os.rename(path, old)
+                previous = old
+                stage = "aside"
+            os.rename(new, path)
         stage = "committed"
         if not _note_synced(path):  # (inside another save in progress, that save fsyncs the folder)
             _fsync_dir(path.parent)
-        if moved_aside:
-            _discard(old, path.name, token)
+        if previous is not None:
+            _discard(previous, path.name, token)
     except BaseException:
         if stage != "committed":
             _abort_directory_save(path, tmp, new, old, stage)

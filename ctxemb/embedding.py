@@ -254,7 +254,7 @@ class Embedder:
         Raises:
             ValueError: a configuration sentence-transformers cannot express (a sum or concatenation of layers;
                 the message names it), or a bad option; nothing is written.
-            FileExistsError: ``path`` exists, is not empty and ``overwrite`` is False.
+            FileExistsError: ``path`` exists, is not empty and ``overwrite`` is False, or is a file in the way.
         """
         from ctxemb.sentence_transformers_writer import save_embedder
 

