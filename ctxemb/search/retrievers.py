@@ -24,7 +24,7 @@ import numpy as np
 from ctxemb._validation import check_int
 from ctxemb.search.fusion import HybridParams
 from ctxemb.search.late.index import LateInteractionIndex
-from ctxemb.search.late.maxsim import MaxSimReranker, maxsim_concatenated
+from ctxemb.search.late.scoring import MaxSimReranker, maxsim_concatenated
 from ctxemb.search.late.pooling import pool_documents
 from ctxemb.search.lexical import BM25Index
 

@@ -4,13 +4,30 @@
 - :mod:`~ctxemb.search.late.codec`: token vectors compressed to a centroid id and b-bit residuals.
 - :mod:`~ctxemb.search.late.index`: the compressed, memory-mapped index; candidates by centroid probes, MaxSim
   re-scoring.
-- :mod:`~ctxemb.search.late.maxsim`: exact MaxSim, and a re-ranker over any candidate list with no index.
+- :mod:`~ctxemb.search.late.scoring`: exact MaxSim, and a re-ranker over any candidate list with no index.
+- :mod:`~ctxemb.search.late.pooling`: token pooling (fewer vectors per document).
+
+The names below are imported on first use, so that a process that only searches an index does not load torch.
 """
 
-from ctxemb.search.late.codec import ResidualCodec
-from ctxemb.search.late.encoding import LateInteractionConfig, LateInteractionEncoder
-from ctxemb.search.late.index import LateInteractionIndex
-from ctxemb.search.late.maxsim import MaxSimReranker, maxsim
+from __future__ import annotations
 
-__all__ = ["LateInteractionConfig", "LateInteractionEncoder", "LateInteractionIndex", "MaxSimReranker",
-           "ResidualCodec", "maxsim"]
+import importlib
+
+_EXPORTS = {
+    "LateInteractionConfig": "ctxemb.modeling.late_interaction",
+    "LateInteractionEncoder": "ctxemb.search.late.encoding",
+    "LateInteractionIndex": "ctxemb.search.late.index",
+    "MaxSimReranker": "ctxemb.search.late.scoring",
+    "ResidualCodec": "ctxemb.search.late.codec",
+    "maxsim": "ctxemb.search.late.scoring",
+    "pool_documents": "ctxemb.search.late.pooling",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module 'ctxemb.search.late' has no attribute {name!r}")

@@ -35,7 +35,7 @@ from ctxemb._validation import CorruptFileError, check_int, read_json_file
 from ctxemb.atomic import atomic_directory, atomic_write, resolve_saved_directory
 from ctxemb.locks import DirectoryLock, lock_file_beside
 from ctxemb.search.late.codec import ResidualCodec
-from ctxemb.search.late.maxsim import maxsim_concatenated
+from ctxemb.search.late.scoring import maxsim_concatenated
 
 logger = logging.getLogger(__name__)
 
