@@ -127,7 +127,8 @@ def test_training_commands_errors(capsys, tmp_path, tiny):
     _fails(["pretrain", "--tokenizer", str(tiny), "--out-dir", str(tmp_path / "o"), "--model", "{hidden"], capsys,
            code=1, match="--model must be a JSON object")
     _fails(["finetune", "cola", "--out", str(tmp_path / "f")], capsys, code=2, match="invalid choice")
-    _fails(["finetune", "custom", "--out", str(tmp_path / "f")], capsys, code=1, match="needs train_file and dev_file")
+    _fails(["finetune", "custom", "--out", str(tmp_path / "f")], capsys, code=1,
+           match="needs --train-file and --dev-file")
     _fails(["predict", str(tmp_path / "no-model"), "text"], capsys, code=1, match="not found")
     _fails(["predict", str(tiny), "a", "b", "--pair", "c"], capsys, code=2, match="one second sentence per text")
 

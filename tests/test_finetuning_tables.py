@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 
 import pytest
 import torch
@@ -359,3 +360,153 @@ def test_lines_are_read_lazily_with_any_line_end_and_named_errors(tmp_path):
         list(iter_lines(path, "lines"))
     (tmp_path / "b.csv").write_bytes("\ufeffs,l\r\na,0\r\n".encode("utf-8"))
     assert [(e.text_a, e.label) for e in read_table(tmp_path / "b.csv", text_a="s", label="l")] == [("a", 0)]
+
+
+# ------------------------------------------------------------------------------------------------ strict CSV (#46)
+# The acceptance: the CSV reader loses no row silently on any malformed input. Each malformed file stops the read
+# with a MalformedFileError (a ValueError) naming the file, the line, what was expected and what was found: in
+# training, in ctxemb predict with or without --skip-bad-rows, and through the command line.
+
+MALFORMED_CSV = [  # (name, bytes, the line named, the message after "FILE line N")
+    ("unclosed-quote", b'text,label\n1,"he said\n0,good\n1,bad\n0,fine\n', 2,
+     r" \(column 3\): this quoted field never closes: expected a closing quote, found the end of the file \(after "
+     r"line 5\), so lines 2-5 would be read as one field"),
+    ("unclosed-quote-last-line", b'review,stars\ngreat film,good\n"dull,bad', 3,
+     r" \(column 1\): this quoted field never closes: expected a closing quote, found the end of the file"),
+    ("quote-closes-rows-later", b'review,stars\n"great film,good\nawful,bad\n"fine",good\n', 4,
+     r" \(column 2\): expected a comma or the end of the line after the closing quote of a quoted field \(it opens "
+     r"on line 2: does a quote there never close\?\); found 'fine\",good'"),
+    ("quote-in-unquoted-field", b'review,stars\ngreat film,good\na 5" screen,bad\n', 3,
+     r" \(column 4\): a quote inside a field that is not quoted \('a 5\" screen,bad'\); expected no quote there: "
+     r"a field holding a quote.* is quoted and each quote in it written twice"),
+    ("space-before-quote", b'review,stars\ngreat film, "good"\n', 2,
+     r" \(column 13\): a quote inside a field that is not quoted \(' \"good\"'\); expected no quote there: a "
+     r"quoted field opens right after the comma: remove the spaces before the quote"),
+    ("text-after-closing-quote", b'review,stars\n"great" film,good\n', 2,
+     r" \(column 8\): expected a comma or the end of the line after the closing quote of a quoted field; "
+     r"found ' film,good'"),
+    ("nul-byte", b'review,stars\ngreat\x00film,good\n', 2, r": a NUL byte \(column 6\); expected UTF-8 text"),
+    ("utf-16", "review,stars\ngreat film,good\n".encode("utf-16-le"), 1, r": a NUL byte \(column 2\)"),
+    ("latin-1", "review,stars\ncaf\u00e9 film,good\n".encode("latin-1"), 2,
+     r": not UTF-8 text \(byte 0xe9: invalid continuation byte\); save the file as UTF-8"),
+]
+
+
+@pytest.mark.parametrize("name, content, line, message", MALFORMED_CSV, ids=[c[0] for c in MALFORMED_CSV])
+def test_a_malformed_csv_is_refused_naming_its_line_never_read_short(tmp_path, name, content, line, message):
+    from ctxemb.finetuning.tables import MalformedFileError
+
+    path = tmp_path / f"{name}.csv"
+    path.write_bytes(content)
+    pattern = re.escape(f"{path} line {line}") + message
+    text_a, label = ("text", "label") if content.startswith(b"text") else ("review", "stars")
+    with pytest.raises(MalformedFileError, match=pattern) as e:
+        read_table(path, text_a=text_a, label=label, label_names=["bad", "good"])
+    assert isinstance(e.value, ValueError) and e.value.line == line and e.value.path == path
+    with pytest.raises(MalformedFileError, match=pattern):
+        list(open_rows(path).rows)
+
+
+def _echo_predictor():
+    """A registered task's predictor that predicts each row's review length: predict_file without a model."""
+    from types import SimpleNamespace
+
+    from ctxemb.finetuning.predictor import TaskPredictor
+
+    task = SimpleNamespace(predict=lambda model, tokenizer, rows, saved: [len(r["review"]) for r in rows])
+    return TaskPredictor(task, torch.nn.Identity(), None, {})
+
+
+@pytest.mark.parametrize("name, content, line, message", MALFORMED_CSV, ids=[c[0] for c in MALFORMED_CSV])
+def test_predict_over_a_malformed_csv_stops_and_writes_nothing_even_skipping_bad_rows(tmp_path, name, content, line,
+                                                                                      message):
+    from ctxemb.finetuning.predict_files import predict_file
+    from ctxemb.finetuning.tables import MalformedFileError
+
+    path, out = tmp_path / f"{name}.csv", tmp_path / "out.jsonl"
+    path.write_bytes(content.replace(b"text,label", b"review,stars"))
+    for skip in (False, True):
+        with pytest.raises(MalformedFileError, match=re.escape(f"{path} line {line}") + message):
+            predict_file(_echo_predictor(), path, out, batch_size=2, skip_bad_rows=skip, progress_bar=False)
+        assert not out.exists()
+
+
+def test_wrong_field_counts_are_named_in_training_and_reported_when_predict_skips_them(tmp_path):
+    from ctxemb.finetuning.predict_files import predict_file
+
+    path, out = tmp_path / "f.csv", tmp_path / "out.jsonl"
+    path.write_text('review,stars\ngreat,good\nawful,bad,extra\n"two\nlines",good,x\nfine,good\n,\n')
+    with pytest.raises(ValueError, match=r"f.csv line 3: expected 2 comma-separated fields \(as in the header\), "
+                                         r"got 3$"):
+        read_table(path, text_a="review", label="stars", label_names=["bad", "good"])
+    skipped = []
+    result = predict_file(_echo_predictor(), path, out, skip_bad_rows=True, progress_bar=False,
+                          on_skip=lambda where, reason: skipped.append((where, reason)))
+    assert skipped == [(f"{path} line 3", "expected 2 comma-separated fields (as in the header), got 3"),
+                       (f"{path} line 5", "expected 2 comma-separated fields (as in the header), got 3 in the "
+                                          "record of lines 4-5 (a quoted field holds line breaks)")]
+    assert (result.rows, result.written) == (5, 3)  # a line of commas is a row (of empty fields), not a blank line
+    assert [json.loads(x)["review"] for x in out.read_text().splitlines()] == ["great", "fine", ""]
+    path.write_text("review,stars\ngreat,good\n,\n")
+    with pytest.raises(ValueError, match=r"f.csv line 3: column 'review' is blank"):  # not skipped as a blank line
+        read_table(path, text_a="review", label="stars", label_names=["bad", "good"])
+
+
+def test_well_formed_csv_quoting_reads_every_row_as_written(tmp_path):
+    path = tmp_path / "ok.csv"
+    path.write_bytes(b'review,stars\r\n"a ""quoted"", comma",good\r\n\r\n"two\r\nlines",bad\r\nplain,"good"\r\n'
+                     b'"",bad\r\n')
+    assert [(where.rpartition(" ")[2], row) for where, row in open_rows(path).rows] == [
+        ("2", {"review": 'a "quoted", comma', "stars": "good"}), ("5", {"review": "two\nlines", "stars": "bad"}),
+        ("6", {"review": "plain", "stars": "good"}), ("7", {"review": "", "stars": "bad"})]
+
+
+def test_the_command_line_refuses_a_malformed_csv_in_training_and_predict(tables_dir, tmp_path, capsys):
+    from ctxemb.cli import main
+
+    d = tables_dir[0]
+    good = tmp_path / "good.csv"
+    pd.DataFrame([{"review": r["premise"], "stars": r["gold"]} for r in _rows(16, 3)]).to_csv(good, index=False)
+    bad = tmp_path / "bad.csv"
+    bad.write_bytes(b'review,stars\n"great film,pos\nawful,neg\nfine,pos\n')
+    args = ["finetune", "custom", "--model", str(d / "tiny"), "--columns", "text=review,label=stars", "--label-names",
+            "neg", "pos", "--head", "cls", "--epochs", "1", "--batch-size", "8", "--max-length", "24", "--precision",
+            "fp32", "--no-progress"]
+    assert main([*args, "--train-file", str(bad), "--dev-file", str(good), "--out-dir", str(tmp_path / "r1")]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"ctxemb finetune: error: MalformedFileError: {bad} line 2 (column 1): this quoted field "
+                          f"never closes") and "Traceback" not in err
+    assert main([*args, "--train-file", str(good), "--dev-file", str(good), "--out-dir", str(tmp_path / "r2")]) == 0
+    out = tmp_path / "p.jsonl"
+    assert main(["predict", str(tmp_path / "r2" / "model"), "--input", str(bad), "--output", str(out),
+                 "--skip-bad-rows", "--no-progress-bar"]) == 1
+    assert f"ctxemb predict: error: MalformedFileError: {bad} line 2 (column 1)" in capsys.readouterr().err
+    assert not out.exists()
+    assert main(["predict", str(tmp_path / "r2" / "model"), "--input", str(good), "--output", str(out),
+                 "--columns", "text=stars", "--no-progress-bar"]) == 0  # a mapping of one role
+    capsys.readouterr()
+    for columns, message in (("text=review,label=review", "roles 'text' and 'label' both read column 'review'"),
+                             ("text=review,text_a=stars", "'text' and 'text_a' are two names of one role")):
+        with pytest.raises(SystemExit) as e:
+            main([*args, "--train-file", str(good), "--dev-file", str(good), "--out-dir", str(tmp_path / "r3"),
+                  "--columns", columns])
+        assert e.value.code == 2
+        assert f"argument --columns: {repr(columns)}: {message}" in capsys.readouterr().err
+    assert main(["predict", str(tmp_path / "r2" / "model"), "--input", str(good), "--output", str(out),
+                 "--columns", "text=body", "--no-progress-bar"]) == 1
+    assert ("no column 'body'; its columns are 'review', 'stars': read role 'text' from one of them with --columns "
+            "text=COLUMN") in capsys.readouterr().err
+
+
+def test_columns_refuse_one_role_twice_and_one_column_for_two_roles():
+    defaults = {"text_a": "sentence", "text_b": None, "label": "label", "id": None}
+    for bad, message in ((dict(text="a", text_a="b"), "'text' and 'text_a' are two names of one role; give it once"),
+                         (dict(text="review", label="review"), "roles 'text' and 'label' both read column 'review'; "
+                                                               "each role reads a column of its own"),
+                         (dict(text_a="x", text_b="x"), "roles 'text_a' and 'text_b' both read column 'x'")):
+        with pytest.raises(ValueError, match=re.escape("columns: " + message)):
+            resolve_columns(bad, defaults, aliases={"text": "text_a"})
+        text = ",".join(f"{k}={v}" for k, v in bad.items())
+        with pytest.raises(ValueError, match=re.escape(f"{text!r}: {message}")):
+            parse_columns(text)
+    assert resolve_columns({"text": "review"}, defaults, aliases={"text": "text_a"})["text_a"] == "review"

@@ -4,6 +4,7 @@ trainer for the bookkeeping and one real tiny run through the command line."""
 from __future__ import annotations
 
 import json
+import re
 import statistics
 from pathlib import Path
 from types import SimpleNamespace
@@ -12,7 +13,8 @@ import pytest
 
 from ctxemb.finetuning.registry import get_task
 from ctxemb.finetuning.tasks import FinetuneConfig
-from ctxemb.finetuning.trials import apply_overrides, parse_grid, run_grid, run_seeds, summarize_seeds
+from ctxemb.finetuning.trials import (apply_overrides, parse_grid, run_grid, run_seeds, setting_name,
+                                     summarize_seeds)
 from ctxemb.training.config import TrainConfig
 from tests.helpers import write_tiny_model
 from tests.test_finetuning_tasks import _write_task
@@ -122,3 +124,103 @@ def test_a_search_through_the_command_line_on_a_tiny_model(tmp_path, capsys):
         assert run["metrics"]["final"]["accuracy"] == pytest.approx(r["primary"])
     assert main(argv[:-2] + ["--seeds", "2", "--search", "epochs=1"]) != 0
     assert "either --search" in capsys.readouterr().err
+
+
+# ---- a search started again must be the same search: same data, model and settings outside the grid (issue #46) --
+
+
+def _custom(tmp_path, train_file, **kw):
+    train = dict(learning_rate=2e-5, out_dir=str(tmp_path / "s"), seed=0)
+    train.update(kw.pop("train", {}))
+    return FinetuneConfig(task="custom", epochs=1.0, train_file=str(train_file), dev_file=str(train_file),
+                          train=TrainConfig(**train), **kw)
+
+
+def test_a_rerun_with_other_data_or_settings_is_refused_not_reused(tmp_path):
+    task, data = get_task("custom"), _write_task(tmp_path / "train.tsv", 8, 0)
+    grid = {"learning_rate": [1e-5, 3e-5]}
+    first = FakeTrainer()
+    run_grid(task, _custom(tmp_path, data), grid, train_fn=first)
+    assert len(first.configs) == 2
+    again = FakeTrainer()  # the same search: its trials are skipped
+    assert [r["name"] for r in run_grid(task, _custom(tmp_path, data), grid, train_fn=again)] == ["trial-0", "trial-1"]
+    assert again.configs == []
+    out = tmp_path / "s"
+    changes = [  # (what changes, the setting the error names)
+        (lambda: _custom(tmp_path, data, train={"seed": 1}), r"train\.seed 0 then, 1 now"),
+        (lambda: _custom(tmp_path, data, max_train_examples=4), r"max_train_examples \(not set\) then, 4 now"),
+        (lambda: _custom(tmp_path, data, model=str(tmp_path / "other-model")), r"model \"all-MiniLM"),
+        (lambda: _custom(tmp_path, data, train={"warmup_ratio": 0.2}), r"train\.warmup_ratio"),
+        (lambda: _custom(tmp_path, _write_task(tmp_path / "train2.tsv", 8, 0)), r"train_file \".*train\.tsv\" then"),
+    ]
+    for config, setting in changes:
+        trainer = FakeTrainer()
+        with pytest.raises(ValueError, match=r"holds the trials of this search run with other settings") as e:
+            run_grid(task, config(), grid, train_fn=trainer)
+        assert str(out) in str(e.value) and re.search(setting, str(e.value)), str(e.value)
+        assert "Use a new --out-dir" in str(e.value) and trainer.configs == []
+    _write_task(data, 8, 1)  # the same path, other rows
+    with pytest.raises(ValueError, match=r"train_file \(contents\) \"sha256 [0-9a-f]{16}, \d+ bytes\" then, "
+                                         r"\"sha256 [0-9a-f]{16}, \d+ bytes\" now"):
+        run_grid(task, _custom(tmp_path, data), grid, train_fn=FakeTrainer())
+    assert len((out / "trials.jsonl").read_text().splitlines()) == 2 and (out / "trial-0").is_dir()  # nothing deleted
+    # what only watches or stores a run is not a setting of its result
+    _write_task(data, 8, 0)
+    watched = _custom(tmp_path, data, train={"progress_bar": False, "log_every": 3, "keep_last_checkpoints": 1})
+    assert run_grid(task, watched, grid, train_fn=FakeTrainer())[1]["name"] == "trial-1"
+
+
+def test_seeds_rerun_with_other_settings_is_refused(tmp_path):
+    task, data = get_task("custom"), _write_task(tmp_path / "train.tsv", 8, 0)
+    run_seeds(task, _custom(tmp_path, data), 2, train_fn=FakeTrainer())
+    with pytest.raises(ValueError, match=r"max_length 128 then, 64 now"):
+        run_seeds(task, _custom(tmp_path, data, max_length=64), 2, train_fn=FakeTrainer())
+
+
+def test_a_search_recorded_without_its_settings_is_refused(tmp_path):
+    task, config = get_task("sst2"), _config(tmp_path)
+    out = Path(config.train.out_dir)
+    out.mkdir(parents=True)
+    (out / "search.json").write_text(json.dumps({"kind": "grid", "task": "sst2", "grid": {"learning_rate": [1e-5]}}))
+    with pytest.raises(ValueError, match="recorded by an earlier ctxemb without the settings its trials ran with"):
+        run_grid(task, config, {"learning_rate": [1e-5]}, train_fn=FakeTrainer())
+
+
+def test_two_names_of_one_setting_are_refused(tmp_path):
+    task, config = get_task("sst2"), _config(tmp_path)
+    for grid in ({"learning_rate": [1e-5], "train.learning_rate": [3e-5]}, {"seed": [1], "train.seed": [2]}):
+        trainer = FakeTrainer()
+        with pytest.raises(ValueError, match=r"are two names of one setting \(train\.(learning_rate|seed)\)"):
+            run_grid(task, config, grid, train_fn=trainer)
+        assert trainer.configs == [] and not Path(config.train.out_dir).exists()
+    with pytest.raises(ValueError, match="two names of one setting"):
+        apply_overrides(config, {"learning_rate": 1e-5, "train.learning_rate": 3e-5}, out_dir="x")
+    assert setting_name(config, "epochs") == "epochs" and setting_name(config, "seed") == "train.seed"
+
+
+def test_a_search_on_other_data_through_the_command_line_is_refused(tmp_path, capsys):
+    from ctxemb.cli import main
+    model = write_tiny_model(tmp_path / "tiny")
+    train, dev = _write_task(tmp_path / "train.tsv", 32, 0), _write_task(tmp_path / "dev.tsv", 16, 1)
+    out = tmp_path / "search"
+    argv = ["finetune", "custom", "--model", str(model), "--train-file", str(train), "--dev-file", str(dev),
+            "--head", "cls", "--epochs", "1", "--max-length", "32", "--precision", "fp32", "--no-progress",
+            "--out-dir", str(out), "--search", "learning-rate=1e-3"]
+    assert main(argv) == 0
+    assert "best on dev: trial-0" in capsys.readouterr().out
+    _write_task(train, 32, 5)  # new training data, same file name
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    assert f"{out} holds the trials of this search run with other settings" in err
+    assert "--train-file (contents)" in err and "Use a new --out-dir" in err and "Traceback" not in err
+    assert len((out / "trials.jsonl").read_text().splitlines()) == 1
+    assert main(argv[:-2] + ["--seed", "3", "--search", "learning-rate=1e-3"]) == 1
+    assert "--seed 0 then, 3 now" in capsys.readouterr().err
+    assert main(argv[:-1] + ["learning_rate=1e-3", "train.learning-rate=3e-3"]) != 0  # one setting, two spellings
+    assert "'learning_rate' and 'train.learning_rate' are two names of one setting" in capsys.readouterr().err
+
+
+def test_one_axis_under_two_spellings_is_named_with_both():
+    with pytest.raises(ValueError, match=r"search axis 'learning_rate' is given twice \(as 'learning-rate' and "
+                                         r"'learning_rate'\): give each setting once"):
+        parse_grid(["learning-rate=1e-5", "learning_rate=3e-5"])

@@ -18,6 +18,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import logging
@@ -72,7 +73,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     r.add_argument("--search", nargs="+", metavar="NAME=V1,V2", default=None,
                    help="run every combination of these settings (recipe or loop fields, e.g. learning-rate=2e-5,5e-5 "
                         "epochs=2,3) as trials under --out-dir, selected on dev; rows land in trials.jsonl/trials.md "
-                        "as each trial ends, and a search started again skips the finished trials")
+                        "as each trial ends, and a search started again skips the finished trials (refused when "
+                        "the data or any setting outside the grid changed: use a new --out-dir)")
     r.add_argument("--search-budget", type=non_negative_float, default=None, metavar="MINUTES",
                    help="stop starting new search trials after this many minutes (default: run them all)")
     r.add_argument("--seeds", type=positive_int, default=None, metavar="K",
@@ -143,6 +145,50 @@ def finetune_config_from_args(args: argparse.Namespace):
     train.update(train_overrides(args))
     if not train.get("out_dir"):
         raise UsageError("give the run directory: --out-dir DIR")
+    with _named_by_flags():  # a setting the config refuses: named by its flag, as the user typed it
+        return _config(args, task, d, train)
+
+
+@contextlib.contextmanager
+def _named_by_flags():
+    """A ``ValueError`` raised inside names the settings by the flags that set them (:func:`_in_flags`); its own
+    subclasses (a usage error, a corrupt file) keep their class and message."""
+    try:
+        yield
+    except ValueError as e:
+        text = _in_flags(str(e))
+        if type(e) is not ValueError or text == str(e):
+            raise
+        raise ValueError(text).with_traceback(e.__traceback__) from None  # --debug still shows where it was raised
+
+
+def _in_flags(message: str) -> str:
+    """A config's error message with the settings it names as the flags that set them: ``train_file`` ->
+    ``--train-file``, ``train.seed`` -> ``--seed``, ``regression=True`` -> ``--regression``, a leading ``columns``
+    -> ``--columns``. Names without an underscore are words too (``head``, ``epochs``) and stay; so do quoted
+    values, paths, and ``text_a``/``text_b``, which are also role names of ``--columns``."""
+    import re
+
+    flags: dict[str, str] = {}
+    for cls, prefix in ((TrainConfig, "train."), (FinetuneRunConfig, ""), (FinetuneConfig, ""),
+                        (TokenFinetuneConfig, ""), (ContrastiveConfig, "")):
+        for f in dataclasses.fields(cls):
+            if f.metadata.get("cli", True) is False:
+                continue
+            flag = f.metadata.get("flag") or "--" + f.name.replace("_", "-")
+            if prefix:
+                flags[prefix + f.name] = flag  # train.seed: a dotted name is never a word
+            if "_" in f.name and f.name not in ("text_a", "text_b"):
+                flags[f.name] = flag
+            if f.type in (bool, "bool"):
+                flags[f.name + "=True"] = flag  # regression=True: the switch --regression
+    names = "|".join(re.escape(n) for n in sorted(flags, key=len, reverse=True))
+    # a name on its own: not inside a word, a quoted value, a path or a dotted name
+    message = re.sub(r"(?<![\w.'\"/\\-])(%s)(?![\w'\"/\\]|\.\w)" % names, lambda m: flags[m.group(1)], message)
+    return re.sub(r"^columns\b", "--columns", message)
+
+
+def _config(args: argparse.Namespace, task, d: dict, train: dict):
     fields = {f.name for f in dataclasses.fields(task.config_class)}
     given = {**dataclass_overrides(args, cls=FinetuneRunConfig), **dataclass_overrides(args, cls=FinetuneConfig),
              **dataclass_overrides(args, cls=TokenFinetuneConfig), **dataclass_overrides(args, cls=ContrastiveConfig)}
@@ -181,7 +227,8 @@ def run_finetune(args: argparse.Namespace) -> int:
         return _run_trials(args, task, config)
     if args.search_budget is not None:
         raise UsageError("--search-budget limits a --search: give the grid with --search NAME=V1,V2 ...")
-    result = train_task(task, config)
+    with _named_by_flags():
+        result = train_task(task, config)
     print(f"eval after {result.run.train.step if hasattr(result, 'run') else result.train.step} steps: "
           + ", ".join(f"{k} {v:.2f}" for k, v in result.final_metrics.items()))
     print(f"model: {result.model_dir}")
@@ -195,7 +242,8 @@ def _run_trials(args: argparse.Namespace, task, config) -> int:
         raise UsageError("give either --search (a grid on dev) or --seeds K (one recipe, K seeds), not both")
     out = Path(config.train.out_dir)
     if args.seeds is not None:
-        summary = run_seeds(task, config, args.seeds, train_fn=train_task)
+        with _named_by_flags():
+            summary = run_seeds(task, config, args.seeds, train_fn=train_task)
         for name, s in summary["summary"].items():
             print(f"{name}: {s['mean']:.2f} +- {s['std']:.2f} (n={s['n']}, min {s['min']:.2f}, max {s['max']:.2f})")
         print(f"runs: {out}/seed-*  table: {out / 'trials.md'}")
@@ -204,7 +252,8 @@ def _run_trials(args: argparse.Namespace, task, config) -> int:
         grid = parse_grid(args.search)
     except ValueError as e:
         raise UsageError(f"--search: {e}") from None
-    rows = run_grid(task, config, grid, train_fn=train_task, budget_minutes=args.search_budget)
+    with _named_by_flags():
+        rows = run_grid(task, config, grid, train_fn=train_task, budget_minutes=args.search_budget)
     primary, greater = task.primary(config)
     if not rows:
         print(f"no trial finished within the budget; table: {out / 'trials.md'}")

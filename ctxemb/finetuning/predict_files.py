@@ -32,7 +32,9 @@ Bad rows: a row whose input cannot be used (a missing or blank text, a value of 
 is not JSON, a CSV record with a wrong field count) stops the run with a ``ValueError`` naming its line or row
 (nothing is written); with ``skip_bad_rows=True`` it is reported through ``on_skip`` (default: a logged warning),
 counted in the result, and left out of the output. A problem with the whole file (a missing column, an empty
-file) always stops the run.
+file) always stops the run, and so does a file that cannot be read as written
+(:class:`~ctxemb.finetuning.text_files.MalformedFileError`: a CSV quote that never closes, a stray quote, a NUL
+byte, bytes that are not UTF-8), whose later rows could not be told apart.
 """
 
 from __future__ import annotations
@@ -270,9 +272,11 @@ def predict_file(model: Any, input: str | os.PathLike, output: str | os.PathLike
         needed = [c for c in roles.values() if c is not None]
         missing = [c for c in needed if c not in table.columns]
         if missing:
-            raise ValueError("%s: no column %s; its columns are %s (map others with columns, e.g. text=review)"
+            role = next(r for r, c in roles.items() if c == missing[0])
+            raise ValueError("%s: no column %s; its columns are %s: read role %r from one of them with --columns "
+                             "%s=COLUMN (Python: columns={%r: COLUMN})"
                              % (table.name, ", ".join(repr(c) for c in missing),
-                                ", ".join(repr(c) for c in table.columns)))
+                                ", ".join(repr(c) for c in table.columns), role, role, role))
     runner = _Runner(predictor, roles, batch_size, mode)
     report = on_skip or (lambda where, reason: logger.warning("%s: skipped: %s", where, reason))
     result = PredictFileResult(rows=0, written=0, output=Path(output))

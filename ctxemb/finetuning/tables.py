@@ -8,9 +8,9 @@ source                           read as                                        
 ===============================  ==========================================================  ===================
 ``*.tsv``                        a header line, tab-separated fields, quoting off (a quote   ``FILE line N``
                                  is text, as GLUE's files need)
-``*.csv``                        RFC 4180 CSV (:mod:`csv`): a header record, then records;   ``FILE line N``
-                                 quoted fields may hold commas and line breaks; blank
-                                 lines are skipped
+``*.csv``                        RFC 4180 CSV, read strictly (``text_files``): a header      ``FILE line N``
+                                 record, then records; quoted fields may hold commas and
+                                 line breaks; blank lines are skipped
 ``*.jsonl``                      one JSON object per line                                    ``FILE line N``
 ``*.json``                       one JSON array of objects                                   ``FILE row I``
 ``*.txt``                        one text per line, in a column named ``text``               ``FILE line N``
@@ -29,7 +29,11 @@ A problem with one row (invalid JSON on a JSONL line, a wrong field count, a row
 :class:`BadRow` in the stream, so that a caller may skip it (``ctxemb predict --skip-bad-rows``) or raise it
 (training: :func:`row_error`). A problem with the whole source raises at once: a missing file, no header column for
 a required column (naming the file, the column and the columns there are), an empty source, an unknown format, or a
-missing optional package (``pip install 'ctxemb[tables]'`` for Parquet and ``datasets``).
+missing optional package (``pip install 'ctxemb[tables]'`` for Parquet and ``datasets``). So does a text file that
+cannot be read as written, where the stream stands (:class:`~ctxemb.finetuning.text_files.MalformedFileError`,
+naming the file, line and column): bytes that are not UTF-8, a NUL byte, and in CSV a quote in a field that is not
+quoted, a quoted field followed by anything but a comma or the line's end, or a quoted field that never closes.
+Where the structure of the rest of a file is in doubt no row is guessed, whether or not bad rows are skipped.
 
 :func:`parse_columns` reads the ``--columns`` option (``text=sentence,label=score``); :func:`resolve_columns` maps a
 user's column mapping onto a reader's roles (``text``/``text_a``, ``text_b``, ``label``, ``id``; ``tokens``,
@@ -38,7 +42,6 @@ user's column mapping onto a reader's roles (``text``/``text_a``, ``text_b``, ``
 
 from __future__ import annotations
 
-import csv
 import hashlib
 import json
 import os
@@ -48,6 +51,8 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 from ctxemb._validation import check_choice, read_json_file
+# iter_lines, read_lines and MalformedFileError are imported from here too
+from ctxemb.finetuning.text_files import MalformedFileError, iter_csv_records, iter_lines, read_lines  # noqa: F401
 
 PathLike = str | os.PathLike
 
@@ -88,51 +93,6 @@ def row_error(where: str, bad: BadRow) -> ValueError:
 
 
 # --------------------------------------------------------------------------------------------------- text files
-
-
-def iter_lines(path: PathLike, what: str) -> Iterator[tuple[int, str]]:
-    """(line number, line) of a UTF-8 text file, lazily: BOM dropped, LF/CRLF/CR ends, trailing blank lines dropped.
-
-    Raises:
-        FileNotFoundError: the file does not exist (or is a directory).
-        ValueError: a byte sequence is not UTF-8 (naming its line and byte), or the file holds nothing but blank
-            lines.
-    """
-    path = Path(path)
-    try:
-        f = open(path, "rb")
-    except FileNotFoundError:
-        raise FileNotFoundError("%s not found (it should hold %s)" % (path, what)) from None
-    except IsADirectoryError:
-        raise FileNotFoundError("%s is a directory, not a file (it should hold %s)" % (path, what)) from None
-    line_no, blank, any_text = 0, [], False
-    with f:
-        for raw in f:
-            try:
-                text = raw.decode("utf-8")
-            except UnicodeDecodeError as e:
-                raise ValueError("%s line %d: not UTF-8 text (byte 0x%02x: %s); save the file as UTF-8"
-                                 % (path, line_no + 1, raw[e.start], e.reason)) from None
-            if line_no == 0:
-                text = text.removeprefix("\ufeff")
-            text = text[:-1] if text.endswith("\n") else text
-            text = text[:-1] if text.endswith("\r") else text
-            for part in text.split("\r"):
-                line_no += 1
-                if not part.strip():
-                    blank.append((line_no, part))  # yielded only if a non-blank line follows
-                    continue
-                yield from blank
-                blank.clear()
-                any_text = True
-                yield line_no, part
-    if not any_text:
-        raise ValueError("%s line 1: the file is empty (it should hold %s)" % (path, what))
-
-
-def read_lines(path: PathLike, what: str) -> list[str]:
-    """The lines of a UTF-8 text file (see :func:`iter_lines`) as a list."""
-    return [line for _, line in iter_lines(path, what)]
 
 
 def _missing(name: str, where: str, required: Iterable, present: Sequence) -> ValueError | None:
@@ -185,56 +145,32 @@ def _jsonl_rows(path: Path, what: str) -> Rows:
 
 
 def _csv_rows(path: Path, required: Sequence, what: str) -> Rows:
+    records = iter_csv_records(path, what)
     try:
-        f = open(path, newline="", encoding="utf-8-sig")
-    except FileNotFoundError:
-        raise FileNotFoundError("%s not found (it should hold %s)" % (path, what)) from None
-    except IsADirectoryError:
-        raise FileNotFoundError("%s is a directory, not a file (it should hold %s)" % (path, what)) from None
-    reader = csv.reader(f)
-
-    def records():
-        while True:
-            try:
-                record = next(reader)
-            except StopIteration:
-                return
-            except UnicodeDecodeError as e:
-                raise ValueError("%s line %d: not UTF-8 text (%s); save the file as UTF-8"
-                                 % (path, reader.line_num + 1, e.reason)) from None
-            except csv.Error as e:
-                raise ValueError("%s line %d: not CSV (%s)" % (path, reader.line_num, e)) from None
-            if record and any(x.strip() for x in record):
-                yield reader.line_num, record
-
-    it = records()
-    try:
-        _, header = next(it)
+        _, _, header = next(records)
     except StopIteration:
-        f.close()
         raise ValueError("%s line 1: the file is empty (it should hold %s)" % (path, what)) from None
     header = [name.strip() for name in header]
     if len(set(header)) != len(header):
-        f.close()
         raise ValueError("%s line 1: the header repeats a column name: %r" % (path, header))
     error = _missing(str(path), " line 1", required, header)
     if error is not None:
-        f.close()
         raise error
 
     def rows():
-        with f:
-            empty = True
-            for line_no, record in it:
-                empty = False
-                where = "%s line %d" % (path, line_no)
-                if len(record) != len(header):
-                    yield where, BadRow("expected %d comma-separated fields (as in the header), got %d"
-                                        % (len(header), len(record)))
-                else:
-                    yield where, dict(zip(header, record))
-            if empty:
-                raise ValueError("%s line 2: no rows after the header" % path)
+        empty = True
+        for first, last, record in records:
+            empty = False
+            where = "%s line %d" % (path, last)
+            if len(record) != len(header):
+                spans = "" if first == last else (" in the record of lines %d-%d (a quoted field holds line breaks)"
+                                                  % (first, last))
+                yield where, BadRow("expected %d comma-separated fields (as in the header), got %d%s"
+                                    % (len(header), len(record), spans))
+            else:
+                yield where, dict(zip(header, record))
+        if empty:
+            raise ValueError("%s line 2: no rows after the header" % path)
     return Rows(str(path), tuple(header), rows())
 
 
@@ -480,21 +416,43 @@ def describe_source(source: Any) -> str | None:
 _COLUMN_PAIR = re.compile(r"\s*([A-Za-z_]+)\s*=\s*(.+?)\s*")
 
 
+_SAME_ROLE = {"text_a": "text"}  # two names of one role, in every reader that has it
+
+
+def _check_mapping(columns: Mapping[str, Any], what: str, aliases: Mapping[str, str] | None = None) -> None:
+    """Refuse a mapping that names one role twice (``text`` and ``text_a``) or gives one column to two roles: the
+    later would silently win, or one column would be read as two things."""
+    roles: dict[str, str] = {}
+    readers: dict[Any, str] = {}
+    for role, column in columns.items():
+        key = (aliases or {}).get(role, role)
+        first = roles.setdefault(_SAME_ROLE.get(key, key), role)
+        if first != role:
+            raise ValueError("%s: %r and %r are two names of one role; give it once" % (what, first, role))
+        other = readers.setdefault(column, role)
+        if other != role:
+            raise ValueError("%s: roles %r and %r both read column %r; each role reads a column of its own"
+                             % (what, other, role, column))
+
+
 def parse_columns(text: str) -> dict[str, str]:
-    """``"text=sentence,label=score"`` -> ``{"text": "sentence", "label": "score"}`` (the ``--columns`` option).
+    """``"text=sentence,label=score"`` -> ``{"text": "sentence", "label": "score"}`` (the ``--columns`` option):
+    role ``text`` reads the file's column ``sentence``.
 
     Raises:
-        ValueError: an item without ``role=column``, or a role given twice.
+        ValueError: an item without ``role=column``, a role given twice (or as ``text`` and ``text_a``), or one
+            column given to two roles.
     """
     out: dict[str, str] = {}
     for item in text.split(","):
         m = _COLUMN_PAIR.fullmatch(item)
         if m is None:
-            raise ValueError("expected ROLE=COLUMN items separated by commas (e.g. text=sentence,label=score); "
-                             "got %r in %r" % (item, text))
+            raise ValueError("expected ROLE=COLUMN items separated by commas (e.g. text=sentence,label=score: role "
+                             "text reads the column sentence); got %r in %r" % (item, text))
         if m.group(1) in out:
             raise ValueError("role %r is given twice in %r" % (m.group(1), text))
         out[m.group(1)] = m.group(2)
+    _check_mapping(out, repr(text))
     return out
 
 
@@ -504,7 +462,8 @@ def resolve_columns(columns: Mapping[str, Any] | None, defaults: Mapping[str, An
     e.g. ``text`` -> ``text_a``). A column may be a name or, for tuple rows, a position.
 
     Raises:
-        ValueError: a role the reader does not know (naming the roles it does).
+        ValueError: a role the reader does not know (naming the roles it does), one role given under two names
+            (``text`` and ``text_a``), or one column given to two roles.
         TypeError: a mapping that is not a dict, or a column that is neither a str nor an int.
     """
     out = dict(defaults)
@@ -522,6 +481,7 @@ def resolve_columns(columns: Mapping[str, Any] | None, defaults: Mapping[str, An
             raise TypeError("columns[%r] must be a column name (str) or a tuple position (int); got %r"
                             % (role, column))
         out[key] = column
+    _check_mapping(columns, "columns", aliases)
     return out
 
 
