@@ -30,6 +30,7 @@ from ctxemb.cli._common import (UsageError, add_dataclass_flags, add_train_flags
                                 train_overrides)
 from ctxemb.finetuning.config import FinetuneRunConfig
 from ctxemb.finetuning.contrastive import ContrastiveConfig
+from ctxemb.finetuning.late_interaction import LateInteractionTaskConfig
 from ctxemb.finetuning.predictor import load_predictor, model_kind
 from ctxemb.finetuning.readers import TASKS
 from ctxemb.finetuning.registry import get_task, task_names
@@ -82,6 +83,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                         "with their mean and standard deviation (seeds.json)")
     add_dataclass_flags(p.add_argument_group("contrastive tasks (contrastive, allnli, xquad-retrieval)"),
                         ContrastiveConfig, skip=_SHARED)
+    add_dataclass_flags(p.add_argument_group("late interaction (late-interaction)"), LateInteractionTaskConfig,
+                        skip=_SHARED + tuple(f.name for f in dataclasses.fields(ContrastiveConfig)))
     p.set_defaults(func=run_finetune)
 
     q = subparsers.add_parser("predict", help=command_help("predict"))
@@ -171,7 +174,7 @@ def _in_flags(message: str) -> str:
 
     flags: dict[str, str] = {}
     for cls, prefix in ((TrainConfig, "train."), (FinetuneRunConfig, ""), (FinetuneConfig, ""),
-                        (TokenFinetuneConfig, ""), (ContrastiveConfig, "")):
+                        (TokenFinetuneConfig, ""), (ContrastiveConfig, ""), (LateInteractionTaskConfig, "")):
         for f in dataclasses.fields(cls):
             if f.metadata.get("cli", True) is False:
                 continue
@@ -191,7 +194,8 @@ def _in_flags(message: str) -> str:
 def _config(args: argparse.Namespace, task, d: dict, train: dict):
     fields = {f.name for f in dataclasses.fields(task.config_class)}
     given = {**dataclass_overrides(args, cls=FinetuneRunConfig), **dataclass_overrides(args, cls=FinetuneConfig),
-             **dataclass_overrides(args, cls=TokenFinetuneConfig), **dataclass_overrides(args, cls=ContrastiveConfig)}
+             **dataclass_overrides(args, cls=TokenFinetuneConfig), **dataclass_overrides(args, cls=ContrastiveConfig),
+             **dataclass_overrides(args, cls=LateInteractionTaskConfig)}
     if args.head is not None:
         given["head"] = args.head
     for name, value in given.items():
