@@ -202,12 +202,13 @@ class LateInteractionTask(Task):
 
     def read(self, config: LateInteractionTaskConfig) -> TaskData:
         if config.beir is not None:
+            overlap = set(_read_ids(config.train_queries)) & set(_read_ids(config.dev_queries))
+            if overlap:
+                raise ValueError(f"{len(overlap)} query ids are in both --train-queries and --dev-queries (first: "
+                                 f"{sorted(overlap)[0]!r})")
             mine = dict(hard_negatives=config.hard_negatives, mine_range=config.mine_range, seed=config.train.seed)
             train = beir_rows(config.beir, config.beir_split, _read_ids(config.train_queries), **mine)
             evaluation = beir_rows(config.beir, config.beir_split, _read_ids(config.dev_queries), **mine)
-            overlap = {ex.anchor for ex in train} & {ex.anchor for ex in evaluation}
-            if overlap:
-                raise ValueError(f"{len(overlap)} queries are in both --train-queries and --dev-queries")
         else:
             columns = dict(anchor=config.anchor, positive=config.positive, negatives=tuple(config.negatives or ()))
             train = read_contrastive_table(config.train_file, **columns)

@@ -86,7 +86,7 @@ def _read_text(path: Path) -> str:
     return text
 
 
-def _read_jsonl(path: Path, fields: tuple[str, ...]) -> dict[str, dict]:
+def _jsonl_records(path: Path, fields: tuple[str, ...]) -> dict[str, dict]:
     """id -> record, strictly: every line a JSON object with a string ``_id`` and string ``fields``."""
     records: dict[str, dict] = {}
     for number, line in enumerate(_read_text(path).splitlines(), start=1):
@@ -160,7 +160,7 @@ def read_qrels(path: str | os.PathLike) -> Qrels:
 def read_corpus(path: str | os.PathLike) -> dict[str, Document]:
     """A BEIR ``corpus.jsonl``: document id -> :class:`Document`, in file order (strict; see the module docstring)."""
     path = Path(path)
-    records = _read_jsonl(path, ("title", "text"))
+    records = _jsonl_records(path, ("title", "text"))
     if not records:
         raise CorruptFileError("%s: holds no document" % path, path)
     return {i: Document(r.get("title", "") or "", r.get("text", "") or "") for i, r in records.items()}
@@ -168,7 +168,7 @@ def read_corpus(path: str | os.PathLike) -> dict[str, Document]:
 
 def read_queries(path: str | os.PathLike) -> dict[str, str]:
     """A BEIR ``queries.jsonl``: query id -> text, in file order (strict)."""
-    return {i: r.get("text", "") or "" for i, r in _read_jsonl(Path(path), ("text",)).items()}
+    return {i: r.get("text", "") or "" for i, r in _jsonl_records(Path(path), ("text",)).items()}
 
 
 def load_beir(folder: str | os.PathLike, split: str = "test", *, qrels: str | os.PathLike | None = None) -> BeirData:

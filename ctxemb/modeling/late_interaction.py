@@ -30,7 +30,7 @@ import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from ctxemb._validation import check_choice, check_int
+from ctxemb._validation import check_choice, check_int, read_json_file
 from ctxemb.modeling.base import EncoderWithHeads
 from ctxemb.modeling.checkpoint import load_encoder_dir, save_pretrained
 from ctxemb.modeling.contrastive_loss import false_negative_mask
@@ -255,7 +255,7 @@ class EncoderForLateInteraction(EncoderWithHeads):
         model_dir = Path(model_dir)
         encoder, _ = load_encoder_dir(model_dir)
         projection = load_projection(model_dir)
-        settings = json.loads((model_dir / "config.json").read_text(encoding="utf-8")).get(LATE_CONFIG_KEY) or {}
+        settings = read_json_file(model_dir / "config.json", "config file").get(LATE_CONFIG_KEY) or {}
         if projection is not None:
             dim = projection.shape[0]
         model = cls(encoder, dim=dim, scale=scale if scale is not None else settings.get("scale", 1.0),

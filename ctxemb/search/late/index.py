@@ -434,7 +434,7 @@ def _generation(directory: Path) -> int | None:
     path = directory / "manifest.json"
     if not path.is_file():
         return None
-    try:
-        return int(json.loads(path.read_text(encoding="utf-8"))["generation"])
-    except (ValueError, KeyError, TypeError) as e:
-        raise CorruptFileError("%s: unreadable manifest (%s)" % (path, e), path) from None
+    manifest = read_json_file(path, "late-interaction index manifest")
+    if not isinstance(manifest.get("generation"), int):
+        raise CorruptFileError("%s: no integer \"generation\"" % path, path)
+    return manifest["generation"]
