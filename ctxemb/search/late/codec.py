@@ -98,8 +98,9 @@ class ResidualCodec:
         rng = np.random.default_rng(seed)
         if len(x) > max_sample:
             x = x[np.sort(rng.choice(len(x), max_sample, replace=False))]
+        # K is chosen above (at most N / 8): FAISS's warning about fewer than 39 points per centroid is noise here
         km = faiss.Kmeans(x.shape[1], K, niter=niter, seed=seed, spherical=True, verbose=False,
-                          max_points_per_centroid=max(256, len(x) // K + 1))
+                          max_points_per_centroid=max(256, len(x) // K + 1), min_points_per_centroid=1)
         km.train(x)
         centroids = km.centroids / np.maximum(np.linalg.norm(km.centroids, axis=1, keepdims=True), 1e-12)
         codec = cls(centroids, np.zeros((x.shape[1], 2 ** nbits - 1), np.float32),
