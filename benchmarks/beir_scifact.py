@@ -93,6 +93,42 @@ def latency(retriever, queries: dict[str, str], n: int = 100) -> dict[str, float
     return {"latency_ms_p50": statistics.median(times), "latency_ms_p99": float(np.percentile(times, 99))}
 
 
+def profile(enc: LateInteractionEncoder, index: LateInteractionIndex, docs, queries: dict[str, str],
+            n: int = 100) -> dict[str, float]:
+    """Where an indexing minute and a query go: codec fit, compression and writing (the encoding is timed apart);
+    per query: encoding, candidate generation, gathering + decompressing the candidates, MaxSim (ms, medians)."""
+    from ctxemb.search.late.codec import ResidualCodec
+    from ctxemb.search.late.scoring import maxsim_concatenated
+
+    tokens = np.concatenate(docs)
+    start = time.perf_counter()
+    codec = ResidualCodec.fit(tokens, nbits=index.nbits)
+    fit_s = time.perf_counter() - start
+    start = time.perf_counter()
+    codec.compress(tokens)
+    compress_s = time.perf_counter() - start
+    with tempfile.TemporaryDirectory() as tmp:
+        start = time.perf_counter()
+        index.save(Path(tmp) / "i")
+        write_s = time.perf_counter() - start
+    parts: dict[str, list[float]] = {"encode": [], "candidates": [], "decompress": [], "maxsim": []}
+    for text in list(queries.values())[:n]:
+        t0 = time.perf_counter()
+        q = enc.encode_queries(text)
+        t1 = time.perf_counter()
+        labels = index._candidates(q, 4, 256, index._live)
+        t2 = time.perf_counter()
+        codes, packed, offsets = index._tokens(labels)
+        vectors = index.codec.decompress(codes, packed)
+        t3 = time.perf_counter()
+        maxsim_concatenated(q, vectors, offsets)
+        t4 = time.perf_counter()
+        for key, a, b in (("encode", t0, t1), ("candidates", t1, t2), ("decompress", t2, t3), ("maxsim", t3, t4)):
+            parts[key].append(1000 * (b - a))
+    return {"codec_fit_s": fit_s, "compress_s": compress_s, "write_s": write_s,
+            **{f"query_{k}_ms": statistics.median(v) for k, v in parts.items()}}
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default="all-MiniLM-L6-v2")
@@ -115,6 +151,7 @@ def main(argv=None) -> None:
     tag = hashlib.sha1(f"{args.model}-{emb.config.precision}".encode()).hexdigest()[:8]
     wanted_tests = set(filter(None, args.test.split(",")))
     rows: list[dict] = []
+    profiles: dict[str, dict] = {}
 
     def evaluate(key, label, retriever, **extra):
         start = time.perf_counter()
@@ -179,6 +216,8 @@ def main(argv=None) -> None:
                     index.save(Path(tmp) / "index")
                     build_s = time.perf_counter() - start
                     loaded = LateInteractionIndex.load(Path(tmp) / "index")
+                    if nbits == 2 and pool == 1:
+                        profiles[f"late-{n}"] = profile(enc, loaded, docs, dev.queries)
                     for nprobe, candidates in ((2, 128), (4, 256), (8, 512)):
                         r = LateInteractionRetriever(enc, index=loaded, nprobe=nprobe, candidates=candidates)
                         evaluate(f"late-index-{n}-{nbits}b-pool{pool}-p{nprobe}",
@@ -198,13 +237,16 @@ def main(argv=None) -> None:
                      **{m: 100 * v for m, v in scores.mean.items()}})
 
     payload = {"machine": machine(), "model": args.model, "precision": emb.config.precision,
-               "dev_queries": len(dev_ids), "rows": rows}
+               "dev_queries": len(dev_ids), "rows": rows, "profiles": profiles}
     md = ["# BEIR SciFact, dev split (200 of the 809 train queries)", "",
           f"{machine()['cpu']} ({machine()['cpu_count']} cores); {args.model} at precision {emb.config.precision}; "
           "nDCG@10, R@100, MRR@10 x 100 (trec_eval's definitions). Latency: one query at a time, encode + search "
           "(+ re-score), median and p99 over 100 dev queries.", "",
           markdown_table(rows, ["retriever", *MEASURES, "ms/query (batch)", "latency_ms_p50", "latency_ms_p99",
                                 "bytes_per_token", "index_s"])]
+    for key, prof in profiles.items():
+        md += ["", f"Profile of {key} (2-bit index; encoding timed apart above): " + ", ".join(
+            f"{k} {v:.1f}" for k, v in prof.items())]
     name = "beir_scifact" if not args.skip_zero_shot else "beir_scifact_trained"
     write_results(name, payload, "\n".join(md))
 
