@@ -102,6 +102,9 @@ def test_remove_add_and_restriction_to_ids(tmp_path, corpus):
         ix.remove([top])
     with pytest.raises(ValueError, match="already in the index"):
         ix.add([ids[1]], [docs[1]])
+    ix.add([top], [docs[7]])  # a removed id can be added again, with new vectors
+    assert top in ix and (np.sum(ix.document_vectors(top) * docs[7], axis=1) > 0.8).all()
+    ix.remove([top])
     hits = ix.search(docs[5][:4], 10, ids=["doc-7", "doc-9"])
     assert sorted(h[0] for h in hits) == ["doc-7", "doc-9"]
     with pytest.raises(KeyError, match="doc-999"):
@@ -111,6 +114,7 @@ def test_remove_add_and_restriction_to_ids(tmp_path, corpus):
     again.save()
     final = LateInteractionIndex.load(tmp_path / "ix")
     assert len(final) == 119 and top not in final and "doc-119" in final
+    assert final._ids.count(None) == 1  # the first label of the id added twice
 
 
 @pytest.mark.parametrize("bad, message", [

@@ -86,7 +86,7 @@ class LateInteractionIndex:
         self.seed = seed
         self.codec: ResidualCodec | None = None
         self._shards: list[_Shard] = []
-        self._ids: list[str] = []
+        self._ids: list[str | None] = []  # by label; None for a removed document whose id was added again
         self._label: dict[str, int] = {}
         self._live = np.zeros(0, dtype=bool)
         self._ivf: tuple[np.ndarray, np.ndarray] | None = None
@@ -136,9 +136,9 @@ class LateInteractionIndex:
             raise ValueError("ids has %d entries but documents has %d" % (len(ids), len(documents)))
         seen: set[str] = set()
         for n, i in enumerate(ids):
-            if i in seen or i in self._label:
-                raise ValueError("ids[%d] = %r is %s" % (n, i, "given twice" if i in seen else "already in the index "
-                                 "(remove it first, or save the removal: ids are never reused within a generation)"))
+            if i in seen or i in self:
+                raise ValueError("ids[%d] = %r is %s" % (n, i, "given twice" if i in seen else
+                                                         "already in the index (remove it first to replace it)"))
             seen.add(i)
         arrays = []
         for n, d in enumerate(documents):
@@ -163,6 +163,9 @@ class LateInteractionIndex:
         first = len(self._ids)
         self._shards.append(_Shard(first, codes, packed, offsets))
         for n, i in enumerate(ids):
+            old = self._label.get(i)
+            if old is not None:  # a removed document added again: its old label stays dead and nameless
+                self._ids[old] = None
             self._label[i] = first + n
         self._ids.extend(ids)
         self._live = np.concatenate([self._live, np.ones(len(ids), dtype=bool)])
@@ -411,11 +414,12 @@ class LateInteractionIndex:
             if isinstance(e, CorruptFileError):
                 raise
             raise CorruptFileError("%s: cannot read the index (%s)" % (directory, e), directory) from e
-        if len(ids) != manifest["n_documents"] or len(live) != len(ids) or len(set(ids)) != len(ids):
+        named = [i for i in ids if i is not None]
+        if len(ids) != manifest["n_documents"] or len(live) != len(ids) or len(set(named)) != len(named):
             raise CorruptFileError("%s: ids.json, live.npy and the manifest disagree on the documents" % directory,
                                    directory)
         index._ids = list(ids)
-        index._label = {i: n for n, i in enumerate(ids)}
+        index._label = {i: n for n, i in enumerate(ids) if i is not None}
         index._live = np.array(live, dtype=bool)
         index.directory, index._generation = directory, manifest["generation"]
         return index
