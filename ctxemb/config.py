@@ -35,6 +35,20 @@ POOLER_MODEL_TYPES = ("bert", "roberta", "xlm-roberta", "mpnet")
 #: ModernBERT's two kinds of layer (``layer_types`` in its ``config.json``).
 MODERNBERT_LAYER_TYPES = ("full_attention", "sliding_attention")
 
+#: ``model_type`` in the ``config.json`` of a model whose head transformers has no class for: transformers does not
+#: know it, so it loads such a model only through the ``modeling_ctxemb.py`` saved beside it (trust_remote_code) or
+#: refuses; the encoder's own family is under :data:`FAMILY_KEY` (see :mod:`ctxemb.modeling.remote_code`).
+CTXEMB_MODEL_TYPE = "ctxemb"
+FAMILY_KEY = "ctxemb_model_type"
+
+
+def encoder_model_type(d: Mapping[str, Any]) -> Any:
+    """The encoder family a ``config.json`` dict names: its ``model_type``, or for ``"model_type": "ctxemb"`` the
+    family under ``ctxemb_model_type`` (None when it names none)."""
+    model_type = d.get("model_type")
+    return d.get(FAMILY_KEY) if model_type == CTXEMB_MODEL_TYPE else model_type
+
+
 # The class name transformers expects in ``architectures`` for a bare encoder of each type.
 _ARCHITECTURE_NAMES = {"bert": "BertModel", "roberta": "RobertaModel", "xlm-roberta": "XLMRobertaModel",
                        "mpnet": "MPNetModel", "distilbert": "DistilBertModel", "electra": "ElectraModel",
@@ -257,7 +271,7 @@ class EncoderConfig:
             raise TypeError(f"a config must be a dict (a JSON object), got {type(d).__name__}")
         if "model_type" not in d:
             raise ValueError("config has no 'model_type'; expected one of " + ", ".join(SUPPORTED_MODEL_TYPES))
-        model_type = d["model_type"]
+        model_type = encoder_model_type(d)
         if not isinstance(model_type, str) or model_type not in _FAMILY_FIELDS:
             return cls(model_type=model_type)  # raises, naming the wrong type or the supported types
         d = dict(d)

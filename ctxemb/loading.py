@@ -16,7 +16,7 @@ from typing import Any, Mapping
 import torch
 
 from ctxemb._validation import CorruptFileError, check_choice, read_json_file
-from ctxemb.config import SUPPORTED_MODEL_TYPES
+from ctxemb.config import SUPPORTED_MODEL_TYPES, encoder_model_type
 from ctxemb.modeling.checkpoint import TRAINING_RUN_KEY, load_encoder_dir
 from ctxemb.modeling.encoder import Encoder
 from ctxemb.modeling.transformers_backend import (TransformersEncoder, is_transformers_encoder_type,
@@ -30,13 +30,14 @@ BACKENDS = ("auto", "native", "transformers")
 
 
 def model_type_of(name_or_path: str | os.PathLike) -> str | None:
-    """The ``model_type`` a model's ``config.json`` names (None when it names none).
+    """The ``model_type`` a model's ``config.json`` names (the encoder's family for a model saved with ctxemb's
+    ``"model_type": "ctxemb"``; None when it names none).
 
     Raises:
         FileNotFoundError: the model cannot be found.
         CorruptFileError: ``config.json`` is not UTF-8 JSON holding an object.
     """
-    value = read_json_file(resolve_model_dir(name_or_path) / "config.json", "config file").get("model_type")
+    value = encoder_model_type(read_json_file(resolve_model_dir(name_or_path) / "config.json", "config file"))
     return value if isinstance(value, str) else None
 
 
@@ -81,35 +82,39 @@ class LoadedModel:
 
 
 def load_model(name_or_path: str | os.PathLike = DEFAULT_MODEL, *, device: str | torch.device = "cpu",
-               strict: bool = True, max_length: int | None = None, backend: str = "auto") -> LoadedModel:
+               strict: bool = True, max_length: int | None = None, backend: str = "auto",
+               revision: str | None = None, local_files_only: bool = False) -> LoadedModel:
     """Load a pretrained encoder, its tokenizer and its training-run identity, resolving the name once.
 
     Args:
-        name_or_path: ``all-MiniLM-L6-v2`` (default), ``all-mpnet-base-v2``, an HF-format directory, or a model in
-            the local Hugging Face hub cache. See :mod:`ctxemb.registry`.
+        name_or_path: ``all-MiniLM-L6-v2`` (default), ``all-mpnet-base-v2``, an HF-format directory, or a model
+            named as on the Hugging Face Hub (``org/name``, ``org/name@revision``), fetched into the Hugging Face
+            cache. See :mod:`ctxemb.registry`.
         device: where to put the weights.
         strict: fail on missing or unexpected tensors (shape mismatches always fail).
         max_length: the tokenizer's most tokens per model input (None: the model's).
         backend: "auto", "native" or "transformers" (see :func:`choose_backend`).
+        revision: the branch, tag or commit of a Hub model (default its main branch).
+        local_files_only: resolve a Hub model from the cache alone, as ``HF_HUB_OFFLINE=1`` does.
 
     Returns:
         A :class:`LoadedModel`.
 
     Raises:
         TypeError: ``name_or_path`` is not a str or path.
-        FileNotFoundError: the model cannot be found (the message says what to install or which paths were tried),
-            or its weights or tokenizer files are missing.
+        FileNotFoundError: the model cannot be found (the message says what was tried and what to install, or why
+            the Hub failed), or its weights or tokenizer files are missing.
         CorruptFileError: (a ValueError) ``config.json`` is not UTF-8 JSON, has a bad field (e.g. an unsupported
             ``model_type``) or a training-run identity that is not a non-empty string; a tokenizer file is
             unreadable; :class:`~ctxemb.modeling.checkpoint.CheckpointError` (a subclass): the weights are
             truncated, corrupt, not tensors, hold NaN/inf, or disagree with the config. Each names the file.
     """
     check_choice(backend, "backend", BACKENDS)
-    model_dir = resolve_model_dir(name_or_path)
+    model_dir = resolve_model_dir(name_or_path, revision=revision, local_files_only=local_files_only)
     config_path = model_dir / "config.json"
     config = read_json_file(config_path, "config file")
     training_run = _training_run(config, config_path)
-    model_type = config.get("model_type")
+    model_type = encoder_model_type(config)
     if (backend if backend != "auto" else _backend_for(model_type)) == "transformers":
         encoder = TransformersEncoder.from_pretrained(model_dir)
     else:
@@ -129,16 +134,18 @@ def _training_run(config: Mapping[str, Any], path: Path) -> str | None:
 
 
 def load_encoder(name_or_path: str | os.PathLike = DEFAULT_MODEL, *, device: str | torch.device = "cpu",
-                 strict: bool = True, backend: str = "auto") -> Encoder | TransformersEncoder:
+                 strict: bool = True, backend: str = "auto", revision: str | None = None,
+                 local_files_only: bool = False) -> Encoder | TransformersEncoder:
     """Load a pretrained encoder in eval mode (:func:`load_model` loads it with its tokenizer and training run).
 
     Args:
-        name_or_path: ``all-MiniLM-L6-v2`` (default), ``all-mpnet-base-v2``, an HF-format directory, or a model in
-            the local Hugging Face hub cache. See :mod:`ctxemb.registry`.
+        name_or_path: ``all-MiniLM-L6-v2`` (default), ``all-mpnet-base-v2``, an HF-format directory, or a model
+            named as on the Hugging Face Hub (``org/name``). See :mod:`ctxemb.registry`.
         device: where to put the weights.
         strict: fail on missing or unexpected tensors (shape mismatches always fail); native backend only.
         backend: "auto" (ctxemb's own encoder where it implements the model type, transformers otherwise),
             "native" or "transformers".
+        revision, local_files_only: for a Hub model, as in :func:`load_model`.
 
     Raises:
         FileNotFoundError: the model cannot be found (the message says what to install or which paths were tried).
@@ -148,15 +155,17 @@ def load_encoder(name_or_path: str | os.PathLike = DEFAULT_MODEL, *, device: str
             not tensors, hold NaN/inf, or disagree with the config. Each names the file.
         ImportError: the transformers backend without transformers installed (the message names the extra).
     """
-    model_dir = resolve_model_dir(name_or_path)
+    model_dir = resolve_model_dir(name_or_path, revision=revision, local_files_only=local_files_only)
     if choose_backend(model_dir, backend) == "transformers":
         return TransformersEncoder.from_pretrained(model_dir).to(device)
     encoder, _ = load_encoder_dir(model_dir, strict=strict)
     return encoder.to(device)
 
 
-def load_tokenizer(name_or_path: str | os.PathLike = DEFAULT_MODEL, *, max_length: int | None = None) -> Tokenizer:
-    """Load the tokenizer that belongs to a model (see :func:`load_encoder` for names).
+def load_tokenizer(name_or_path: str | os.PathLike = DEFAULT_MODEL, *, max_length: int | None = None,
+                   revision: str | None = None, local_files_only: bool = False) -> Tokenizer:
+    """Load the tokenizer that belongs to a model (see :func:`load_model` for names, ``revision`` and
+    ``local_files_only``).
 
     ctxemb reads the tokenizer files itself for the model types its encoder implements; for the others it converts
     the fast tokenizer ``transformers.AutoTokenizer`` loads (see
@@ -171,13 +180,13 @@ def load_tokenizer(name_or_path: str | os.PathLike = DEFAULT_MODEL, *, max_lengt
             texts with one special token on each side.
         ImportError: another model type's tokenizer without transformers installed.
     """
-    model_dir = resolve_model_dir(name_or_path)
+    model_dir = resolve_model_dir(name_or_path, revision=revision, local_files_only=local_files_only)
     return _tokenizer(model_dir, read_json_file(model_dir / "config.json", "config file"), max_length)
 
 
 def _tokenizer(model_dir: Path, config: Mapping[str, Any], max_length: int | None) -> Tokenizer:
     """The tokenizer of the model in ``model_dir`` whose ``config.json`` holds ``config``."""
-    model_type = config.get("model_type")
+    model_type = encoder_model_type(config)
     if not isinstance(model_type, str) or model_type in SUPPORTED_MODEL_TYPES \
             or not is_transformers_encoder_type(model_type):
         return Tokenizer.from_pretrained(model_dir, max_length=max_length, config=config)

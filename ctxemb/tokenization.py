@@ -20,7 +20,7 @@ from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import models, normalizers, pre_tokenizers
 
 from ctxemb._validation import CorruptFileError, check_no_surrogates, decode_utf8, is_int, read_json_file
-from ctxemb.config import POSITIONS_FROM_ZERO
+from ctxemb.config import POSITIONS_FROM_ZERO, encoder_model_type
 
 logger = logging.getLogger(__name__)
 
@@ -179,7 +179,7 @@ class Tokenizer:
         _check_fields(config, model_dir / "config.json", model_type=str, max_position_embeddings=int,
                       pad_token_id=int)
         _check_fields(tok_config, model_dir / "tokenizer_config.json", do_lower_case=bool)
-        model_type = config.get("model_type")
+        model_type = encoder_model_type(config)  # a model saved with ctxemb's head for transformers: its family
         if model_type is None:  # a bare tokenizer folder (e.g. from train_vocabulary): the specials tell the layout
             cls_tok = _token_str(tok_config.get("cls_token")) or _token_str(specials_map.get("cls_token"))
             model_type = "roberta" if cls_tok == "<s>" else "bert"

@@ -121,9 +121,9 @@ def test_sequence_classification(bare_dir, tmp_path, head):
     assert back.head == head
     with torch.no_grad():
         _close(back(ids, mask).logits, ours)
-    if head != "checkpoint":
-        return
-    theirs = transformers.AutoModelForSequenceClassification.from_pretrained(tmp_path).eval()
+    # the checkpoint head is transformers' own class; cls and mean load through modeling_ctxemb.py (issue #46)
+    theirs = transformers.AutoModelForSequenceClassification.from_pretrained(
+        tmp_path, trust_remote_code=head != "checkpoint").eval()
     assert type(theirs).__name__.endswith("ForSequenceClassification")
     with torch.no_grad():
         _close(theirs(input_ids=ids, attention_mask=mask).logits, ours)
@@ -185,7 +185,9 @@ def test_token_classification(bare_dir, tmp_path, crf):
     assert (back.crf is not None) == crf
     with torch.no_grad():
         _close(back(ids, mask).logits, ours, mask)
-    if crf:
+    if crf:  # transformers has no CRF: it refuses rather than tag from the emissions alone (issue #46)
+        with pytest.raises(ValueError, match="saved by ctxemb"):
+            transformers.AutoModelForTokenClassification.from_pretrained(tmp_path, trust_remote_code=True)
         return
     theirs = transformers.AutoModelForTokenClassification.from_pretrained(tmp_path).eval()
     with torch.no_grad():

@@ -45,9 +45,9 @@ def test_name_resolved_once_and_config_read_once_here(tmp_path, monkeypatch):
     resolved, opened = [], []
     real_resolve, real_open = loading.resolve_model_dir, builtins.open
 
-    def counting_resolve(name):
+    def counting_resolve(name, **options):  # (revision=, local_files_only= for Hub names)
         resolved.append(name)
-        return real_resolve(name)
+        return real_resolve(name, **options)
 
     def counting_open(file, *args, **kwargs):
         if str(file).endswith("config.json"):

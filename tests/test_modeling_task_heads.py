@@ -124,7 +124,8 @@ def test_saved_model_loads_back_with_equal_logits_and_labels(tmp_path):
         ids, mask = _batch("mpnet")
         torch.testing.assert_close(back(ids, mask).logits, model(ids, mask).logits, rtol=0, atol=0)
     cfg = json.loads((tmp_path / "mean" / "config.json").read_text())
-    assert cfg["architectures"] == ["MPNetModel"] and cfg["ctxemb_classifier_head"] == "mean"
+    assert cfg["architectures"] == ["CtxembForSequenceClassification"] and cfg["ctxemb_classifier_head"] == "mean"
+    assert (cfg["model_type"], cfg["ctxemb_model_type"]) == ("ctxemb", "mpnet")  # transformers: remote code only
     with pytest.raises(ValueError, match=r"num_labels=5 contradicts the fine-tuned model .* \(num_labels=3\)"):
         EncoderForSequenceClassification.from_pretrained(tmp_path / "mean", num_labels=5)
     with pytest.raises(ValueError, match=r"head='cls' contradicts"):

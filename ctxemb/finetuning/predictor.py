@@ -4,8 +4,9 @@ directory says it is.
 - A task registered by the user (``finetune_config.json`` names a task that is not built in): that task's
   ``load`` and ``predict`` (:class:`TaskPredictor`).
 - Otherwise the saved ``architectures`` (:func:`ctxemb.modeling.architectures.architecture_task`), refined by the
-  run's head where the architecture cannot say it (a span classifier and a ``cls``/``mean`` sequence head are saved
-  under the bare encoder class): question answering -> :class:`~ctxemb.finetuning.token_predict.QAPredictor`,
+  run's head where the architecture cannot say it (a span classifier is ``CtxembForSpanClassification``; models
+  saved before ctxemb wrote ``modeling_ctxemb.py`` name the bare encoder class for it and for a ``cls``/``mean``
+  sequence head): question answering -> :class:`~ctxemb.finetuning.token_predict.QAPredictor`,
   token classification or a span head -> :class:`~ctxemb.finetuning.token_predict.TokenPredictor`, anything
   else -> :class:`~ctxemb.finetuning.predict.SequencePredictor`.
 """

@@ -3,7 +3,11 @@
 The model keeps its encoder under the checkpoint's base-model prefix (``bert``, ``roberta`` or ``mpnet``) and its
 heads under ``cls``, so ``state_dict()`` has the names of transformers' ``BertForPreTraining``; saved directories
 load in ``BertForPreTraining`` / ``BertForMaskedLM`` (RoBERTa/MPNet: ``*ForMaskedLM``), in our ``Embedder`` and in
-fine-tuning.
+fine-tuning. A BERT model whose NSP head reads the raw [CLS] vector (``nsp_input="cls"``) is the exception:
+``BertForPreTraining`` would feed that head the pooler instead, so it is saved with ``modeling_ctxemb.py``
+(:mod:`ctxemb.modeling.remote_code`), whose ``AutoModelForPreTraining`` refuses to load it, naming ctxemb, and whose
+``AutoModelForMaskedLM`` is transformers' own ``BertForMaskedLM`` (the MLM head is BERT's); both need
+``trust_remote_code=True``.
 
 Losses (J&M 11.2.1, 11.2.2, 11.5.1): L = L_MLM (+ L_SBO) (+ L_NSP); L_MLM and L_SBO are cross-entropies averaged
 over the masked positions, L_NSP over the sequences.
@@ -23,17 +27,22 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ctxemb._validation import check_choice
+from ctxemb._validation import check_choice, read_json_file
 from ctxemb.config import EncoderConfig
 from ctxemb.modeling.architectures import architecture_name
 from ctxemb.modeling.base import EncoderWithHeads
 from ctxemb.modeling.checkpoint import load_encoder_dir, load_weights_into, save_pretrained
 from ctxemb.modeling.encoder import ACTIVATIONS, Encoder
+from ctxemb.modeling.remote_code import remote_code_config, write_remote_code
 
 logger = logging.getLogger(__name__)
 
 NspInput = Literal["pooled", "cls"]
 NSP_INPUTS: tuple[str, ...] = ("pooled", "cls")
+# config.json key recording the NSP head's input when it is not transformers' ("pooled").
+NSP_INPUT_KEY = "ctxemb_nsp_input"
+NSP_REFUSAL = ("its next-sentence head reads the raw [CLS] vector, where transformers' BertForPreTraining reads the "
+               "tanh pooler")
 IGNORE_INDEX = -100  # label of positions that carry no loss
 
 
@@ -307,9 +316,13 @@ class EncoderForPretraining(EncoderWithHeads):
             strict: refuse checkpoints whose encoder tensors do not match the configuration.
             missing_heads: ``"init"`` starts heads the checkpoint lacks fresh (continued pretraining of a bare
                 encoder); ``"raise"`` refuses a checkpoint without an MLM head (for queries such as fill-mask).
-            kwargs: ``nsp_input``, ``sbo``, ``max_span_length``, ``sparse_prediction`` (see the class).
+            kwargs: ``nsp_input`` (default: the saved model's), ``sbo``, ``max_span_length``,
+                ``sparse_prediction`` (see the class).
         """
         encoder, heads = load_encoder_dir(model_dir, strict=strict)
+        saved_input = read_json_file(Path(model_dir) / "config.json", "config file").get(NSP_INPUT_KEY)
+        if saved_input is not None:
+            kwargs.setdefault("nsp_input", saved_input)
         table = _MLM_HEAD_NAMES.get(encoder.config.model_type)
         if table is not None:  # the family's names -> cls.*
             heads = {**{k: v for k, v in heads.items() if k.startswith("cls.")},
@@ -336,8 +349,17 @@ class EncoderForPretraining(EncoderWithHeads):
 
     def save_pretrained(self, out_dir: str | os.PathLike) -> Path:
         """Save encoder and heads: transformers' ``BertForPreTraining`` (with NSP) or ``*ForMaskedLM`` loads it,
-        and so do :func:`ctxemb.loading.load_encoder` and the ``Embedder``."""
+        and so do :func:`ctxemb.loading.load_encoder` and the ``Embedder``; a BERT NSP head on the raw [CLS] vector
+        is saved with ``modeling_ctxemb.py`` instead (see the module docstring)."""
         mt = self.config.model_type
+        extra: dict | None = None
+        if self.has_nsp and self.nsp_input != "pooled":
+            extra = {NSP_INPUT_KEY: self.nsp_input}
+            if mt == "bert":  # transformers' other families have no NSP head: their *ForPreTraining is the MLM
+                write_remote_code(out_dir)
+                extra.update(remote_code_config(mt, "CtxembForPreTraining", {
+                    "AutoModelForPreTraining": "CtxembForPreTraining",
+                    "AutoModelForMaskedLM": "CtxembForMaskedLM"}, refusal=NSP_REFUSAL))
         arch = architecture_name(mt, "pretraining" if self.has_nsp and mt == "bert" else "masked_lm")
         heads = self.head_state_dict()
         table = _MLM_HEAD_NAMES.get(mt)
@@ -345,7 +367,7 @@ class EncoderForPretraining(EncoderWithHeads):
             heads = {("cls." + k[4:] if (new := _rename(k[4:], table)) is None else new): v for k, v in heads.items()}
             if mt == "modernbert":  # transformers' ModernBERT ties the decoder in its own name
                 heads["decoder.weight"] = self.encoder.embeddings.word_embeddings.weight
-        return save_pretrained(self.encoder, out_dir, extra_tensors=heads, architectures=[arch])
+        return save_pretrained(self.encoder, out_dir, extra_tensors=heads, architectures=[arch], config_extra=extra)
 
 
 def _mean_cross_entropy(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:

@@ -12,11 +12,12 @@ Three heads map the encoder output to C logits:
 - ``"mean"``: ``classifier(dropout(mean of h over the non-padding tokens))``, for encoders trained as sentence
   embedders with mean pooling (all-MiniLM-L6-v2, all-mpnet-base-v2), whose [CLS] vector was never trained alone.
 
-Only ``"checkpoint"`` models load in transformers' ``AutoModelForSequenceClassification``. The other two save a
-``classifier`` that transformers would put behind BERT's pooler (it loads, silently giving other logits) or cannot
-fit in RoBERTa/MPNet's two-layer head (a shape error); their ``config.json`` names the bare encoder class
-(``BertModel``, ...), which ``AutoModel`` loads without the head, and records the head as
-``ctxemb_classifier_head``.
+``"checkpoint"`` models load in transformers' ``AutoModelForSequenceClassification`` as its own class. transformers
+has no class for the other two (it would put their ``classifier`` behind BERT's pooler, silently giving other
+logits), so they are saved with ``"model_type": "ctxemb"`` and ``modeling_ctxemb.py``
+(:mod:`ctxemb.modeling.remote_code`): ``AutoModelForSequenceClassification.from_pretrained(dir,
+trust_remote_code=True)`` computes ctxemb's logits, and without ``trust_remote_code`` transformers refuses to load
+them. The head is recorded as ``ctxemb_classifier_head``.
 
 Losses: cross-entropy for ``problem="classification"``, mean squared error for ``problem="regression"`` with one
 output (STS-B), as transformers' ``single_label_classification`` and ``regression``. A regression model may instead
@@ -53,6 +54,7 @@ from ctxemb.modeling.base import EncoderWithHeads
 from ctxemb.modeling.contrastive_loss import cosent_loss
 from ctxemb.modeling.checkpoint import load_encoder_dir, load_weights_into, save_pretrained
 from ctxemb.modeling.encoder import Encoder
+from ctxemb.modeling.remote_code import remote_code_config, write_remote_code
 from ctxemb.modeling.family_heads import (ClassificationHead, check_modernbert_head_config,  # noqa: F401 (re-export)
                                           checkpoint_sequence_head, from_checkpoint_names, modernbert_head_config,
                                           sequence_head_names, to_checkpoint_names)
@@ -102,7 +104,7 @@ class EncoderForSequenceClassification(EncoderWithHeads):
         num_labels: C, the number of classes; 1 for regression.
         problem: ``"classification"`` (cross-entropy, labels are class ids) or ``"regression"`` (MSE, float labels).
         head: ``"checkpoint"``, ``"cls"`` or ``"mean"`` (see the module docstring); only ``"checkpoint"`` loads in
-            transformers' ``AutoModelForSequenceClassification``.
+            transformers' ``AutoModelForSequenceClassification`` without ``trust_remote_code``.
         classifier_dropout: dropout before the classifier (and inside RoBERTa/MPNet's head); the encoder's
             ``hidden_dropout_prob`` when None, as in transformers.
         id2label: class names, ``{0: "negative", ...}``; ``LABEL_i`` when None.
@@ -255,15 +257,20 @@ class EncoderForSequenceClassification(EncoderWithHeads):
 
         A ``"checkpoint"`` head is saved as the family's ``*ForSequenceClassification`` (``Bert``, ``Roberta``,
         ``XLMRoberta``, ``MPNet``, ``DistilBert``, ``Electra``, ``ModernBert``), which transformers'
-        ``AutoModelForSequenceClassification`` loads with equal logits; ``"cls"`` and ``"mean"`` heads name the bare
-        encoder class. :meth:`from_pretrained` and :func:`ctxemb.loading.load_encoder` load either.
+        ``AutoModelForSequenceClassification`` loads with equal logits; ``"cls"`` and ``"mean"`` heads are saved
+        with ``modeling_ctxemb.py``, which it loads with equal logits under ``trust_remote_code=True`` (and refuses
+        to load otherwise). :meth:`from_pretrained` and :func:`ctxemb.loading.load_encoder` load either.
         """
         mt = self.config.model_type
-        arch = architecture_name(mt, "sequence_classification" if self.head == "checkpoint" else "bare")
         heads = to_checkpoint_names({"classifier." + k: v for k, v in self.classifier.state_dict().items()},
                                     sequence_head_names(mt, self.head))
-        return save_pretrained(self.encoder, out_dir, extra_tensors=heads, architectures=[arch],
-                               config_extra=self._config_extra())
+        extra = self._config_extra()
+        if self.head != "checkpoint":
+            write_remote_code(out_dir)
+            extra.update(remote_code_config(mt, "CtxembForSequenceClassification", {
+                "AutoModelForSequenceClassification": "CtxembForSequenceClassification"}))
+        return save_pretrained(self.encoder, out_dir, extra_tensors=heads, config_extra=extra,
+                               architectures=[architecture_name(mt, "sequence_classification")])
 
     @classmethod
     def from_pretrained(cls, model_dir: str | os.PathLike, *, num_labels: int | None = None,

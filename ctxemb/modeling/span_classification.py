@@ -19,13 +19,14 @@ import torch.nn.functional as F
 from torch import nn
 
 from ctxemb._validation import check_choice
-from ctxemb.modeling.architectures import architecture_name
 from ctxemb.modeling.base import EncoderWithHeads
 from ctxemb.modeling.checkpoint import load_encoder_dir, load_weights_into, save_pretrained
 from ctxemb.modeling.encoder import Encoder
-from ctxemb.modeling.token_classification import (NULL_LABEL, SPAN_CONFIG_KEY, BoundaryKind, SummaryKind,
-                                                  BOUNDARY_KINDS, SUMMARY_KINDS, TokenTaskOutput, _check_dropout,
-                                                  _check_id2label, _heads_with_prefix, _read_config, _saved_id2label)
+from ctxemb.modeling.remote_code import remote_code_config, write_remote_code
+from ctxemb.modeling.token_classification import (NULL_LABEL, SPAN_CONFIG_KEY, SPAN_REFUSAL, BoundaryKind,
+                                                  SummaryKind, BOUNDARY_KINDS, SUMMARY_KINDS, TokenTaskOutput,
+                                                  _check_dropout, _check_id2label, _heads_with_prefix, _read_config,
+                                                  _saved_id2label)
 
 logger = logging.getLogger(__name__)
 
@@ -152,8 +153,10 @@ class EncoderForSpanClassification(EncoderWithHeads):
         return self.encoder_depth_modules() + [(self.encoder.num_layers + 1, "span_classifier", self.span_classifier)]
 
     def save_pretrained(self, out_dir: str | os.PathLike) -> Path:
-        """Write ``config.json`` (the bare encoder class for transformers, which has no span model; the head's
-        settings under ``ctxemb_span_classifier``) and ``model.safetensors``."""
+        """Write ``config.json`` (the head's settings under ``ctxemb_span_classifier``), ``model.safetensors`` and
+        ``modeling_ctxemb.py``: transformers has no span model, so its ``AutoModelForTokenClassification`` refuses
+        to load this one, naming ctxemb (:mod:`ctxemb.modeling.remote_code`); ``AutoModel`` with
+        ``trust_remote_code=True`` gives the encoder."""
         heads = {"span_classifier." + k: v for k, v in self.span_classifier.state_dict().items()}
         extra = {"id2label": {str(k): v for k, v in self.id2label.items()},
                  "label2id": {v: k for k, v in self.id2label.items()},
@@ -161,8 +164,10 @@ class EncoderForSpanClassification(EncoderWithHeads):
                                    "max_span_length": self.max_span_length}}
         if self.classifier_dropout is not None:
             extra["classifier_dropout"] = self.classifier_dropout
-        return save_pretrained(self.encoder, out_dir, extra_tensors=heads,
-                               architectures=[architecture_name(self.config.model_type)], config_extra=extra)
+        write_remote_code(out_dir)
+        extra.update(remote_code_config(self.config.model_type, "CtxembForSpanClassification", {
+            "AutoModelForTokenClassification": "CtxembForSpanClassification"}, refusal=SPAN_REFUSAL))
+        return save_pretrained(self.encoder, out_dir, extra_tensors=heads, config_extra=extra)
 
     @classmethod
     def from_pretrained(cls, model_dir: str | os.PathLike, *, id2label: Mapping[int, str] | None = None,

@@ -6,7 +6,9 @@ question answering in :mod:`ctxemb.modeling.question_answering`.
   under transformers' names (``classifier``), so a softmax model loads in ``AutoModelForTokenClassification`` with
   equal logits. With ``crf=True`` a linear-chain CRF (``crf.*``, :mod:`ctxemb.modeling.crf`) runs over the words,
   each word's emission being its first subword's logits; its BIO constraints forbid ``I-X`` after anything but
-  ``B-X``/``I-X``. Transformers loads such a model's softmax part only (it would ignore ``crf.*``).
+  ``B-X``/``I-X``. transformers has no CRF: such a model is saved with ``modeling_ctxemb.py``
+  (:mod:`ctxemb.modeling.remote_code`), whose ``AutoModelForTokenClassification`` refuses to load it, naming ctxemb
+  (the softmax over its emissions would tag otherwise than the Viterbi path).
 - :class:`EncoderForSpanClassification`: every span up to a length limit gets a vector
   ``[boundary_start; boundary_end; summary]`` (eq. 11.22, 11.25) and a label from ``softmax(FFN(spanRep))``
   (eq. 11.27) over the entity types and NULL (id 0). Boundaries are the span's first and last subword vectors
@@ -39,6 +41,7 @@ from ctxemb.modeling.checkpoint import load_encoder_dir, load_weights_into, save
 from ctxemb.modeling.crf import LinearChainCRF, bio_transition_mask
 from ctxemb.modeling.encoder import Encoder
 from ctxemb.modeling.family_heads import modernbert_head_config
+from ctxemb.modeling.remote_code import remote_code_config, write_remote_code
 
 logger = logging.getLogger(__name__)
 
@@ -55,6 +58,11 @@ _BIO_TAG = re.compile(r"^(O|[BI]-.+)$")
 # config.json keys of our own (transformers ignores unknown keys)
 CRF_CONFIG_KEY = "ctxemb_crf"
 SPAN_CONFIG_KEY = "ctxemb_span_classifier"
+# Why transformers' AutoModelForTokenClassification refuses these heads (the error modeling_ctxemb.py raises).
+CRF_REFUSAL = ("its tags come from a CRF decoded over the words of a sentence (Viterbi), which transformers has no "
+               "class for; per-token logits alone would tag otherwise")
+SPAN_REFUSAL = ("it labels spans of words with ctxemb's span classifier, which transformers has no class for; "
+                "per-token logits cannot give its entities")
 
 
 @dataclass
@@ -250,7 +258,9 @@ class EncoderForTokenClassification(EncoderWithHeads):
         """Write ``config.json`` (``id2label``, ``label2id``, and ``ctxemb_crf``) and ``model.safetensors``.
 
         A softmax model names ``BertForTokenClassification`` (etc.), which transformers'
-        ``AutoModelForTokenClassification`` loads with equal logits.
+        ``AutoModelForTokenClassification`` loads with equal logits. A CRF model is saved with
+        ``modeling_ctxemb.py``, whose ``AutoModelForTokenClassification`` refuses to load it (transformers has no
+        CRF; ``AutoModel`` with ``trust_remote_code=True`` gives its encoder).
         """
         heads = {"classifier." + k: v for k, v in self.classifier.state_dict().items()}
         heads.update(self._token_head_tensors())
@@ -262,6 +272,10 @@ class EncoderForTokenClassification(EncoderWithHeads):
             extra["classifier_dropout"] = self.classifier_dropout
         if self.head is not None:
             extra.update(modernbert_head_config(self.head))
+        if self.crf is not None:
+            write_remote_code(out_dir)
+            extra.update(remote_code_config(self.config.model_type, "CtxembForTokenClassification", {
+                "AutoModelForTokenClassification": "CtxembForTokenClassification"}, refusal=CRF_REFUSAL))
         return save_pretrained(self.encoder, out_dir, extra_tensors=heads,
                                architectures=[architecture_name(self.config.model_type, "token_classification")], config_extra=extra)
 

@@ -23,6 +23,8 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from ctxemb._validation import read_json_file
+from ctxemb.config import CTXEMB_MODEL_TYPE
+from ctxemb.modeling.remote_code import REFUSAL_KEY
 from ctxemb.registry import DEFAULT_MODEL
 
 CARD_FILE = "README.md"
@@ -188,12 +190,20 @@ def _usage(record: Mapping[str, Any], model_dir: Path | None) -> list[str]:
         lines += ["The layer pooling it was trained with is in `wsd_training.json`: "
                   "`Embedder.from_pretrained(dir, **ctxemb.wsd.training.trained_embedder_options(dir))`.", ""]
     auto = "AutoModel"
-    if arch and not arch.endswith("Model"):
+    refusal = config.get(REFUSAL_KEY)  # a head whose Auto class refuses: transformers gives the encoder only
+    if arch and not arch.endswith("Model") and not refusal:
         auto = "AutoModelFor" + arch.split("For", 1)[1]
+    remote = config.get("model_type") == CTXEMB_MODEL_TYPE  # loaded through the modeling_ctxemb.py saved with it
+    trust = ", trust_remote_code=True" if remote else ""
     lines += ["With transformers:", "", "```python", f"from transformers import {auto}, AutoTokenizer", "",
-              f'model = {auto}.from_pretrained("{name}")', f'tokenizer = AutoTokenizer.from_pretrained("{name}")',
-              "```", ""]
-    if auto == "AutoModel" and recipe.startswith("finetune"):
+              f'model = {auto}.from_pretrained("{name}"{trust})',
+              f'tokenizer = AutoTokenizer.from_pretrained("{name}"{trust})', "```", ""]
+    if remote:
+        lines += ["(transformers has no class for this model's head: `trust_remote_code=True` runs the "
+                  "`modeling_ctxemb.py` saved with it, and without the flag transformers refuses to load it"
+                  + (f"; its task class refuses too, since {refusal}: use ctxemb for its predictions.)" if refusal
+                     else ".)"), ""]
+    elif auto == "AutoModel" and recipe.startswith("finetune"):
         lines += [f"(transformers loads the encoder; the task head of this `{(record.get('settings') or {}).get('head')}`"
                   " model is ctxemb's, so use `ctxemb predict` or `ctxemb.finetuning.predictor.load_predictor` for "
                   "predictions.)", ""]
