@@ -76,7 +76,7 @@ class ResidualCodec:
     # ------------------------------------------------------------------------------------------------ fitting
     @classmethod
     def fit(cls, vectors: np.ndarray, *, n_centroids: int | None = None, nbits: int = 2, seed: int = 0,
-            niter: int = 20, max_sample: int = 262_144) -> "ResidualCodec":
+            niter: int = 10, max_sample: int = 262_144) -> "ResidualCodec":
         """Fit centroids (spherical k-means, FAISS) and residual buckets on (a sample of) ``vectors``.
 
         Args:
@@ -84,7 +84,8 @@ class ResidualCodec:
             n_centroids: K (default :func:`default_centroids` of N).
             nbits: bits per residual dimension.
             seed: k-means and sampling seed.
-            niter: k-means iterations.
+            niter: k-means iterations (ColBERTv2 runs 4; the centroids only route candidates and anchor the
+                residuals).
             max_sample: most vectors used for fitting.
         """
         import faiss
