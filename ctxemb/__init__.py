@@ -8,7 +8,7 @@ The main entry points are imported lazily, so that ``import ctxemb`` stays cheap
 
 from __future__ import annotations
 
-import importlib
+from ctxemb._lazy import lazy_exports
 
 from ctxemb._version import __version__  # noqa: F401  (re-exported: ctxemb.__version__)
 
@@ -26,8 +26,4 @@ _EXPORTS = {
 
 __all__ = sorted(_EXPORTS)
 
-
-def __getattr__(name: str):
-    if name in _EXPORTS:
-        return getattr(importlib.import_module(_EXPORTS[name]), name)
-    raise AttributeError(f"module 'ctxemb' has no attribute {name!r}")
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -35,7 +35,9 @@ A directory save, and what is on disk after each step (``P`` the target, ``T`` t
 
 If the block raises (or a step fails) nothing changes at ``P``: the temporary is deleted and, after step 4, the
 previous version is moved back. Files (:func:`atomic_path`) follow steps 1, 2 and 5 only: a ``.tmp`` file is
-fsynced and then ``os.replace``-d over the target, which has no window; the parent folder is fsynced after.
+fsynced and then ``os.replace``-d over the target, which has no window; the parent folder is fsynced after. A file
+save keeps what the rename alone would lose (:mod:`ctxemb._file_target`): through a symbolic link it replaces the
+file the link names, and the new file gets the replaced one's permission bits and, where allowed, owner.
 
 Recovery (:func:`recover_directory`, run at the start of every directory save and by every loader):
 
@@ -67,9 +69,10 @@ import stat
 import threading
 import time
 from pathlib import Path
-from typing import IO, Iterator, NamedTuple
+from typing import IO, Callable, Iterator, NamedTuple
 
 from ctxemb import _exchange
+from ctxemb._file_target import keep_metadata, previous_file, write_target
 
 logger = logging.getLogger(__name__)
 
@@ -101,9 +104,9 @@ def _new_token() -> str:
     return "%d-%s" % (os.getpid(), "".join(secrets.choice(_RAND_CHARS) for _ in range(8)))
 
 
-def _create_temp(path: Path, directory: bool) -> tuple[Path, str]:
-    """Create ``.<name>.<pid>-<rand>.tmp`` beside ``path`` (mode 0777/0666 minus the umask), registered as ours
-    before it exists, so no other thread's recovery can take it for a stale leftover."""
+def _create_temp(path: Path, directory: bool, file_mode: int = 0o666) -> tuple[Path, str]:
+    """Create ``.<name>.<pid>-<rand>.tmp`` beside ``path`` (mode 0777/``file_mode`` minus the umask), registered as
+    ours before it exists, so no other thread's recovery can take it for a stale leftover."""
     for _ in range(100):
         token = _new_token()
         tmp = _sibling(path, token, "tmp")
@@ -113,7 +116,7 @@ def _create_temp(path: Path, directory: bool) -> tuple[Path, str]:
             if directory:
                 os.mkdir(tmp, 0o777)
             else:
-                os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666))
+                os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), file_mode))
         except FileExistsError:
             _release(token)
             continue
@@ -447,16 +450,19 @@ def atomic_write(path: str | os.PathLike, mode: str = "w", **kwargs) -> Iterator
 
     The file is flushed and fsynced when the block ends, then renamed over ``path`` (``os.replace``, atomic), and
     the parent folder fsynced. A crash or an exception leaves the previous file (if any) untouched; leftovers of
-    crashed writes of the same file are deleted by the next one.
+    crashed writes of the same file are deleted by the next one. A symbolic link at ``path`` stays: the file it
+    names is replaced; a replaced file's permission bits (and, where allowed, owner) are kept
+    (:mod:`ctxemb._file_target`).
 
     Args:
         path: the file to write.
         mode, kwargs: as for :func:`open` (``"w"``, ``"wb"``, ``encoding=``...).
     """
-    with _atomic_file(path, synced_by_caller=True) as tmp:
+    with _atomic_file(path) as (tmp, keep):
         with open(tmp, mode, **kwargs) as f:
             yield f
             f.flush()
+            keep()
             os.fsync(f.fileno())
 
 
@@ -464,26 +470,30 @@ def atomic_write(path: str | os.PathLike, mode: str = "w", **kwargs) -> Iterator
 def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     """Yield a temporary path beside ``path`` for a writer that takes a filename (faiss, numpy, torch).
 
-    The file (created empty, mode 0666 minus the umask) is fsynced and moved into place only if the block
-    succeeds, and the parent folder is fsynced; see :func:`atomic_write`.
+    The file (created empty, mode 0666 minus the umask; 0600 when it replaces a file, whose mode it gets once
+    written) is fsynced and moved into place only if the block succeeds, and the parent folder is fsynced; see
+    :func:`atomic_write`.
     """
-    with _atomic_file(path, synced_by_caller=False) as tmp:
+    with _atomic_file(path) as (tmp, keep):
         yield tmp
+        _fsync_file(tmp)  # (before keep: the mode it gets may let its owner neither read nor write it)
+        keep()
 
 
 @contextlib.contextmanager
-def _atomic_file(path: str | os.PathLike, *, synced_by_caller: bool) -> Iterator[Path]:
+def _atomic_file(path: str | os.PathLike) -> Iterator[tuple[Path, Callable[[], None]]]:
+    """(the temporary, a call giving it the replaced file's owner and mode); the caller writes and fsyncs it."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    path = write_target(path)  # a symbolic link stays: the file it names is replaced
     # Inside a directory save in progress the folder is new (nothing stale) and gets fsynced as a whole.
     inside = _active_dir_containing(path.parent) is not None
     if not inside:
         _remove_stale(path)
-    tmp, token = _create_temp(path, directory=False)
+    previous = previous_file(path)
+    tmp, token = _create_temp(path, directory=False, file_mode=0o666 if previous is None else 0o600)
     try:
-        yield tmp
-        if not synced_by_caller:
-            _fsync_file(tmp)
+        yield tmp, lambda: keep_metadata(tmp, previous)
         os.replace(tmp, path)
         if inside:
             _note_synced(path)

@@ -20,12 +20,21 @@ where bfloat16 products run in hardware (:func:`ctxemb.precision.cpu_has_native_
 bf16) since emulated bf16 is several times slower; int8 and the ONNX paths on the CPU only, the ONNX ones where
 onnxruntime is installed.
 
+While it probes, one line at WARNING says what it measures and about how long it takes, and a progress bar runs on
+stderr when stderr is a terminal.
+
 The result is cached in a small JSON file, ``$CTXEMB_CACHE/autoprecision/<model>-<key>.json``, written atomically;
 the key covers the CPU (model name and flags), whether it has native bf16, the GPU name if any, the torch thread
 count, the torch, onnxruntime and ctxemb versions, the model (a fingerprint of its configuration and weights) and the
-layers probed. Any change of these probes again. A probe taken while the machine was busy (its 1-minute load
-average above the CPU count plus one, at the start or the end of the probe) is used but not cached: other jobs
-make its timings noise (a probe at load 10 once measured int8 below fp32 and cached a slower path for good).
+layers probed. Any change of these probes again. Every probe is cached with its **margin** (the least relative change
+of one path's speed that would change the choice, :func:`decision_margin`) and its **noise** (how much a path's
+second-best timed round took longer than its best, the largest over the paths, at least :data:`NOISE_FLOOR`). A choice is **provisional** when the machine was busy (its
+1-minute load average above the CPU count plus one, at the start or the end of the probe: a probe at load 10 once
+timed int8 below fp32 and cached a slower path for good) or when its margin is within its noise. A later process
+uses a provisional choice while the machine is busy, and probes again once it is quiet, replacing the entry (at most
+:data:`MAX_PROBES` probes per entry: a close call stays close). ``CTXEMB_REPROBE=1`` in the environment, or
+``choose_precision(..., reprobe=True)``, probes again whatever the cache holds; :func:`clear_cache` deletes cached
+choices.
 
 Shapes: W words of the probe.
 """
@@ -38,6 +47,7 @@ import json
 import logging
 import os
 import re
+import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -71,6 +81,12 @@ LEAST_WORD_COSINE = 0.99
 #: The least mean per-word cosine to the exact vectors a path must reach for ``auto`` to choose it, whatever its own
 #: (looser) bound in :data:`ctxemb.precision.ACCURACY_BOUNDS`: the default path may cost speed, not accuracy.
 LEAST_MEAN_COSINE = 0.999
+#: The least noise a probe's timings are credited with (relative): repeated probes on a quiet machine differ by this.
+NOISE_FLOOR = 0.02
+#: The most probes one cache entry gets: a provisional choice is probed again by later quiet processes until then.
+MAX_PROBES = 3
+#: Set to anything but "" or "0" to probe again whatever the cache holds (the new result replaces the cached one).
+REPROBE_ENV = "CTXEMB_REPROBE"
 
 PROBE_SENTENCES: tuple[str, ...] = (
     "The central bank raised its benchmark rate by a quarter of a percentage point on Wednesday , the third increase "
@@ -148,6 +164,7 @@ class ProbeResult:
         bound: the least ``cosine_mean`` the path must reach.
         passed: ``cosine_mean >= bound`` and ``cosine_min >= LEAST_WORD_COSINE``.
         setup_seconds: time to build the backend (quantizing; exporting or loading the ONNX file).
+        noise: how much its second-best timed round took longer than its best, relative (0 with one round).
     """
 
     precision: str
@@ -157,6 +174,7 @@ class ProbeResult:
     bound: float
     passed: bool
     setup_seconds: float
+    noise: float = 0.0
 
 
 @dataclass
@@ -171,6 +189,13 @@ class PrecisionChoice:
         cache_file: the JSON file that holds the choice (None when caching was off).
         from_cache: the choice was read from ``cache_file`` rather than probed now.
         backend: the chosen path's backend when it was built by the probe (not cached).
+        margin: :func:`decision_margin` of the results (None: no other path passed, nothing could change it).
+        noise: the probe's timing noise: the largest noise of a passing path's rounds (:attr:`ProbeResult.noise`),
+            at least :data:`NOISE_FLOOR`.
+        busy: the machine was busy while it probed (its load average above :func:`busy_load`).
+        load: the highest 1-minute load average read around the probe.
+        probes: how many probes the cache entry has had (a provisional one is probed again, up to
+            :data:`MAX_PROBES`).
     """
 
     precision: str
@@ -180,6 +205,32 @@ class PrecisionChoice:
     cache_file: Path | None = None
     from_cache: bool = False
     backend: EncoderBackend | None = field(default=None, repr=False, compare=False)
+    margin: float | None = None
+    noise: float = NOISE_FLOOR
+    busy: bool = False
+    load: float = 0.0
+    probes: int = 1
+
+    @property
+    def provisional(self) -> bool:
+        """Made on a busy machine, or within its noise: a later process probes again when the machine is quiet."""
+        return self.busy or (self.margin is not None and self.margin <= self.noise)
+
+    @property
+    def reason(self) -> str:
+        """Why the choice is provisional ("" when it is final)."""
+        if self.busy:
+            return f"the machine was busy: load average {self.load:.1f} on {os.cpu_count() or 1} CPUs"
+        if self.provisional:
+            return (f"a close call: one path {1 + self.margin:.3f}x faster or slower would change it, within the "
+                    f"probe's timing noise of {self.noise:.1%}")
+        return ""
+
+    def assess(self, min_speedup: float = 1.05) -> "PrecisionChoice":
+        """Set :attr:`margin` and :attr:`noise` from :attr:`results`; returns self."""
+        self.margin = decision_margin(self.results, min_speedup)
+        self.noise = max([NOISE_FLOOR] + [r.noise for r in self.results.values() if r.passed])
+        return self
 
     def summary(self) -> str:
         """One line: the choice, its speed-up over fp32 and its accuracy on the probe."""
@@ -195,11 +246,16 @@ class PrecisionChoice:
             text += f"; also probed: {others}"
         if self.skipped:
             text += "; skipped: " + "; ".join(f"{p} ({why})" for p, why in self.skipped.items())
+        if self.provisional:
+            text += f"; provisional ({self.reason})"
         return text + (f" [cached in {self.cache_file}]" if self.from_cache else "")
 
     def to_dict(self) -> dict[str, Any]:
         return {"precision": self.precision, "machine": self.machine, "skipped": dict(self.skipped),
-                "results": {p: dataclasses.asdict(r) for p, r in self.results.items()}}
+                "results": {p: dataclasses.asdict(r) for p, r in self.results.items()},
+                "status": "provisional" if self.provisional else "final", "reason": self.reason,
+                "margin": self.margin, "noise": self.noise, "busy": self.busy, "load": self.load,
+                "probes": self.probes}
 
 
 def available_precisions(device: torch.device) -> tuple[list[str], dict[str, str]]:
@@ -256,7 +312,7 @@ def cache_file_for(key: dict[str, Any], model_name: str | None) -> Path:
 
 def choose_precision(encoder: Encoder, tokenizer: Tokenizer, *, layers: Sequence[int] = (-4, -3, -2, -1),
                      model_name: str | None = None, use_cache: bool = True, fingerprint: str | None = None,
-                     repeats: int = 3, min_speedup: float = 1.05) -> PrecisionChoice:
+                     repeats: int = 3, min_speedup: float = 1.05, reprobe: bool | None = None) -> PrecisionChoice:
     """Pick the fastest path within its accuracy bound for ``encoder`` on this machine (see the module docstring).
 
     Args:
@@ -267,28 +323,40 @@ def choose_precision(encoder: Encoder, tokenizer: Tokenizer, *, layers: Sequence
         fingerprint: :func:`ctxemb.backends.encoder_fingerprint` of ``encoder`` if already known.
         repeats: timed rounds per path.
         min_speedup: paths within this factor of the fastest passing path are a tie, which the most accurate wins.
+        reprobe: probe again even if a choice is cached, and replace it; None: when the environment variable
+            ``CTXEMB_REPROBE`` is set (to anything but "" or "0").
 
     Returns:
-        The :class:`PrecisionChoice` (logged at INFO).
+        The :class:`PrecisionChoice` (logged at INFO; a probe's outcome at WARNING).
     """
     resolved = encoder.resolve_layers(list(layers))
     fingerprint = fingerprint or encoder_fingerprint(encoder)
     key = cache_key(encoder, resolved, fingerprint)
     path = cache_file_for(key, model_name) if use_cache else None
-    if path is not None:
+    if reprobe is None:
+        reprobe = os.environ.get(REPROBE_ENV, "") not in ("", "0")
+    probes = 1
+    if path is not None and not reprobe:
         cached = _read_cached(path, key, min_speedup)
         if cached is not None:
-            logger.info(cached.summary())
-            return cached
+            if not cached.provisional or cached.probes >= MAX_PROBES:
+                logger.info(cached.summary())
+                return cached
+            load = _load_average()
+            if load > busy_load():
+                logger.info("%s; the machine is busy now (load average %.1f): used as it is, and probed again when "
+                            "it is quiet", cached.summary(), load)
+                return cached
+            logger.warning("the cached precision choice %r is provisional (%s) and the machine is quiet now: "
+                           "probing again", cached.precision, cached.reason)
+            probes = cached.probes + 1
     load_before = _load_average()
     choice = probe_precisions(encoder, tokenizer, layers=resolved, model_name=model_name, fingerprint=fingerprint,
                               repeats=repeats, min_speedup=min_speedup)
-    load = max(load_before, _load_average())
-    if path is not None and load > busy_load():
-        logger.warning("the machine was busy during the precision probe (load average %.1f on %d CPUs): its "
-                       "choice %r is used but not cached, and the next process probes again", load,
-                       os.cpu_count() or 1, choice.precision)
-    elif path is not None:
+    choice.load = max(load_before, _load_average())
+    choice.busy, choice.probes = choice.load > busy_load(), probes
+    choice.assess(min_speedup)
+    if path is not None:
         try:
             with atomic_write(path) as f:
                 json.dump({"key": key, "model_name": model_name, "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
@@ -297,67 +365,139 @@ def choose_precision(encoder: Encoder, tokenizer: Tokenizer, *, layers: Sequence
         except OSError as e:  # a read-only cache costs a probe per process, nothing else
             logger.warning("could not cache the precision choice in %s: %s", path, e)
     logger.info(choice.summary())
+    logger.warning(_outcome(choice))
     return choice
+
+
+def _outcome(choice: PrecisionChoice) -> str:
+    """The line that closes a probe: the choice, its speed-up, where it is cached and whether it is final."""
+    chosen, exact = choice.results.get(choice.precision), choice.results.get("fp32")
+    text = f"precision='auto' chose {choice.precision!r}"
+    if chosen is not None and exact is not None and choice.precision != "fp32":
+        text += f" ({chosen.tokens_per_s / exact.tokens_per_s:.2f}x as fast as fp32 here)"
+    if choice.cache_file is not None:
+        text += f"; cached in {choice.cache_file}"
+    if choice.provisional:
+        text += (f", as provisional ({choice.reason}): a later process probes again when the machine is quiet"
+                 if choice.cache_file is not None else f"; provisional ({choice.reason})")
+    return text
+
+
+def decision_margin(results: dict[str, ProbeResult], min_speedup: float = 1.05) -> float | None:
+    """The least factor by which one passing path's speed must grow or shrink to change :func:`select_precision`'s
+    choice, as a relative excess (0.1: one path 1.1x faster, or 1.1x slower, would change it); None when fewer than
+    two paths passed (no speed changes it).
+
+    The choice changes only where one path's speed crosses another's, times 1, ``min_speedup`` or its inverse;
+    those factors are tried in order of size."""
+    passing = {p: r for p, r in results.items() if r.passed}
+    if len(passing) < 2:
+        return None
+    chosen = select_precision(results, min_speedup)
+    factors = sorted({(p, other.tokens_per_s * m / r.tokens_per_s) for p, r in passing.items()
+                      for q, other in passing.items() if q != p for m in (1.0, min_speedup, 1.0 / min_speedup)},
+                     key=lambda pf: abs(math.log(pf[1])))
+    for p, factor in factors:
+        beyond = factor * (1 + 1e-9) if factor >= 1 else factor * (1 - 1e-9)  # just past the crossing
+        changed = {**results, p: dataclasses.replace(results[p], tokens_per_s=results[p].tokens_per_s * beyond)}
+        if select_precision(changed, min_speedup) != chosen:
+            return math.exp(abs(math.log(factor))) - 1.0
+    return None
+
+
+def clear_cache(model_name: str | None = None) -> list[Path]:
+    """Delete the cached choices of ``precision="auto"`` (those made for ``model_name``, or all), so that the next
+    ``auto`` probes again; the int8 calibrations cached beside them are kept. Returns the files deleted."""
+    deleted = []
+    for path in sorted((cache_dir() / "autoprecision").glob("*.json")):
+        try:
+            data = read_json_file(path, "cached precision choice")
+        except (OSError, ValueError):
+            continue
+        if not isinstance(data, dict) or "results" not in data or "key" not in data:
+            continue  # not a choice (an int8 calibration)
+        if model_name is None or data.get("model_name") == model_name:
+            path.unlink(missing_ok=True)
+            deleted.append(path)
+    return deleted
 
 
 def probe_precisions(encoder: Encoder, tokenizer: Tokenizer, *, layers: Sequence[int],
                      candidates: Sequence[str] | None = None, model_name: str | None = None,
                      fingerprint: str | None = None, repeats: int = 3, min_speedup: float = 1.05) -> PrecisionChoice:
-    """Run the probe over ``candidates`` (default: :func:`available_precisions`) and choose; no cache."""
+    """Run the probe over ``candidates`` (default: :func:`available_precisions`) and choose; no cache. Announces
+    itself at WARNING (what it measures, about how long) and shows a progress bar on a terminal."""
+    from tqdm import tqdm
+
     device = next(encoder.parameters()).device
     available, skipped = available_precisions(device)
     candidates = list(available if candidates is None else candidates)
     for p in candidates:
         if p not in PRECISIONS:
             raise ValueError(f"candidates must be among {PRECISIONS}, got {p!r}")
-    if "fp32" not in candidates:
-        candidates.insert(0, "fp32")  # the reference
+    candidates = ["fp32"] + [p for p in candidates if p != "fp32"]  # the reference, measured first
     items = tokenizer.tokenize_words([s.split() for s in PROBE_SENTENCES])
     n_tokens = sum(len(it.ids) + tokenizer.num_special_tokens for it in items)
 
-    backends: dict[str, EncoderBackend] = {}
-    setup: dict[str, float] = {}
-    for p in candidates:
+    def build(p: str) -> EncoderBackend:
         start = time.perf_counter()
+        backend = load_backend(encoder, p, model_name=model_name, fingerprint=fingerprint, tokenizer=tokenizer)
+        setup[p] = time.perf_counter() - start
+        return backend
+
+    setup: dict[str, float] = {}
+    backends = {"fp32": build("fp32")}
+    start = time.perf_counter()
+    vectors = {"fp32": _probe_pass(encoder, tokenizer, items, layers, backends["fp32"])}  # warm-up and reference
+    steps = len(candidates) * (1 + max(1, repeats)) - 1  # passes still to run
+    where = "this CPU" if device.type == "cpu" else str(device)
+    logger.warning("precision='auto': measuring %s on %s%s (about %.0f s; cached afterwards)", ", ".join(candidates),
+                   where, f" for {model_name}" if model_name else "", (time.perf_counter() - start) * steps)
+    bar = tqdm(total=steps + len(candidates) - 1, desc="precision auto", unit="step", disable=None, leave=False)
+    for p in candidates[1:]:
         try:
-            backends[p] = load_backend(encoder, p, model_name=model_name, fingerprint=fingerprint, tokenizer=tokenizer)
+            backends[p] = build(p)
         except Exception as e:  # noqa: BLE001  (a path that cannot be built here is skipped, with the reason)
-            if p == "fp32":
-                raise
             skipped[p] = f"could not be built here: {type(e).__name__}: {e}"
             logger.warning("precision probe: %s skipped: %s", p, skipped[p])
-            continue
-        setup[p] = time.perf_counter() - start
-
-    vectors: dict[str, torch.Tensor] = {}
-    best: dict[str, float] = {}
-    for p, backend in list(backends.items()):  # warm-up pass; its vectors are the ones compared
+        bar.update()
+    for p, backend in list(backends.items())[1:]:  # warm-up pass; its vectors are the ones compared
         try:
             vectors[p] = _probe_pass(encoder, tokenizer, items, layers, backend)
         except Exception as e:  # noqa: BLE001
-            if p == "fp32":
-                raise
             skipped[p] = f"failed on the probe: {type(e).__name__}: {e}"
             logger.warning("precision probe: %s skipped: %s", p, skipped[p])
             del backends[p]
+        bar.update()
+    rounds: dict[str, list[float]] = {p: [] for p in backends}
     for _ in range(max(1, repeats)):
         for p, backend in backends.items():
             start = time.perf_counter()
             _probe_pass(encoder, tokenizer, items, layers, backend)
-            best[p] = min(best.get(p, float("inf")), time.perf_counter() - start)
+            rounds[p].append(time.perf_counter() - start)
+            bar.update()
+    bar.close()
 
     results = {}
     for p in backends:
         cos = F.cosine_similarity(vectors[p].double(), vectors["fp32"].double(), dim=-1)
         bound = ACCURACY_BOUNDS[p] if p == "fp32" else max(ACCURACY_BOUNDS[p], LEAST_MEAN_COSINE)
         mean = 1.0 if p == "fp32" else float(cos.mean())
-        results[p] = ProbeResult(precision=p, tokens_per_s=n_tokens / best[p], cosine_mean=mean,
+        best = min(rounds[p])
+        results[p] = ProbeResult(precision=p, tokens_per_s=n_tokens / best, cosine_mean=mean,
                                  cosine_min=1.0 if p == "fp32" else float(cos.min()), bound=bound,
                                  passed=mean >= bound and (p == "fp32" or float(cos.min()) >= LEAST_WORD_COSINE),
-                                 setup_seconds=setup[p])
+                                 setup_seconds=setup[p], noise=_spread(rounds[p]))
     chosen = select_precision(results, min_speedup)
     return PrecisionChoice(precision=chosen, results=results, skipped=skipped, machine=machine_description(device),
-                           backend=backends[chosen])
+                           backend=backends[chosen]).assess(min_speedup)
+
+
+def _spread(seconds: Sequence[float]) -> float:
+    """The noise of a best-of-rounds time: how much the second-best round took longer than the best (relative; 0 for
+    one round). A round slowed by a passing job does not count; two rounds that disagree do."""
+    fastest = sorted(seconds)[:2]
+    return (fastest[-1] - fastest[0]) / fastest[0]
 
 
 def _load_average() -> float:
@@ -369,7 +509,7 @@ def _load_average() -> float:
 
 
 def busy_load() -> float:
-    """The load average above which a probe is not cached: the CPU count plus one (the probe's own threads fit)."""
+    """The load average above which a probe is provisional: the CPU count plus one (the probe's own threads fit)."""
     return (os.cpu_count() or 1) + 1.0
 
 
@@ -394,8 +534,8 @@ def _probe_pass(encoder: Encoder, tokenizer: Tokenizer, items, layers: Sequence[
 
 def _read_cached(path: Path, key: dict[str, Any], min_speedup: float) -> PrecisionChoice | None:
     """The cached choice at ``path`` if it exists and was made under ``key``; a damaged file is reported and probed
-    again. The choice is made again from the cached measurements, so that it follows ``min_speedup`` and the current
-    rule."""
+    again. The choice (and its margin) is made again from the cached measurements, so that it follows
+    ``min_speedup`` and the current rule; whether the machine was busy is as recorded."""
     if not path.is_file():
         return None
     try:
@@ -406,8 +546,11 @@ def _read_cached(path: Path, key: dict[str, Any], min_speedup: float) -> Precisi
         if "fp32" not in results or any(p not in PRECISIONS for p in results):
             raise ValueError(f"its results name {sorted(results)}; expected fp32 and paths among {PRECISIONS}")
         precision = select_precision(results, min_speedup)
-        return PrecisionChoice(precision=precision, results=results, skipped=dict(data.get("skipped", {})),
-                               machine=str(data["machine"]), cache_file=path, from_cache=True)
+        choice = PrecisionChoice(precision=precision, results=results, skipped=dict(data.get("skipped", {})),
+                                 machine=str(data["machine"]), cache_file=path, from_cache=True,
+                                 busy=bool(data.get("busy", False)), load=float(data.get("load", 0.0)),
+                                 probes=int(data.get("probes", 1)))
+        return choice.assess(min_speedup)  # margin and noise as the current rule sees the cached measurements
     except (ValueError, KeyError, TypeError) as e:
         logger.warning("ignoring the cached precision choice %s (%s); probing again", path, e)
         return None

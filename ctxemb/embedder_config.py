@@ -13,8 +13,6 @@ from collections.abc import Mapping, Set
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-import torch
-
 from ctxemb._validation import check_choice, check_int
 from ctxemb.precision import INFERENCE_PRECISION_CHOICES as PRECISION_CHOICES
 from ctxemb.registry import DEFAULT_MODEL
@@ -219,6 +217,8 @@ def _layer_pooling(pooling: str, weights: Sequence[float] | None):
     if pooling == "concat":
         return lambda s: s.flatten(2)
     if pooling == "weighted":
+        import torch  # here, not at the top: the command line reads this module's choices without loading torch
+
         w = torch.tensor(weights, dtype=torch.float32)
         w = w / w.sum()
         return lambda s: torch.einsum("btnh,n->bth", s, w.to(s.device))

@@ -217,7 +217,7 @@ class Embedder:
             raise ValueError(f"the model at {os.fspath(model)!r} was made by training run {recorded!r}, not "
                              f"{cfg.training_run!r}: the directory now holds other weights than the ones asked for "
                              "(e.g. those a sense store or index was built with); use that run's model, or rebuild")
-        cfg = dataclasses.replace(cfg, training_run=recorded)
+        cfg = dataclasses.replace(cfg, training_run=recorded, **(modules.recorded(config) if modules else {}))
         loaded = load_model(model_dir, device=device, backend=backend)  # one read of config.json for both
         embedder = cls(loaded.encoder, loaded.tokenizer, cfg, batch_size=batch_size,
                        max_tokens_per_batch=max_tokens_per_batch)
@@ -243,10 +243,10 @@ class Embedder:
         :meth:`embed_sentences` vectors with the same options: ``SentenceTransformer(path).encode(texts)`` and
         ``Embedder.from_pretrained(path).embed_sentences(texts)`` then agree with them.
 
-        The options default as in :meth:`embed_sentences` (the model's modules, else mean pooling of the configured
-        layers, unnormalised); a layer average becomes s-t's WeightedLayerPooling. The model's Dense layers,
-        prompts and lower-casing are kept. Texts longer than ``max_seq_length`` (default the model's, else the
-        tokenizer's maximum) are truncated by s-t, where an Embedder without modules cuts them into windows.
+        The options default as in :meth:`embed_sentences`; a layer average becomes s-t's WeightedLayerPooling. The
+        model's Dense layers, prompts and lower-casing are kept, and this Embedder's layers and subword pooling (read
+        back by ``from_pretrained``). Texts longer than ``max_seq_length`` (default the model's, else the tokenizer's
+        maximum) are truncated by s-t, where an Embedder without modules cuts them into windows.
 
         Returns:
             ``path``.

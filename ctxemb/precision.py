@@ -28,11 +28,12 @@ import contextlib
 import functools
 import logging
 from dataclasses import dataclass
-from typing import Literal, get_args
-
-import torch
+from typing import TYPE_CHECKING, Literal, get_args
 
 from ctxemb._validation import check_choice
+
+if TYPE_CHECKING:
+    import torch
 
 logger = logging.getLogger(__name__)
 
@@ -117,6 +118,8 @@ def native_bf16(device: torch.device) -> tuple[bool, str]:
     """Whether ``device`` runs bfloat16 matrix products in hardware, and the fact that says so (for logs and run
     records)."""
     if device.type == "cuda":
+        import torch
+
         ok = torch.cuda.is_available() and torch.cuda.is_bf16_supported()
         return ok, "the CUDA device supports bf16" if ok else "the CUDA device does not support bf16"
     if device.type == "cpu":
@@ -149,6 +152,8 @@ def explain_training_precision(precision: str, device: torch.device | str) -> Re
     Raises:
         ValueError: not a training precision.
     """
+    import torch  # imported here: the choices above are read by `ctxemb --help`, which loads no torch
+
     check_training_precision(precision)
     device = torch.device(device)
     native, fact = native_bf16(device)
@@ -176,5 +181,7 @@ def bf16_autocast(precision: str, device: torch.device) -> contextlib.AbstractCo
     """Autocast to bfloat16 for a resolved ``"bf16"`` (matrix products in bf16, LayerNorm and softmax in float32);
     a no-op context for every other precision (their modules run as they are)."""
     if precision == "bf16":
+        import torch
+
         return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
     return contextlib.nullcontext()

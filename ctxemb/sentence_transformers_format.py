@@ -44,6 +44,7 @@ import torch.nn.functional as F
 from ctxemb._validation import CorruptFileError, check_bool, check_choice, check_int, read_json_file
 from ctxemb.atomic import recover_directory
 from ctxemb.registry import resolve_model_dir
+from ctxemb.sentence_transformers_fit import check_fit, recorded_choices
 from ctxemb.tokenization import TokenizedText, Tokenizer
 
 logger = logging.getLogger(__name__)
@@ -131,6 +132,8 @@ class SentenceModules:
         prompts: prompt name -> text prepended to every input.
         default_prompt_name: the prompt used when none is asked for (None: no prompt).
         similarity_fn_name: the similarity the model was made for ("cosine", "dot", ...; None if not recorded).
+        embedder: the Embedder configuration ctxemb recorded when it saved the directory (``ctxemb_embedder``; see
+            :mod:`ctxemb.sentence_transformers_fit`), or None.
     """
 
     path: str
@@ -145,6 +148,11 @@ class SentenceModules:
     prompts: dict[str, str] = dataclasses.field(default_factory=dict)
     default_prompt_name: str | None = None
     similarity_fn_name: str | None = None
+    embedder: dict[str, Any] | None = None
+
+    def recorded(self, given) -> dict[str, Any]:
+        """The :attr:`embedder` fields the options ``given`` to ``Embedder.from_pretrained`` leave to the record."""
+        return recorded_choices(self.embedder, given)
 
     @property
     def normalize(self) -> bool:
@@ -247,6 +255,7 @@ def read_sentence_transformers(model_dir: str | os.PathLike) -> SentenceModules:
                                    root / "modules.json")
     fields["steps"] = tuple(steps)
     fields.update(_read_model_config(root))
+    check_fit(root, entries, pool_at, fields)  # modules (and a recorded configuration) that do not fit the encoder
     return SentenceModules(**fields)
 
 
@@ -298,9 +307,9 @@ def _read_weighted_layer_pooling(folder: Path) -> dict:
     state = _module_weights(folder, "WeightedLayerPooling")
     weights = state.get("layer_weights")
     if weights is None or weights.shape != (num + 1 - start,):
-        raise CorruptFileError(f"{folder}: layer_weights must have num_hidden_layers + 1 - layer_start = "
-                               f"{num + 1 - start} entries, got {None if weights is None else tuple(weights.shape)}",
-                               folder)
+        raise CorruptFileError(f"{path}: num_hidden_layers {num} and layer_start {start} need {num + 1 - start} "
+                               f"layer_weights, but the module's weights (model.safetensors or pytorch_model.bin) hold "
+                               f"{None if weights is None else tuple(weights.shape)}", path)
     chosen = [(start + i, float(w)) for i, w in enumerate(weights.tolist()) if w != 0]
     if not chosen or not all(math.isfinite(w) for _, w in chosen) or sum(w for _, w in chosen) == 0:
         raise CorruptFileError(f"{folder}: layer_weights {weights.tolist()} must be finite and not sum to 0", folder)
@@ -360,7 +369,8 @@ def _read_model_config(root: Path) -> dict:
         raise CorruptFileError(f"{path}: default_prompt_name {default!r} is not one of the prompts {sorted(prompts)}",
                                path)
     return {"prompts": prompts, "default_prompt_name": default,
-            "similarity_fn_name": _typed(config, path, "similarity_fn_name", str)}
+            "similarity_fn_name": _typed(config, path, "similarity_fn_name", str),
+            "embedder": _typed(config, path, "ctxemb_embedder", dict)}
 
 
 # ---- the per-call choice ----------------------------------------------------------------------------------------

@@ -101,7 +101,8 @@ def write_sentence_transformers_modules(model_dir: str | os.PathLike, *, pooling
                                         do_lower_case: bool = False, include_prompt: bool = True,
                                         prompts: Mapping[str, str] | None = None,
                                         default_prompt_name: str | None = None,
-                                        similarity_fn_name: str | None = "cosine") -> Path:
+                                        similarity_fn_name: str | None = "cosine",
+                                        embedder_config: Mapping[str, Any] | None = None) -> Path:
     """Make an HF-format encoder directory (``config.json``, weights, tokenizer files) a sentence-transformers
     directory, in place, so that ``SentenceTransformer(model_dir)`` and ``Embedder.from_pretrained(model_dir)``
     compute the sentence vectors described here.
@@ -122,6 +123,8 @@ def write_sentence_transformers_modules(model_dir: str | os.PathLike, *, pooling
         include_prompt: pool the prompt's tokens too.
         prompts: prompt name -> text; default_prompt_name: one of them used by default (None: no prompt).
         similarity_fn_name: recorded for s-t's ``similarity`` ("cosine", "dot", "euclidean", "manhattan").
+        embedder_config: the Embedder configuration to record for ``Embedder.from_pretrained``
+            (:func:`ctxemb.sentence_transformers_fit.record_of`), or None.
 
     Returns:
         ``model_dir``.
@@ -227,7 +230,7 @@ def write_sentence_transformers_modules(model_dir: str | os.PathLike, *, pooling
     _write_json(model_dir / "config_sentence_transformers.json", {
         "__version__": {"ctxemb": __version__, "pytorch": torch.__version__}, "prompts": prompts,
         "default_prompt_name": default_prompt_name, "similarity_fn_name": similarity_fn_name,
-        "model_type": "SentenceTransformer"})
+        "model_type": "SentenceTransformer", **({"ctxemb_embedder": dict(embedder_config)} if embedder_config else {})})
     _write_json(model_dir / "modules.json", modules)  # last: a directory without it is not an s-t directory
     return model_dir
 
@@ -302,6 +305,7 @@ def save_embedder(embedder: Any, path: str | os.PathLike, *, pooling: str | None
     """:meth:`ctxemb.embedding.Embedder.save_pretrained` (see there): an Embedder's model as a sentence-transformers
     directory whose sentence vectors are the Embedder's ``embed_sentences`` vectors with the same options."""
     from ctxemb.modeling.checkpoint import TRAINING_RUN_KEY
+    from ctxemb.sentence_transformers_fit import record_of
 
     opts = resolve_sentence_options(embedder.sentence_modules, embedder.tokenizer, pooling=pooling,
                                     normalize=normalize, layers=layers, layer_pooling=layer_pooling,
@@ -315,7 +319,8 @@ def save_embedder(embedder: Any, path: str | os.PathLike, *, pooling: str | None
         max_seq_length=opts.max_seq_length or embedder.tokenizer.max_length, do_lower_case=opts.do_lower_case,
         include_prompt=modules.include_prompt if modules else True, prompts=modules.prompts if modules else None,
         default_prompt_name=modules.default_prompt_name if modules else None,
-        similarity_fn_name=(modules.similarity_fn_name if modules else None) or "cosine")
+        similarity_fn_name=(modules.similarity_fn_name if modules else None) or "cosine",
+        embedder_config=record_of(embedder.config))  # reloaded as the configuration (word vectors too)
 
 
 def _tokenizer_max(model_dir: Path) -> int:

@@ -70,9 +70,9 @@ def test_similarity_errors(capsys):
 
 
 def test_index_errors(capsys, tmp_path, tiny):
-    _fails(["index", "build", str(tmp_path / "none.txt"), "--out", str(tmp_path / "i"), "--model", str(tiny)], capsys,
+    _fails(["index", "build", str(tmp_path / "none.txt"), "--out-dir", str(tmp_path / "i"), "--model", str(tiny)], capsys,
            code=1, match="none.txt")
-    _fails(["index", "build", "c.txt", "--out", "i", "--kind", "lsh"], capsys, code=2, match="invalid choice")
+    _fails(["index", "build", "c.txt", "--out-dir", "i", "--kind", "lsh"], capsys, code=2, match="invalid choice")
     _fails(["index", "query", str(tmp_path / "no-index"), "text"], capsys, code=1, match="no-index")
     broken = tmp_path / "broken"
     broken.mkdir()
@@ -118,9 +118,9 @@ def test_python_dash_m_runs_the_cli(tmp_path):
 
 
 def test_training_commands_errors(capsys, tmp_path, tiny):
-    _fails(["vocab", "--out", str(tmp_path / "v")], capsys, code=2, match="either training files or --language")
-    _fails(["vocab", str(tmp_path / "none.txt"), "--out", str(tmp_path / "v")], capsys, code=1, match="none.txt")
-    _fails(["vocab", "--language", "ga", "--out", str(tmp_path / "v")], capsys, code=2, match="NAME=FILE")
+    _fails(["vocab", "--out-dir", str(tmp_path / "v")], capsys, code=2, match="either training files or --language")
+    _fails(["vocab", str(tmp_path / "none.txt"), "--out-dir", str(tmp_path / "v")], capsys, code=1, match="none.txt")
+    _fails(["vocab", "--language", "ga", "--out-dir", str(tmp_path / "v")], capsys, code=2, match="NAME=FILE")
     _fails(["pretrain", "--config", str(tmp_path / "none.toml")], capsys, code=1, match="none.toml")
     _fails(["pretrain", "--tokenizer", str(tiny), "--out-dir", str(tmp_path / "o"), "--masking", "random"], capsys,
            code=2, match="invalid choice")

@@ -181,7 +181,7 @@ def test_predict_cli_writes_conll_tags(conll_files, tmp_path, capsys):
     if not model_dir.is_dir():
         _run(conll_files, "softmax")
     out = tmp_path / "pred.conll"
-    assert main(["predict", str(model_dir), "--conll", str(dev_file), "--out", str(out)]) == 0
+    assert main(["predict", str(model_dir), "--conll", str(dev_file), "--output", str(out)]) == 0
     gold, pred = read_conll(dev_file), read_conll(out)
     assert [s.words for s in pred] == [s.words for s in gold]
     agree = np.mean([g == p for gs, ps in zip(gold, pred) for g, p in zip(gs.ner, ps.ner)])

@@ -243,7 +243,7 @@ def test_cli_builds_and_queries_a_concat_index_with_a_real_model(tmp_path, capsy
     parser = argparse.ArgumentParser()
     search_cli.add_parser(parser.add_subparsers(dest="command"))
     for extra, out in (([], "lines"), (["--words", "bank"], "words")):
-        args = parser.parse_args(["index", "build", str(corpus), "--out", str(tmp_path / out), "--model", str(model),
+        args = parser.parse_args(["index", "build", str(corpus), "--out-dir", str(tmp_path / out), "--model", str(model),
                                   "--layers", "-2", "-1", "--layer-pooling", "concat", "--no-progress"] + extra)
         assert args.func(args) == 0
         index = SemanticIndex.load(tmp_path / out)
@@ -251,7 +251,7 @@ def test_cli_builds_and_queries_a_concat_index_with_a_real_model(tmp_path, capsy
         args = parser.parse_args(["index", "query", str(tmp_path / out), "money in the bank", "-k", "1", "--json"])
         assert args.func(args) == 0
         hit = json.loads(capsys.readouterr().out.strip().splitlines()[-1])[0]
-        assert hit["id"] == ("line:2" if out == "lines" else "line:2:3")
+        assert hit["id"] == ("1" if out == "lines" else "1:3")
 
 
 def test_cli_names_a_corpus_that_is_not_utf8(tmp_path):

@@ -506,18 +506,18 @@ def test_cli_build_and_query(tmp_path, monkeypatch, capsys):
 
     parser = argparse.ArgumentParser()
     search_cli.add_parser(parser.add_subparsers(dest="command"))
-    args = parser.parse_args(["index", "build", str(corpus), "--out", str(tmp_path / "idx"), "--no-progress"])
+    args = parser.parse_args(["index", "build", str(corpus), "--out-dir", str(tmp_path / "idx"), "--no-progress"])
     assert args.func(args) == 0
     args = parser.parse_args(["index", "query", str(tmp_path / "idx"), SENTENCES[4], "-k", "2", "--json"])
     assert args.func(args) == 0
     out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert out[0]["id"] == "line:6" and out[0]["text"] == SENTENCES[4]
-    args = parser.parse_args(["index", "build", str(corpus), "--out", str(tmp_path / "w"), "--words", "bank",
+    assert out[0]["id"] == "4" and out[0]["text"] == SENTENCES[4] and out[0]["line"] == 6  # blank line 4 skipped
+    args = parser.parse_args(["index", "build", str(corpus), "--out-dir", str(tmp_path / "w"), "--words", "bank",
                               "--no-progress"])
     assert args.func(args) == 0
     args = parser.parse_args(["index", "query", str(tmp_path / "w"), "muddy river bank", "-k", "1"])
     assert args.func(args) == 0
-    assert "line:1:2" in capsys.readouterr().out
+    assert "  0:2 " in capsys.readouterr().out  # line 0, word 2: the ids build_word_index gives
 
 
 def test_sentence_index_built_before_model_sentence_defaults_is_queried_with_its_configured_layers():

@@ -145,16 +145,16 @@ def test_cli_builds_and_queries_a_document_index(tmp_path, monkeypatch, capsys):
     emb = FakeEmbedder()
     monkeypatch.setattr(search_cli, "load_embedder", lambda model, device, config=None: emb)
     corpus = tmp_path / "docs.txt"
-    corpus.write_text("\n\n".join(DOCS) + "\n", encoding="utf-8")  # blank lines are skipped: ids line:1, line:3, ...
+    corpus.write_text("\n\n".join(DOCS) + "\n", encoding="utf-8")  # blank lines are skipped: ids 0, 1, ...
     parser = argparse.ArgumentParser()
     search_cli.add_parser(parser.add_subparsers(dest="command"))
     out = tmp_path / "docs_index"
-    args = parser.parse_args(["index", "build", str(corpus), "--out", str(out), "--documents", "--passage-weight",
+    args = parser.parse_args(["index", "build", str(corpus), "--out-dir", str(out), "--documents", "--passage-weight",
                               "0.2", "--no-progress"])
     assert args.func(args) == 0
     loaded = DocumentIndex.load(out)
     assert len(loaded) == 5 and loaded.passage_weight == 0.2
-    reference = build_document_index(emb, DOCS, [f"line:{2 * i + 1}" for i in range(5)], passage_weight=0.2,
+    reference = build_document_index(emb, DOCS, passage_weight=0.2,
                                      layers=[-1], show_progress_bar=False)
     args = parser.parse_args(["index", "query", str(out), QUERIES[0], QUERIES[4], "-k", "3", "--json"])
     assert args.func(args) == 0
@@ -165,6 +165,6 @@ def test_cli_builds_and_queries_a_document_index(tmp_path, monkeypatch, capsys):
     args = parser.parse_args(["index", "query", str(out), "x", "--ef-search", "8"])
     with pytest.raises(ValueError, match="--ef-search do not apply to a document index"):
         args.func(args)
-    args = parser.parse_args(["index", "build", str(corpus), "--out", str(tmp_path / "w"), "--passage-weight", "0.5"])
+    args = parser.parse_args(["index", "build", str(corpus), "--out-dir", str(tmp_path / "w"), "--passage-weight", "0.5"])
     with pytest.raises(ValueError, match="add --documents"):
         args.func(args)

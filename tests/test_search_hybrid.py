@@ -399,7 +399,7 @@ def test_cli_build_hybrid_and_query_each_mode(tmp_path, monkeypatch, capsys):
     parser = argparse.ArgumentParser()
     search_cli.add_parser(parser.add_subparsers(dest="command"))
     out = tmp_path / "idx"
-    args = parser.parse_args(["index", "build", str(corpus), "--out", str(out), "--hybrid", "--fusion", "weighted",
+    args = parser.parse_args(["index", "build", str(corpus), "--out-dir", str(out), "--hybrid", "--fusion", "weighted",
                               "--alpha", "0.3", "--no-progress"])
     assert args.func(args) == 0
     assert SemanticIndex.load(out).hybrid == HybridParams(fusion="weighted", alpha=0.3)
@@ -410,16 +410,16 @@ def test_cli_build_hybrid_and_query_each_mode(tmp_path, monkeypatch, capsys):
         hits = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
         assert len(hits) == 2
         if mode == "bm25":
-            assert hits[0]["id"] == "line:4"  # "the central bank raised its interest rates again"
+            assert hits[0]["id"] == "3"  # line 4, "the central bank raised its interest rates again"
     args = parser.parse_args(["index", "query", str(out), "bank", "--fusion", "rrf", "--rrf-k", "10"])
     assert args.func(args) == 0
     with pytest.raises(SystemExit):
         parser.parse_args(["index", "query", str(out), "bank", "--alpha", "1.5"])
-    args = parser.parse_args(["index", "build", str(corpus), "--out", str(tmp_path / "w"), "--words", "bank",
+    args = parser.parse_args(["index", "build", str(corpus), "--out-dir", str(tmp_path / "w"), "--words", "bank",
                               "--hybrid"])
     with pytest.raises(ValueError, match="--hybrid indexes whole lines"):
         args.func(args)
-    args = parser.parse_args(["index", "build", str(corpus), "--out", str(tmp_path / "p"), "--alpha", "0.2"])
+    args = parser.parse_args(["index", "build", str(corpus), "--out-dir", str(tmp_path / "p"), "--alpha", "0.2"])
     with pytest.raises(ValueError, match="--alpha sets hybrid search settings: add --hybrid"):
         args.func(args)
 

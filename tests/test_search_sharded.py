@@ -197,7 +197,7 @@ def _torchrun() -> str | None:
 @pytest.mark.skipif(_torchrun() is None, reason="torchrun not available")
 def test_torchrun_ranks_add_their_shards_from_the_cli_and_merge(tmp_path, data):
     """``torchrun --nproc_per_node 2 -m ctxemb index add-shard``: each rank adds its slice of the embedded .npy
-    into parts/shard-<rank>; ``ctxemb index merge`` gives the one-process index, ids line:N and texts."""
+    into parts/shard-<rank>; ``ctxemb index merge`` gives the one-process index, ids the rows' positions and texts."""
     x, _, _, queries = data
     np.save(tmp_path / "v.npy", x)
     (tmp_path / "v.npy.json").write_text(json.dumps({"embedder": CONFIG, "pooling": "mean"}))
@@ -205,24 +205,24 @@ def test_torchrun_ranks_add_their_shards_from_the_cli_and_merge(tmp_path, data):
     (tmp_path / "t.txt").write_text("\n".join(texts) + "\n")
     from ctxemb.cli import main
 
-    assert main(["index", "train-quantizer", "--vectors", str(tmp_path / "v.npy"), "--out", str(tmp_path / "q"),
+    assert main(["index", "train-quantizer", "--vectors", str(tmp_path / "v.npy"), "--out-dir", str(tmp_path / "q"),
                  "--nlist", "16", "--pq-m", "8", "--nbits", "6", "--nprobe", "4", "--k-factor", "5",
                  "--train-size", "1500", "--seed", "3"]) == 0
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO))
     cmd = [_torchrun(), "--standalone", "--nproc_per_node", "2", "-m", "ctxemb", "index", "add-shard",
            "--quantizer", str(tmp_path / "q"), "--vectors", str(tmp_path / "v.npy"), "--texts", str(tmp_path / "t.txt"),
-           "--out", str(tmp_path / "parts"), "--no-progress"]
+           "--out-dir", str(tmp_path / "parts"), "--no-progress"]
     proc = subprocess.run(cmd, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=180)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
     assert sorted(os.listdir(tmp_path / "parts")) == ["shard-00000", "shard-00001"]
-    assert main(["index", "merge", "--quantizer", str(tmp_path / "q"), "--out", str(tmp_path / "merged"),
+    assert main(["index", "merge", "--quantizer", str(tmp_path / "q"), "--out-dir", str(tmp_path / "merged"),
                  str(tmp_path / "parts")]) == 0
     merged = SemanticIndex.load(tmp_path / "merged", expected_config=CONFIG)
-    ids = ["line:%d" % (i + 1) for i in range(len(x))]
+    ids = [str(i) for i in range(len(x))]
     ref = SemanticIndex(DIM, params=PARAMS, directory=tmp_path / "ref", embedder_config=CONFIG)
     ref.add(ids, x, [{"text": t, "line": i + 1} for i, t in enumerate(texts)], show_progress_bar=False)
     _same_results(merged, ref, queries)
-    assert merged.get_metadata("line:2400") == {"text": "text 2399", "line": 2400}
+    assert merged.get_metadata("2399") == {"text": "text 2399", "line": 2400}
     assert merged.recipe["mode"] == "sentences" and merged.recipe["pooling"] == "mean"
 
 
@@ -359,24 +359,24 @@ def test_cli_separate_machines_with_their_own_files_and_usage_errors(tmp_path, d
     np.save(tmp_path / "a.npy", x[:1000])
     np.save(tmp_path / "b.npy", x[1000:])
     assert main(["index", "train-quantizer", "--vectors", str(tmp_path / "a.npy"), str(tmp_path / "b.npy"),
-                 "--out", str(tmp_path / "q"), "--nlist", "16", "--pq-m", "8", "--nbits", "6", "--nprobe", "4",
+                 "--out-dir", str(tmp_path / "q"), "--nlist", "16", "--pq-m", "8", "--nbits", "6", "--nprobe", "4",
                  "--k-factor", "5", "--train-size", "1500", "--seed", "3"]) == 0
     assert main(["index", "add-shard", "--quantizer", str(tmp_path / "q"), "--vectors", str(tmp_path / "b.npy"),
-                 "--shard-index", "1", "--first-line", "1001", "--out", str(tmp_path / "parts"), "--no-progress"]) == 0
+                 "--shard-index", "1", "--first-line", "1001", "--out-dir", str(tmp_path / "parts"), "--no-progress"]) == 0
     assert main(["index", "add-shard", "--quantizer", str(tmp_path / "q"), "--vectors", str(tmp_path / "a.npy"),
-                 "--shard-index", "0", "--out", str(tmp_path / "parts"), "--no-progress"]) == 0
-    assert main(["index", "merge", "--quantizer", str(tmp_path / "q"), "--out", str(tmp_path / "m"),
+                 "--shard-index", "0", "--out-dir", str(tmp_path / "parts"), "--no-progress"]) == 0
+    assert main(["index", "merge", "--quantizer", str(tmp_path / "q"), "--out-dir", str(tmp_path / "m"),
                  str(tmp_path / "parts" / "shard-00001"), str(tmp_path / "parts" / "shard-00000")]) == 0
     assert "merged 2 shards (2400 items)" in capsys.readouterr().out
     merged = SemanticIndex.load(tmp_path / "m")
     ref = SemanticIndex(DIM, params=PARAMS, directory=tmp_path / "ref")
-    ref.add(["line:%d" % (i + 1) for i in range(len(x))], x, show_progress_bar=False)
+    ref.add([str(i) for i in range(len(x))], x, show_progress_bar=False)
     _same_results(merged, ref, queries)
     # rows of one shared file
     base = ["index", "add-shard", "--quantizer", str(tmp_path / "q"), "--vectors", str(tmp_path / "a.npy"),
-            "--out", str(tmp_path / "p2"), "--no-progress"]
+            "--out-dir", str(tmp_path / "p2"), "--no-progress"]
     assert main(base + ["--shard-index", "1", "--num-shards", "3"]) == 0
-    assert read_partial(tmp_path / "p2" / "shard-00001").read_items()[0][0] == "line:334"  # rows 333..665
+    assert read_partial(tmp_path / "p2" / "shard-00001").read_items()[0][0] == "333"  # rows 333..665
     assert main(base + ["--rows", "10:20", "--shard-index", "5"]) == 0
     assert read_partial(tmp_path / "p2" / "shard-00005").n_items == 10
     capsys.readouterr()
@@ -387,7 +387,7 @@ def test_cli_separate_machines_with_their_own_files_and_usage_errors(tmp_path, d
         assert main(base + extra) == 2
         assert message in capsys.readouterr().err
     # merging into an existing index is refused (exit 1) and names --overwrite
-    assert main(["index", "merge", "--quantizer", str(tmp_path / "q"), "--out", str(tmp_path / "m"),
+    assert main(["index", "merge", "--quantizer", str(tmp_path / "q"), "--out-dir", str(tmp_path / "m"),
                  str(tmp_path / "parts")]) == 1
     assert "--overwrite" in capsys.readouterr().err
 

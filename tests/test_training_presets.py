@@ -25,9 +25,11 @@ def test_presets_are_shipped_for_every_recipe():
 def test_finetune_presets_build_their_task_config(name, tmp_path):
     from ctxemb.cli.finetune import finetune_config_from_args
 
-    task = "stsb" if name.startswith("finetune-stsb-") else name[len("finetune-"):]
+    task = "stsb" if name.startswith("finetune-stsb-") else "custom" if name.startswith("finetune-custom") \
+        else name[len("finetune-"):]
+    files = ["--train-file", "train.csv", "--dev-file", "dev.csv"] if task == "custom" else []
     preset = load_preset(name, "finetune")
-    args = build_parser("finetune").parse_args(["finetune", task, "--preset", name[len("finetune-"):],
+    args = build_parser("finetune").parse_args(["finetune", task, *files, "--preset", name[len("finetune-"):],
                                                 "--out-dir", str(tmp_path), "--seed", "3"])
     _, config = finetune_config_from_args(args)
     for key, value in preset.items():
@@ -60,7 +62,8 @@ def test_a_task_with_a_shipped_recipe_uses_it_by_default(tmp_path, caplog):
     bare = _finetune_config(tmp_path, "conll2003-ner", "--preset", "none")
     assert bare.head == "softmax" and not bare.train.keep_best  # the dataclass defaults
     for task in with_recipe:  # every shipped default recipe selects on dev
-        assert _finetune_config(tmp_path, task).train.keep_best, task
+        files = ["--train-file", "train.csv", "--dev-file", "dev.csv"] if task == "custom" else []
+        assert _finetune_config(tmp_path, task, *files).train.keep_best, task
 
 
 @pytest.mark.parametrize("name", [p for p in PRESETS if p.startswith("pretrain-")])

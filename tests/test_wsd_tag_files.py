@@ -296,7 +296,7 @@ def test_predict_and_wsd_tag_write_what_tag_file_writes(tiny_store, tmp_path, ca
     src = _jsonl(tmp_path / "in.jsonl", [{"text": t} for t in TEXTS])
     tag_file(store_dir, src, tmp_path / "lib.csv", batch_size=4, progress_bar=False)
     assert main(["predict", str(store_dir), "--input", str(src), "--output", str(tmp_path / "p.csv"),
-                 "--batch-size", "4", "--no-progress-bar"]) == 0
+                 "--batch-size", "4", "--no-progress"]) == 0
     assert "tagged" in capsys.readouterr().out
     assert main(["wsd", "tag", "--store", str(store_dir), "--input", str(src), "--output", str(tmp_path / "t.out"),
                  "--format", "csv", "--batch-size", "4", "--no-progress"]) == 0
@@ -306,7 +306,7 @@ def test_predict_and_wsd_tag_write_what_tag_file_writes(tiny_store, tmp_path, ca
     # a Raganato data set to a key file, scored as `wsd eval` scores it
     key = tmp_path / "tiny_eval.key"
     assert main(["predict", str(store_dir), "--input", str(EVAL / "tiny_eval.data.xml"), "--output", str(key),
-                 "--no-progress-bar"]) == 0
+                 "--no-progress"]) == 0
     assert "disambiguated 10 instance(s)" in capsys.readouterr().out
     res = tmp_path / "res.json"
     assert main(["wsd", "eval", str(store_dir), str(EVAL), "--json", str(res), "--no-progress"]) == 0
@@ -321,7 +321,7 @@ def test_the_command_line_reports_skips_and_refuses_misuse(tiny_store, tmp_path,
     store_dir, emb, _ = tiny_store
     src = _jsonl(tmp_path / "in.jsonl", BAD_ROWS)
     out = tmp_path / "out.jsonl"
-    assert main(["predict", str(store_dir), "--input", str(src), "--output", str(out), "--no-progress-bar"]) == 1
+    assert main(["predict", str(store_dir), "--input", str(src), "--output", str(out), "--no-progress"]) == 1
     err = capsys.readouterr().err
     assert f"{src} line 2: column 'text' must be a string" in err and not out.exists()
     assert main(["wsd", "tag", "--store", str(store_dir), "--input", str(src), "--output", str(out),

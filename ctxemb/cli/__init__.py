@@ -1,9 +1,12 @@
 """The ``ctxemb`` command line: one argparse tree, one module per command group.
 
-    ctxemb [--version] demo | analyze | wsd {build,eval,tag} | similarity eval | embed | index {build,query}
-           | vocab | pretrain | fill-mask | finetune | predict
+    ctxemb [--version] demo | analyze | wsd {build,eval,tag,train} | similarity eval | embed
+           | index {build,query,train-quantizer,add-shard,merge} | retrieval {eval,pairs} | vocab | pretrain
+           | fill-mask | finetune | predict
 
-Every command module has ``add_parser(subparsers)``, whose leaf parsers set ``func(args) -> exit code``. Commands
+Every command module has ``add_parser(subparsers)``, whose leaf parsers set ``func(args) -> exit code``; a parser
+imports only what its flags need (the libraries a command runs on are imported by the function that runs it), so
+``--help`` answers at once. Commands
 raise; :func:`main` turns a user's mistake (a missing or unreadable file, a bad value, an unknown model) into one
 line on stderr and a non-zero exit (2 for a usage error, 1 otherwise); ``--debug`` shows the traceback instead.
 The classes caught are :data:`USER_ERRORS`; anything else (a bug) keeps its traceback.
@@ -34,31 +37,51 @@ USER_ERRORS = (OSError, ValueError, KeyError, TypeError, RuntimeError, ImportErr
                pickle.UnpicklingError, zipfile.BadZipFile, EOFError, FloatingPointError, MemoryError)
 
 
-def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+# what `ctxemb --help` says above the commands (plain text: argparse prints it as it is)
+_DESCRIPTION = ("Contextual embeddings from BERT-style encoders: embed text, search it, evaluate and analyse the "
+                "vectors, disambiguate word senses, pretrain and fine-tune encoders.")
+_EPILOG = "Run 'ctxemb COMMAND --help' for the options of a command."
+
+
+def build_parser(command: str | None = None, subcommand: str | None = None) -> argparse.ArgumentParser:
     """The argument parser, with the full parser of ``command`` (every command's when None) and, for the others,
-    only their name and help: only the modules whose parsers are built are imported."""
-    parser = argparse.ArgumentParser(prog="ctxemb", description=__doc__.split("\n\n")[0])
+    only their name and help: only the modules whose parsers are built are imported. A command module that defines
+    ``SUBCOMMANDS`` builds the full parser of ``subcommand`` alone (``""``: none, for ``ctxemb wsd --help``)."""
+    parser = argparse.ArgumentParser(prog="ctxemb", description=_DESCRIPTION, epilog=_EPILOG)
     parser.add_argument("--version", action="version", version=f"ctxemb {__version__}",
                         help="print ctxemb's version and exit")
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress at INFO level")
     parser.add_argument("--debug", action="store_true", help="show the full traceback of an error")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     wanted = COMMANDS if command is None else {command: COMMANDS[command]} if command in COMMANDS else {}
-    for module in dict.fromkeys(m for m, _ in wanted.values()):
-        importlib.import_module(f"ctxemb.cli.{module}").add_parser(sub)
+    for name in dict.fromkeys(m for m, _ in wanted.values()):
+        module = importlib.import_module(f"ctxemb.cli.{name}")
+        if subcommand is not None and hasattr(module, "SUBCOMMANDS"):
+            module.add_parser(sub, only=subcommand)
+        else:
+            module.add_parser(sub)
     for name, (_, help_text) in COMMANDS.items():
         if name not in sub.choices:  # listed in --help; never run (its own parser is built when it is the command)
             sub.add_parser(name, help=help_text, add_help=False)
     return parser
 
 
-def _command_of(argv: Sequence[str]) -> str | None:
-    """The command word of ``argv``: the first argument after the global flags (None for ``--help`` and the like)."""
-    for arg in argv:
+def _words_of(argv: Sequence[str]) -> tuple[str | None, str]:
+    """The command word of ``argv`` (the first argument after the global flags; None for ``--help`` and the like)
+    and the word after it ("" when an option or nothing follows)."""
+    for i, arg in enumerate(argv):
         if arg in ("-v", "--verbose", "--debug"):
             continue
-        return None if arg.startswith("-") else arg
-    return None
+        if arg.startswith("-"):
+            return None, ""
+        following = argv[i + 1] if i + 1 < len(argv) else ""
+        return arg, "" if following.startswith("-") else following
+    return None, ""
+
+
+def _command_of(argv: Sequence[str]) -> str | None:
+    """The command word of ``argv`` (:func:`_words_of`)."""
+    return _words_of(argv)[0]
 
 
 def _message(error: BaseException) -> str:
@@ -77,7 +100,8 @@ def _message(error: BaseException) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit code (``python -m ctxemb`` and the ``ctxemb`` script exit with it)."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    args = build_parser(_command_of(argv) or "").parse_args(argv)  # "": no command given, build none
+    command, subcommand = _words_of(argv)
+    args = build_parser(command or "", subcommand).parse_args(argv)  # "": no command given, build none
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
     try:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import math
@@ -29,13 +30,23 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "pretrain": ("pretrain", "pretrain or continue pretraining an encoder (MLM, NSP, span masking + SBO)"),
     "fill-mask": ("fill_mask", "the top-k fills of each [MASK] under a model's masked-LM head"),
     "finetune": ("finetune", "fine-tune an encoder: classification/regression, tagging, NER, QA"),
-    "predict": ("finetune", "predictions of a fine-tuned model: labels, scores, entities, answers"),
+    "predict": ("predict", "predictions of a fine-tuned model: labels, scores, entities, answers"),
 }
 
 
 def command_help(name: str) -> str:
     """The one-line help of a top-level command (what ``ctxemb --help`` lists)."""
     return COMMANDS[name][1]
+
+
+def description(doc: str) -> str:
+    """A parser's description from a module docstring: its first paragraph as plain text (argparse prints reST
+    markup as it is: ````ctxemb embed```` becomes ``ctxemb embed``, ``:class:`~a.B``` becomes ``B``)."""
+    import re
+
+    text = " ".join(doc.split("\n\n")[0].split())
+    text = re.sub(r":\w+:`~?(?:[\w.]+\.)?([^`]+)`", r"\1", text)
+    return text.replace("``", "")
 
 class UsageError(ValueError):
     """A mistake in how a command was called that argparse cannot see (e.g. two flags that exclude each other)."""
@@ -98,7 +109,7 @@ def add_embedder_args(parser: argparse.ArgumentParser, *, model_default: str | N
                       pooling: bool = True) -> None:
     """``--model``, ``--device``, ``--precision`` and (with ``pooling``) ``--layers``/``--layer-pooling``/
     ``--subword-pooling``; None defaults mean "the embedder's own default" (or a store's/index's recorded one)."""
-    from ctxemb.embedding import SUBWORD_POOLINGS
+    from ctxemb.embedder_config import SUBWORD_POOLINGS  # (not ctxemb.embedding: that loads torch)
     from ctxemb.precision import INFERENCE_PRECISION_CHOICES as PRECISION_CHOICES
 
     g = parser.add_argument_group("embedder")
@@ -166,7 +177,8 @@ def write_json(path: str | Path, obj: Any) -> Path:
 
 # ---- training flags, generated once from the config dataclasses -------------------------------------------------
 class DeprecatedAlias(argparse.Action):
-    """An option whose old spellings still work for one release and log a deprecation warning naming the new one."""
+    """An option whose old spellings still work for one release and log a deprecation warning naming the new one
+    (add it with :func:`add_option`, which leaves the old spellings out of ``--help``)."""
 
     def __init__(self, option_strings, dest, *, deprecated: Sequence[str] = (), **kwargs):
         self.deprecated = tuple(deprecated)
@@ -179,8 +191,17 @@ class DeprecatedAlias(argparse.Action):
         if option_string in self.deprecated:
             logging.getLogger("ctxemb.cli").warning(
                 "%s is deprecated and will be removed in the next release; use %s", option_string,
-                self.option_strings[0])
+                self.option_strings[-1])
         setattr(namespace, self.dest, True if self.store_true else values)
+
+
+def add_option(group, *names: str, deprecated: Sequence[str] = (), **kwargs) -> argparse.Action:
+    """``group.add_argument(*names, **kwargs)`` that also parses the ``deprecated`` spellings, with a warning naming
+    the last of ``names``; ``--help`` shows ``names`` alone (one spelling per option). ``store_true=True`` makes a
+    switch."""
+    action = group.add_argument(*names, *deprecated, action=DeprecatedAlias, deprecated=deprecated, **kwargs)
+    action.option_strings = list(names)  # the parser's table of spellings keeps them all; the help shows these
+    return action
 
 
 def _flag_kind(hint) -> tuple[Any, bool]:
@@ -283,7 +304,7 @@ def add_dataclass_flags(group, cls, *, skip: Sequence[str] = (), aliases: Mappin
                 group.add_argument("--no-progress", dest=dest, action="store_const", const=False, default=None,
                                    help="no progress bar")
             elif f.default is False:
-                group.add_argument(name, *old, action=DeprecatedAlias, deprecated=old, store_true=True, **kwargs)
+                add_option(group, name, deprecated=old, store_true=True, **kwargs)
             else:  # a default of True or None (= decided by other settings): both spellings
                 group.add_argument(name, *old, action=argparse.BooleanOptionalAction, **kwargs)
             added.append(dest)
@@ -302,7 +323,7 @@ def add_dataclass_flags(group, cls, *, skip: Sequence[str] = (), aliases: Mappin
             kwargs["nargs"] = "+"
         if "choices" not in kwargs:
             kwargs["metavar"] = f.name.upper()
-        group.add_argument(name, *old, action=DeprecatedAlias, deprecated=old, **kwargs)
+        add_option(group, name, deprecated=old, **kwargs)
         added.append(dest)
     return added
 
@@ -345,13 +366,26 @@ def default_preset(recipe: str, task: str) -> str | None:
     return task if (PRESETS_DIR / f"{recipe}-{task}.toml").is_file() else None
 
 
-def load_preset(name_or_path: str, recipe: str) -> dict[str, Any]:
+class Preset(dict):
+    """A preset's settings (:func:`load_preset`); ``path``, the file they were read from, and ``names``, the
+    settings it gives (``key``, and ``key``/``table.key`` for the keys of a table such as ``[train]``)."""
+
+    path: Path
+    names: frozenset[str]
+
+
+class PresetError(ValueError):
+    """A preset's setting the recipe refuses; the message names the preset file (see :func:`preset_errors`)."""
+
+
+def load_preset(name_or_path: str, recipe: str) -> Preset:
     """A run preset: a TOML file, or the name of one shipped in ``ctxemb/presets`` (``<recipe>-<name>.toml`` or
-    ``<name>.toml``). Top-level keys are the recipe's settings, ``[train]`` the loop's.
+    ``<name>.toml``). Top-level keys are the recipe's settings, ``[train]`` the loop's. Its settings are checked by
+    the recipe's config, under :func:`preset_errors`.
 
     Raises:
         FileNotFoundError: no such file or shipped preset (the message lists the shipped ones).
-        ValueError: the file is not valid TOML.
+        PresetError: the file is not valid TOML, or ``train`` is not a table (naming the file).
     """
     import tomllib
 
@@ -367,6 +401,39 @@ def load_preset(name_or_path: str, recipe: str) -> dict[str, Any]:
                                     f"{', '.join(shipped)}")
     try:
         with open(path, "rb") as f:
-            return tomllib.load(f)
+            preset = Preset(tomllib.load(f))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
-        raise ValueError(f"preset {path} is not valid TOML: {e}") from None
+        raise PresetError(f"preset {path} is not valid TOML: {e}") from None
+    if not isinstance(preset.get("train", {}), dict):
+        raise PresetError(f"preset {path}: train must be a table ([train] and the loop's settings), got "
+                          f"{preset['train']!r}")
+    preset.path = path
+    preset.names = frozenset(preset) | {n for k, v in preset.items() if isinstance(v, dict)
+                                        for sub in v for n in (sub, f"{k}.{sub}")}
+    return preset
+
+
+@contextlib.contextmanager
+def preset_errors(preset: Mapping[str, Any] | None, without_preset: Callable[[], Any]):
+    """Name the preset file in a ``TypeError`` or ``ValueError`` raised inside (building a run's config from a
+    preset and the flags: an unknown key, a bad value) when the preset is what it refuses: the message names a
+    setting the preset gives, or the config built without the preset (``without_preset()``: the flags and the
+    recipe's defaults) is accepted. The error is then raised again as a :class:`PresetError` naming the file. An
+    error of the flags alone, and subclasses (a usage error, a corrupt file), keep their class and message; so does
+    every error when no preset (a :class:`Preset`) is given.
+    """
+    import re
+
+    try:
+        yield
+    except (TypeError, ValueError) as e:
+        path, text = getattr(preset, "path", None), str(e)
+        if path is None or type(e) not in (TypeError, ValueError):
+            raise
+        if not any(re.search(r"(?<![\w.-])(?:%s|--%s)(?![\w-])" % (re.escape(n), re.escape(n.replace("_", "-"))), text)
+                   for n in preset.names):
+            try:
+                without_preset()
+            except (TypeError, ValueError):
+                raise e from None  # the flags alone are refused too: their error, as it was
+        raise PresetError(f"preset {path}: {text}").with_traceback(e.__traceback__) from None

@@ -7,12 +7,9 @@ import argparse
 from pathlib import Path
 
 from ctxemb.cli._common import UsageError, command_help, load_embedder, positive_int
-from ctxemb.geometry.analysis import DEFAULT_POSTPROCESSORS, DEFAULT_WORDS, analyze, format_analysis_table, read_corpus
-from ctxemb.geometry.postprocessing import POSTPROCESSORS
+from ctxemb.geometry.options import DEFAULT_POSTPROCESSORS, DEFAULT_WORDS, POSTPROCESSOR_NAMES
 from ctxemb.precision import INFERENCE_PRECISION_CHOICES as PRECISION_CHOICES
 from ctxemb.registry import DEFAULT_MODEL
-
-
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -31,7 +28,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--words", nargs="+", default=list(DEFAULT_WORDS), help="words to project (default: %(default)s)")
     p.add_argument("--out-dir", type=Path, default=Path("analysis"), help="output folder (default: %(default)s)")
     p.add_argument("--postprocessors", nargs="*", default=list(DEFAULT_POSTPROCESSORS),
-                   choices=[n for n in POSTPROCESSORS if n != "none"],
+                   choices=[n for n in POSTPROCESSOR_NAMES if n != "none"],
                    help="post-processings to compare with the raw vectors (default: %(default)s)")
     p.add_argument("--projection-layer", default="-1",
                    help="hidden state whose vectors are projected (0 = embedding output, -1 = last), or 'default' "
@@ -54,6 +51,8 @@ def run_analyze(args: argparse.Namespace) -> int:
     Returns:
         0 on success (the process exit code).
     """
+    from ctxemb.geometry.analysis import analyze, format_analysis_table, read_corpus
+
     if args.projection_layer == "default":
         projection_layer = None
     else:

@@ -6,16 +6,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-import numpy as np
-
 from ctxemb.cli._common import command_help, load_embedder
-from ctxemb.geometry import Standardizer, analyze, format_analysis_table
-from ctxemb.geometry.analysis import read_corpus
-from ctxemb.paths import shared_data_dir
 from ctxemb.registry import DEFAULT_MODEL
-from ctxemb.wsd import BuildConfig, Disambiguator, SenseStore, build_sense_store, read_dataset
-from ctxemb.wsd import wordnet as wnu
-from ctxemb.wsd.disambiguate import tokenize
 
 BANK_SENTENCES = [
     ("river", "He sat on the bank of the river and watched the boats .".split(), 4),
@@ -39,12 +31,20 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     return demo
 
 
-def _unit(x: np.ndarray) -> np.ndarray:
+def _unit(x):
+    """Rows scaled to unit length."""
+    import numpy as np
+
     return x / np.linalg.norm(x, axis=1, keepdims=True)
 
 
 def run_demo(args: argparse.Namespace) -> int:
     """Show what contextual embeddings do on the default model: one word, different senses."""
+    import numpy as np
+
+    from ctxemb.geometry import Standardizer, analyze, format_analysis_table
+    from ctxemb.geometry.analysis import read_corpus
+
     emb = load_embedder(args.model)
     print(f"model: {args.model} ({emb.num_layers} layers, hidden size {emb.hidden_size}); "
           f"word vectors = mean of hidden states {list(emb.config.layers)}, subwords mean-pooled\n")
@@ -84,6 +84,11 @@ def run_demo(args: argparse.Namespace) -> int:
 def _demo_wsd(emb, args: argparse.Namespace) -> None:
     """Nearest-sense WSD (J&M 11.3.1). A full SemCor store built with ``ctxemb wsd build`` is used if it exists at
     ``--store``; otherwise a small store is built from the SemCor sentences that hold the demo's lemmas."""
+    from ctxemb.paths import shared_data_dir
+    from ctxemb.wsd import BuildConfig, Disambiguator, SenseStore, build_sense_store, read_dataset
+    from ctxemb.wsd import wordnet as wnu
+    from ctxemb.wsd.disambiguate import tokenize
+
     store_dir = Path(args.store) if args.store else None
     if store_dir is not None and (store_dir / "meta.json").is_file():
         store = SenseStore.load(store_dir)

@@ -15,13 +15,13 @@ import argparse
 import logging
 from pathlib import Path
 
-from ctxemb.cli._common import add_embedder_args, command_help, positive_int, write_json
+from ctxemb.cli._common import add_embedder_args, command_help, description, positive_int, write_json
 
 logger = logging.getLogger(__name__)
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
-    p = subparsers.add_parser("embed", help=command_help("embed"), description=__doc__.split("\n\n")[0],
+    p = subparsers.add_parser("embed", help=command_help("embed"), description=description(__doc__),
                               epilog="Run it under torchrun (--nproc_per_node P, or several machines) to split the "
                                      "texts between processes, balanced by tokens.")
     p.add_argument("--input", required=True, help="UTF-8 text file, one text per line (no empty lines)")

@@ -6,7 +6,6 @@ import argparse
 import json
 
 from ctxemb.cli._common import command_help, positive_int
-from ctxemb.fill_mask import MaskFiller
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -25,6 +24,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def run_fill_mask(args: argparse.Namespace) -> int:
+    from ctxemb.fill_mask import MaskFiller
+
     filler = MaskFiller.from_pretrained(args.model, device=args.device)
     for text, masks in zip(args.text, filler(list(args.text), top_k=args.top_k)):
         if args.json:

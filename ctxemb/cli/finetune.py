@@ -7,7 +7,7 @@
     ctxemb predict runs/sst2/model "A gripping, funny film." "Dull and far too long."
     ctxemb predict runs/rte/model "A man is sleeping." --pair "Nobody sleeps."
     ctxemb predict runs/ner/model "Jane Villanueva of United Airlines Holding discussed it."
-    ctxemb predict runs/ner/model --conll eng.testa --out predicted.conll
+    ctxemb predict runs/ner/model --conll eng.testa --output predicted.conll
     ctxemb predict runs/qa/model "The Panthers defense gave up just 308 points." --question "How many points?"
     ctxemb finetune custom --train-file train.csv --dev-file dev.parquet --columns text=review,label=stars \
         --label-names bad good --out-dir runs/reviews
@@ -22,12 +22,13 @@ import contextlib
 import dataclasses
 import json
 import logging
+import sys
 
 from pathlib import Path
 
-from ctxemb.cli._common import (UsageError, add_dataclass_flags, add_train_flags, column_mapping, command_help,
-                                dataclass_overrides, default_preset, load_preset, non_negative_float, positive_int,
-                                train_overrides)
+from ctxemb.cli._common import (UsageError, add_dataclass_flags, add_train_flags, command_help, dataclass_overrides,
+                                description, default_preset, load_preset, non_negative_float, positive_int,
+                                preset_errors, train_overrides)
 from ctxemb.finetuning.config import FinetuneRunConfig
 from ctxemb.finetuning.contrastive import ContrastiveConfig
 from ctxemb.finetuning.late_interaction import LateInteractionTaskConfig
@@ -47,7 +48,7 @@ _SHARED = tuple(f.name for f in dataclasses.fields(FinetuneRunConfig))
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser("finetune", help=command_help("finetune"),
-                              description=__doc__.split("\n\n")[0])
+                              description=description(__doc__))
     p.add_argument("task", choices=task_names(command="finetune"),
                    help="a registered task: a shared one, 'custom' (TSV/JSONL), 'conll-file' or 'squad-file' with "
                         "--train-file/--dev-file, or one registered with ctxemb.finetuning.registry.register_task")
@@ -86,42 +87,6 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     add_dataclass_flags(p.add_argument_group("late interaction (late-interaction)"), LateInteractionTaskConfig,
                         skip=_SHARED + tuple(f.name for f in dataclasses.fields(ContrastiveConfig)))
     p.set_defaults(func=run_finetune)
-
-    q = subparsers.add_parser("predict", help=command_help("predict"))
-    q.add_argument("model_dir", help="a model directory written by `ctxemb finetune` (<out>/model), or a sense "
-                   "store directory written by `ctxemb wsd build` (with --input/--output; see `ctxemb wsd tag`)")
-    q.add_argument("text", nargs="*", help="texts (the first sentence of each pair; QA: the passages)")
-    q.add_argument("--pair", nargs="+", default=None, help="second sentences, one per text")
-    q.add_argument("--question", nargs="+", default=None, help="QA: one question per passage")
-    q.add_argument("--conll", default=None,
-                   help="taggers: a CoNLL file whose words to tag (`ctxemb predict DIR FILE` does the same)")
-    q.add_argument("--out", default=None,
-                   help="where the tagged CoNLL file goes (word, gold, predicted); default: stdout")
-    q.add_argument("--json", action="store_true", help="one JSON object per text")
-    q.add_argument("--device", default="cpu", help="torch device for predictions (default %(default)s)")
-    f = q.add_argument_group("a file of inputs")
-    f.add_argument("--input", default=None, metavar="FILE",
-                   help="predict for every row of FILE (JSONL, CSV, TSV, or TXT with one text per line; also JSON "
-                        "and Parquet) instead of texts on the command line; needs --output")
-    f.add_argument("--output", default=None, metavar="FILE",
-                   help="where the input rows go with their predictions appended (JSONL or CSV by extension or "
-                        "--format), written atomically: a run that stops leaves no partial file")
-    f.add_argument("--format", choices=("jsonl", "csv", "key"), default=None,
-                   help="the output format (default: from the --output extension); key: a Raganato key file, for a "
-                        "sense store given a Raganato XML data set")
-    f.add_argument("--columns", type=column_mapping, default=None, metavar="ROLE=COLUMN,...",
-                   help="input columns for the model's roles when they are not named as in training: text, text_b "
-                        "(pairs), tokens (pre-tokenized words for taggers), question, context (QA); e.g. "
-                        "text=review")
-    f.add_argument("--skip-bad-rows", action="store_true",
-                   help="skip rows whose input cannot be used (each reported on stderr with its line or row, and "
-                        "counted) instead of stopping at the first with an error")
-    f.add_argument("--batch-size", type=positive_int, default=32, help="rows per model batch (default %(default)s)")
-    f.add_argument("--no-progress-bar", action="store_true", help="do not show the progress bar on stderr")
-    f.add_argument("--model", default=None,
-                   help="a sense store: load this model instead of the one the store records (refused unless it "
-                        "matches the store's embedder configuration)")
-    q.set_defaults(func=run_predict)
     return p
 
 
@@ -136,20 +101,60 @@ def finetune_config_from_args(args: argparse.Namespace):
     task = get_task(args.task)
     d: dict = {}
     train: dict = {"learning_rate": task.default_learning_rate, "warmup_ratio": 0.1}
-    preset_name = default_preset("finetune", task.name) if args.preset is None else args.preset
+    preset_name, why = (args.preset, "--preset") if args.preset is not None else _default_recipe(task, args)
+    preset = None
     if preset_name and preset_name != "none":
-        if args.preset is None:
-            logger.info("task %s: its default recipe finetune-%s.toml (--preset none for the bare defaults)",
-                        task.name, task.name)
         preset = load_preset(preset_name, "finetune")
         train.update(preset.pop("train", {}) or {})
         d.update(preset)
         d.pop("task", None)
+        if "recipe_preset" in {f.name for f in dataclasses.fields(task.config_class)}:  # in the run record
+            d["recipe_preset"] = f"{preset_name} ({why})" if args.preset is not None else \
+                f"finetune-{preset_name}.toml ({why})"
+        if args.preset is None and task.name == "custom" and "not counted" not in why:  # which recipe, why, what
+            other = "custom" if preset_name == "custom-small" else "custom-small"
+            args.recipe_line = (f"task custom: {why}: the recipe finetune-{preset_name}.toml "
+                                f"({_recipe_summary(task.config_class, d, train)}); --preset {other} for the other, "
+                                f"--preset none for the bare defaults")
+            logger.info("%s", args.recipe_line)
+        elif args.preset is None:
+            logger.info("task %s: its default recipe finetune-%s.toml (--preset none for the bare defaults)",
+                        task.name, task.name)
     train.update(train_overrides(args))
     if not train.get("out_dir"):
         raise UsageError("give the run directory: --out-dir DIR")
-    with _named_by_flags():  # a setting the config refuses: named by its flag, as the user typed it
-        return _config(args, task, d, train)
+    bare = {"learning_rate": task.default_learning_rate, "warmup_ratio": 0.1, **train_overrides(args)}
+    with _named_by_flags(), preset_errors(preset, lambda: _config(args, task, {}, dict(bare))):
+        return _config(args, task, d, train)  # a refused setting: named by its flag, or by its preset file
+
+
+def _default_recipe(task, args: argparse.Namespace) -> tuple[str | None, str | None]:
+    """The shipped recipe a task runs without --preset, and why: a custom task's by the size of its training
+    split (:func:`ctxemb.finetuning.tasks.custom_recipe`), another task's finetune-TASK.toml where one is shipped."""
+    from ctxemb.finetuning.tasks import SMALL_DATA_ROWS, custom_recipe
+
+    if task.name == "custom" and getattr(args, "train_file", None) is not None:
+        try:
+            name, rows = custom_recipe(args.train_file, split=getattr(args, "train_split", None) or "train",
+                                       max_train_examples=getattr(args, "max_train_examples", None))
+        except (OSError, ValueError, TypeError, ImportError) as e:  # the run's read reports the problem itself
+            return "custom", f"the training rows not counted: {type(e).__name__}"
+        if rows < SMALL_DATA_ROWS:
+            return name, f"{rows:,} training rows, fewer than {SMALL_DATA_ROWS:,}"
+        return name, f"{SMALL_DATA_ROWS:,} training rows or more"
+    name = default_preset("finetune", task.name)
+    return name, "the task's default recipe"
+
+
+def _recipe_summary(config_class, d: dict, train: dict) -> str:
+    """What a recipe sets, in a few words (a setting it leaves alone: the config's default)."""
+    defaults = {f.name: f.default for f in dataclasses.fields(config_class)}
+    value = lambda name: d.get(name, defaults.get(name))  # noqa: E731
+    parts = [f"batch {value('batch_size')}", f"{value('epochs'):g} epochs",
+             f"learning rate {train['learning_rate']:g}", f"{value('head')} head"]
+    if train.get("keep_best"):
+        parts.append("the best dev epoch kept")
+    return ", ".join(parts)
 
 
 @contextlib.contextmanager
@@ -227,6 +232,8 @@ def train_task(task, config):
 
 def run_finetune(args: argparse.Namespace) -> int:
     task, config = finetune_config_from_args(args)
+    if getattr(args, "recipe_line", None) and not logger.isEnabledFor(logging.INFO):
+        print(args.recipe_line, file=sys.stderr)  # the recipe chosen for the data, shown without --verbose too
     if args.search is not None or args.seeds is not None:
         return _run_trials(args, task, config)
     if args.search_budget is not None:
@@ -274,14 +281,12 @@ def _model_kind(model_dir: str) -> str:
 
 
 def _predict_file(args: argparse.Namespace) -> int:
-    import sys
-
     from ctxemb.finetuning.predict_files import predict_file
 
     if args.output is None:
         raise UsageError("--input needs --output FILE (.jsonl or .csv) for the predictions")
     given = [name for name, value in (("texts", args.text), ("--pair", args.pair), ("--question", args.question),
-                                      ("--conll", args.conll), ("--out", args.out), ("--json", args.json))
+                                      ("--conll", args.conll), ("--json", args.json))
              if value]
     if given:
         raise UsageError(f"--input reads the inputs from a file: drop {', '.join(given)}")
@@ -291,7 +296,7 @@ def _predict_file(args: argparse.Namespace) -> int:
 
     result = predict_file(args.model_dir, args.input, args.output, columns=args.columns, format=args.format,
                           batch_size=args.batch_size, skip_bad_rows=args.skip_bad_rows,
-                          progress_bar=not args.no_progress_bar, device=args.device, on_skip=report)
+                          progress_bar=not args.no_progress, device=args.device, on_skip=report)
     if result.skipped:
         print(f"skipped {len(result.skipped)} bad row(s) of {result.rows}", file=sys.stderr)
     print(f"predicted {result.written} row(s): {args.output}")
@@ -309,9 +314,8 @@ def run_predict(args: argparse.Namespace) -> int:
         raise UsageError(f"--model goes with a sense store; {args.model_dir} is a fine-tuned model directory")
     if args.input is not None:
         return _predict_file(args)
-    file_only = [name for name, value in (("--output", args.output), ("--format", args.format),
-                                          ("--columns", args.columns), ("--skip-bad-rows", args.skip_bad_rows))
-                 if value]
+    file_only = [name for name, value in (("--format", args.format), ("--columns", args.columns),
+                                          ("--skip-bad-rows", args.skip_bad_rows)) if value]
     if file_only:
         raise UsageError(f"{', '.join(file_only)} go with --input FILE")
     kind = _model_kind(args.model_dir)
@@ -319,10 +323,11 @@ def run_predict(args: argparse.Namespace) -> int:
         args.conll = args.text[0]  # `ctxemb predict DIR FILE`: a CoNLL file to tag
     if args.conll is not None and kind != "token":
         raise UsageError(f"--conll is for taggers; {args.model_dir} is a {kind} model")
-    if args.out is not None and args.conll is None:
-        raise UsageError("--out is where a tagged CoNLL file goes: give the file to tag (--conll FILE)")
+    if args.output is not None and args.conll is None:
+        raise UsageError("--output is where the predictions for --input FILE, or a tagger's tagged --conll FILE, "
+                         "go: give one of them")
     if args.conll is None and not args.text:
-        raise UsageError("give texts to predict for (or --conll FILE --out FILE for a tagger)")
+        raise UsageError("give texts to predict for (or --conll FILE --output FILE for a tagger)")
     if kind.startswith("task:"):
         if not args.text:
             raise UsageError("give the inputs to predict for")
@@ -366,12 +371,12 @@ def _predict_tokens(args: argparse.Namespace) -> int:
         sentences = read_conll(args.conll)
         tags = predictor.tag_words([s.words for s in sentences])
         columns = [[s.ner for s in sentences], tags]
-        if args.out is None:  # to stdout: word, gold, predicted; a blank line after each sentence
+        if args.output is None:  # to stdout: word, gold, predicted; a blank line after each sentence
             for s, predicted in zip(sentences, tags):
                 print("\n".join(" ".join(row) for row in zip(s.words, s.ner, predicted)) + "\n")
             return 0
-        write_conll(args.out, [s.words for s in sentences], columns)
-        print(f"tagged {len(sentences)} sentences ({sum(len(s.words) for s in sentences)} words): {args.out}")
+        write_conll(args.output, [s.words for s in sentences], columns)
+        print(f"tagged {len(sentences)} sentences ({sum(len(s.words) for s in sentences)} words): {args.output}")
         return 0
     for text, entities in zip(args.text, predictor.entities(args.text)):
         if args.json:

@@ -1,12 +1,14 @@
-"""``ctxemb index build`` and ``ctxemb index query``: semantic search indexes from the command line.
+"""``ctxemb index build | query | train-quantizer | add-shard | merge``: semantic search indexes from the command line.
 
-    ctxemb index build corpus.txt --out my_index [--kind hnsw] [--words bank] [--hybrid]
+    ctxemb index build corpus.txt --out-dir my_index [--kind hnsw] [--words bank] [--hybrid]
     ctxemb index query my_index "a sentence to look for" [-k 5] [--json] [--mode bm25]
     ctxemb index train-quantizer | add-shard | merge      (one on-disk IVF-PQ index from shards: ctxemb.cli.index_shards)
 
-``build`` reads one sentence per line (blank lines skipped; ids are ``line:N``, 1-based) and embeds each line with
-``embed_sentences`` or, with ``--words WORD``, every occurrence of WORD (whitespace-split, case-insensitive;
-ids ``line:N:W`` with W the 0-based word index) for word-in-context search. ``query`` loads the embedder recorded
+``build`` reads one sentence per line (blank lines skipped) and embeds each line with ``embed_sentences`` or, with
+``--words WORD``, every occurrence of WORD (whitespace-split, case-insensitive) for word-in-context search. Ids are
+those the Python builders give: a line's 0-based position among the indexed lines (``"0"``, ``"1"``, ...), and
+``"S:W"`` for word W (0-based) of line S; the metadata records each line's number in the file (``"line"``, 1-based,
+as editors count). ``query`` loads the embedder recorded
 in the index (or ``--model``) and refuses to run if its configuration differs from the one the index was built with.
 ``build --hybrid`` also keeps BM25 over the lines (``bm25s``), and ``query`` then fuses both rankings (``--mode``,
 ``--fusion``, ``--rrf-k``, ``--alpha``). ``build --documents`` takes each line as a document (a paragraph) and builds
@@ -23,23 +25,11 @@ from pathlib import Path
 from typing import Any
 
 from ctxemb.cli import index_shards
-from ctxemb.cli._common import command_help, load_embedder, non_negative_float, positive_float, positive_int
+from ctxemb.cli._common import add_option, command_help, load_embedder, non_negative_float, positive_float, positive_int
 from ctxemb.registry import DEFAULT_MODEL
-from ctxemb.search import (
-    FUSION_METHODS,
-    INDEX_KINDS,
-    SEARCH_MODES,
-    DocumentIndex,
-    HybridParams,
-    SemanticIndex,
-    make_params,
-    build_document_index,
-    build_sentence_index,
-    build_word_index,
-    query_sentences,
-    query_words,
-)
-from ctxemb.search.documents import DEFAULT_PASSAGE_WEIGHT
+# the parsers read these names only (no FAISS); the commands import the index modules when they run
+from ctxemb.search.fusion import FUSION_METHODS, SEARCH_MODES
+from ctxemb.search.params import INDEX_KINDS
 
 logger = logging.getLogger(__name__)
 
@@ -72,6 +62,8 @@ _PARAM_FLAGS = {
 
 def _index_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     """``kind``, ``params`` and ``directory`` for the index builders; flags of another kind are ignored."""
+    from ctxemb.search import make_params
+
     params_kind = "ivfpq" if args.on_disk else args.kind  # --on-disk with another kind is refused by the index
     fields = {field: getattr(args, dest) for field, dest in _PARAM_FLAGS.get(params_kind, {}).items()
               if getattr(args, dest) is not None}
@@ -82,6 +74,9 @@ def _index_kwargs(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def run_build(args: argparse.Namespace) -> int:
+    from ctxemb.search import build_document_index, build_sentence_index, build_word_index
+    from ctxemb.search.documents import DEFAULT_PASSAGE_WEIGHT
+
     if args.hybrid and args.words:
         raise ValueError("--hybrid indexes whole lines (BM25 over their text); it cannot be combined with --words")
     if args.documents and (args.words or args.on_disk or args.no_text):
@@ -96,7 +91,7 @@ def run_build(args: argparse.Namespace) -> int:
                   layer_pooling=args.layer_pooling, **_index_kwargs(args))
     if args.documents:
         index = build_document_index(
-            emb, texts, ["line:%d" % n for n in lines], metadata=[{"text": t, "line": n} for t, n in zip(texts, lines)],
+            emb, texts, metadata=[{"text": t, "line": n} for t, n in zip(texts, lines)],
             passage_weight=DEFAULT_PASSAGE_WEIGHT if args.passage_weight is None else args.passage_weight,
             pooling=args.pooling, layers=args.layers if args.layers is not None else [-1],
             layer_pooling=args.layer_pooling, hybrid=hybrid, kind=args.kind, params=_index_kwargs(args)["params"],
@@ -104,25 +99,24 @@ def run_build(args: argparse.Namespace) -> int:
         )
     elif args.words:
         index = build_word_index(
-            emb, [t.split() for t in texts], args.words, sentence_ids=["line:%d" % n for n in lines],
-            layers=args.layers, **common,
+            emb, [t.split() for t in texts], args.words, layers=args.layers, **common,
         )
     else:
         # Mean pooling of the last layer is the sentence-transformers recipe the default model was trained for.
         layers = args.layers if args.layers is not None else [-1]
-        metadata = [{"text": t, "line": n} for t, n in zip(texts, lines)] if not args.no_text else None
-        index = build_sentence_index(
-            emb, texts, ["line:%d" % n for n in lines], metadata=metadata, pooling=args.pooling, layers=layers,
-            hybrid=hybrid, **common,
-        )
+        metadata = [{"line": n} if args.no_text else {"text": t, "line": n} for t, n in zip(texts, lines)]
+        index = build_sentence_index(emb, texts, metadata=metadata, pooling=args.pooling, layers=layers,
+                                     hybrid=hybrid, **common)
     index.save(args.out)
     what = "occurrences of %r" % args.words if args.words else "documents" if args.documents else "lines"
     print("indexed %d %s from %s into %s (%s)" % (len(index), what, args.corpus, args.out, index))
     return 0
 
 
-def _hybrid_params(args: argparse.Namespace) -> HybridParams | None:
-    """The ``HybridParams`` of ``build --hybrid`` (None without it)."""
+def _hybrid_params(args: argparse.Namespace):
+    """The :class:`~ctxemb.search.HybridParams` of ``build --hybrid`` (None without it)."""
+    from ctxemb.search import HybridParams
+
     if not args.hybrid:
         given = [flag for flag, dest in (("--fusion", "fusion"), ("--rrf-k", "rrf_k"), ("--alpha", "alpha"),
                                          ("--no-stopwords", "no_stopwords")) if getattr(args, dest) not in (None, False)]
@@ -148,6 +142,8 @@ def _describe(hit, recipe: dict) -> str:
 
 
 def run_query(args: argparse.Namespace) -> int:
+    from ctxemb.search import DocumentIndex, SemanticIndex, query_sentences, query_words
+
     if DocumentIndex.saved_in(args.index):
         return _query_documents(args)
     if args.passage_weight is not None:
@@ -175,12 +171,14 @@ def run_query(args: argparse.Namespace) -> int:
                              ensure_ascii=False))
             continue
         print("query: %s" % text)
-        for rank, hit in enumerate(hits, start=1):
-            print("  %2d  %.4f  %-14s %s" % (rank, hit.score, hit.id, _describe(hit, recipe)))
+        for hit in hits:  # best first; the index's own ids, as SemanticIndex.search returns them
+            print("  %-8s %.4f  %s" % (hit.id, hit.score, _describe(hit, recipe)))
     return 0
 
 
 def _query_documents(args: argparse.Namespace) -> int:
+    from ctxemb.search import DocumentIndex
+
     index = DocumentIndex.load(args.index)
     given = [flag for flag, dest in (("--ef-search", "ef_search"), ("--nprobe", "nprobe"), ("--k-factor", "k_factor"),
                                      ("--position", "position")) if getattr(args, dest) is not None]
@@ -198,21 +196,24 @@ def _query_documents(args: argparse.Namespace) -> int:
                               for hit in hits], ensure_ascii=False))
             continue
         print("query: %s" % text)
-        for rank, hit in enumerate(hits, start=1):
+        for hit in hits:
             shown = hit.passage or (hit.metadata or {}).get("text")  # BM25 alone finds no best sentence
-            print("  %2d  %.4f  %-14s %s" % (rank, hit.score, hit.id, shown))
+            print("  %-8s %.4f  %s" % (hit.id, hit.score, shown))
     return 0
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
-    """Add ``index build`` and ``index query`` to a ``parser.add_subparsers()`` object; returns the ``index`` parser."""
+    """Add ``index`` with its ``build``, ``query``, ``train-quantizer``, ``add-shard`` and ``merge`` commands to a
+    ``parser.add_subparsers()`` object; returns the ``index`` parser."""
     index = subparsers.add_parser("index", help=command_help("index"),
-                                  description=__doc__.split("\n\n")[0])
-    sub = index.add_subparsers(dest="index_command", required=True)
+                                  description="Semantic search indexes. build: one index from a text file; query: search "
+                                              "it; train-quantizer, add-shard, merge: one on-disk IVF-PQ index from "
+                                              "shards embedded apart (by several processes or machines).")
+    sub = index.add_subparsers(dest="index_command", required=True, metavar="COMMAND")
 
     build = sub.add_parser("build", help="embed a corpus (one sentence per line) and save an index")
     build.add_argument("corpus", help="text file, one sentence per line")
-    build.add_argument("--out", required=True, help="index directory to write")
+    add_option(build, "--out-dir", deprecated=["--out"], dest="out", required=True, help="index directory to write")
     build.add_argument("--model", default=None, help="model name or HF-format directory (default %s)" % DEFAULT_MODEL)
     build.add_argument("--device", default="cpu", help="torch device (default %(default)s)")
     build.add_argument("--words", metavar="WORD", default=None,
@@ -243,7 +244,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     build.add_argument("--pq-m", type=positive_int, default=None,
                        help="ivfpq: sub-quantizers, a divisor of the dimension (default: the one nearest dim / 8)")
     build.add_argument("--nbits", type=positive_int, default=None, help="ivfpq: bits per sub-quantizer code (default 8)")
-    build.add_argument("--on-disk", action="store_true", help="ivfpq: keep inverted lists and vectors in --out")
+    build.add_argument("--on-disk", action="store_true", help="ivfpq: keep inverted lists and vectors in --out-dir")
     build.add_argument("--hybrid", action="store_true",
                        help="also keep BM25 over the lines (needs bm25s: pip install 'ctxemb[hybrid]'); queries then "
                             "fuse both rankings")
@@ -255,7 +256,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     query = sub.add_parser("query", help="search an index with one or more texts")
     query.add_argument("index", help="index directory")
     query.add_argument("text", nargs="+", help="query text(s); for a word index, a sentence containing the word")
-    query.add_argument("-k", type=positive_int, default=10, help="results per query")
+    query.add_argument("-k", "--top-k", dest="k", type=positive_int, default=10, help="results per query (default %(default)s)")
     query.add_argument("--model", default=None, help="override the model recorded in the index (checked)")
     query.add_argument("--device", default="cpu", help="torch device (default %(default)s)")
     query.add_argument("--position", type=int, default=None,

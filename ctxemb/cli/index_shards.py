@@ -1,17 +1,18 @@
 """``ctxemb index train-quantizer | add-shard | merge``: one on-disk IVF-PQ index from shards embedded apart.
 
     ctxemb embed --input texts.txt --output vectors.npy                     # (under torchrun, or on each machine)
-    ctxemb index train-quantizer --vectors vectors.npy --out quantizer --nlist 4096
+    ctxemb index train-quantizer --vectors vectors.npy --out-dir quantizer --nlist 4096
     torchrun --nproc_per_node 4 -m ctxemb index add-shard --quantizer quantizer --vectors vectors.npy \\
-        --texts texts.txt --out parts                                       # each rank: parts/shard-<rank>
-    ctxemb index merge --quantizer quantizer --out index parts
+        --texts texts.txt --out-dir parts                                   # each rank: parts/shard-<rank>
+    ctxemb index merge --quantizer quantizer --out-dir index parts
     ctxemb index query index "a sentence to look for"
 
 ``add-shard`` adds rows [N*i/S, N*(i+1)/S) of ``--vectors`` as shard i of S: under torchrun i is the rank and S the
 world size; on separate machines sharing one file give ``--shard-index`` and ``--num-shards`` (or ``--rows``); a
 machine with a ``.npy`` of its own texts gives ``--shard-index`` alone (all its rows) and ``--first-line``. Ids are
-``line:N`` (N the 1-based line of the text, as ``ctxemb index build`` names them) unless ``--ids`` gives a file of ids. The embedder configuration is read from the
-``.npy.json`` that ``ctxemb embed`` writes beside its output. See :mod:`ctxemb.search.sharded`.
+the texts' 0-based positions in the corpus (``"0"`` for its first line, as ``ctxemb index build`` numbers them)
+unless ``--ids`` gives a file of ids. The embedder configuration is read from the ``.npy.json`` that ``ctxemb embed``
+writes beside its output. See :mod:`ctxemb.search.sharded`.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import logging
 import os
 from pathlib import Path
 
-from ctxemb.cli._common import UsageError, non_negative_float, positive_int
+from ctxemb.cli._common import UsageError, add_option, non_negative_float, positive_int
 
 logger = logging.getLogger(__name__)
 
@@ -133,7 +134,7 @@ def run_add(args: argparse.Namespace) -> int:
     arr = np.load(vectors, mmap_mode="r")
     index, lo, hi = _shard_range(args, len(arr))
     first = args.first_line
-    ids = _lines(Path(args.ids), lo, hi) if args.ids else ["line:%d" % (first + r) for r in range(lo, hi)]
+    ids = _lines(Path(args.ids), lo, hi) if args.ids else [str(first - 1 + r) for r in range(lo, hi)]
     metadata = None
     if args.texts:
         metadata = [{"text": t, "line": first + lo + k} for k, t in enumerate(_lines(Path(args.texts), lo, hi))]
@@ -161,7 +162,8 @@ def add_parsers(sub) -> None:
                                        "empty, for add-shard.")
     train.add_argument("--vectors", nargs="+", required=True,
                        help=".npy file(s) of (N, H) float32 vectors (e.g. ctxemb embed outputs) to sample from")
-    train.add_argument("--out", required=True, help="directory to save the trained quantizer in")
+    add_option(train, "--out-dir", deprecated=["--out"], dest="out", required=True,
+               help="directory to save the trained quantizer in")
     train.add_argument("--metric", choices=("cosine", "inner_product"), default="cosine",
                        help="cosine normalises the vectors (default %(default)s)")
     train.add_argument("--n-total", type=positive_int, default=None,
@@ -177,15 +179,16 @@ def add_parsers(sub) -> None:
     train.add_argument("--train-size", type=positive_int, default=None,
                        help="training sample size (default max(64 x nlist, 10000))")
     train.add_argument("--seed", type=non_negative_int, default=None, help="seed of the training sample (default 0)")
-    train.add_argument("--overwrite", action="store_true", help="replace a quantizer already in --out")
+    train.add_argument("--overwrite", action="store_true", help="replace a quantizer already in --out-dir")
     train.set_defaults(func=run_train)
 
     add = sub.add_parser("add-shard", help="add this process's shard of vectors to a copy of a trained quantizer",
                          description="Add rows of a .npy file to a copy of the trained quantizer and write a partial "
-                                     "index into OUT/shard-<index>; under torchrun each rank adds its slice.")
-    add.add_argument("--quantizer", required=True, help="directory of the trained quantizer (train-quantizer --out)")
+                                     "index into OUT_DIR/shard-<index>; under torchrun each rank adds its slice.")
+    add.add_argument("--quantizer", required=True, help="directory of the trained quantizer (train-quantizer --out-dir)")
     add.add_argument("--vectors", required=True, help=".npy file of (N, H) float32 vectors (memory-mapped)")
-    add.add_argument("--out", required=True, help="folder of the partials; this shard writes OUT/shard-<index>")
+    add_option(add, "--out-dir", deprecated=["--out"], dest="out", required=True,
+               help="folder of the partials; this shard writes OUT_DIR/shard-<index>")
     add.add_argument("--shard-index", type=non_negative_int, default=None,
                      help="this shard's index (its place in the merge; default: the torchrun rank, or 0); alone, the "
                           "shard is every row of --vectors")
@@ -193,13 +196,15 @@ def add_parsers(sub) -> None:
                      help="number of shards the rows are split into (default: the torchrun world size, or 1)")
     add.add_argument("--rows", default=None, help="FIRST:END, the 0-based rows to add (END excluded) instead of a "
                                                   "split; needs --shard-index")
-    add.add_argument("--ids", default=None, help="text file of ids, one per line, line i for row i (default line:N)")
+    add.add_argument("--ids", default=None,
+                     help="text file of ids, one per line, line i for row i (default: the text's 0-based position "
+                          "in the corpus, as index build numbers them)")
     add.add_argument("--texts", default=None,
                      help="the texts file the vectors were embedded from: stores {'text', 'line'} as metadata")
     add.add_argument("--first-line", type=positive_int, default=1,
-                     help="line number of row 0 in the ids line:N and metadata (default %(default)s; for a .npy "
-                          "holding a later part of a corpus)")
-    add.add_argument("--overwrite", action="store_true", help="replace a partial already in OUT/shard-<index>")
+                     help="line number (1-based) of row 0 in the corpus, for the ids (its position, line - 1) and "
+                          "the metadata (default %(default)s; for a .npy holding a later part of a corpus)")
+    add.add_argument("--overwrite", action="store_true", help="replace a partial already in OUT_DIR/shard-<index>")
     add.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     add.set_defaults(func=run_add)
 
@@ -207,8 +212,9 @@ def add_parsers(sub) -> None:
                            description="Merge the partials of one trained quantizer into one on-disk IVF-PQ index "
                                        "that ctxemb index query and SemanticIndex.load open.")
     merge.add_argument("partials", nargs="+",
-                       help="partial directories, or folders of them (add-shard --out); merged by shard index")
+                       help="partial directories, or folders of them (add-shard --out-dir); merged by shard index")
     merge.add_argument("--quantizer", required=True, help="directory of the trained quantizer the partials used")
-    merge.add_argument("--out", required=True, help="directory of the merged index (must not exist)")
-    merge.add_argument("--overwrite", action="store_true", help="replace --out once the merged index is complete")
+    add_option(merge, "--out-dir", deprecated=["--out"], dest="out", required=True,
+               help="directory of the merged index (must not exist)")
+    merge.add_argument("--overwrite", action="store_true", help="replace --out-dir once the merged index is complete")
     merge.set_defaults(func=run_merge)

@@ -11,8 +11,8 @@ import argparse
 import json
 from typing import Any
 
-from ctxemb.cli._common import (add_dataclass_flags, add_train_flags, command_help, dataclass_overrides, load_preset,
-                                train_overrides)
+from ctxemb.cli._common import (add_dataclass_flags, add_train_flags, command_help, dataclass_overrides, description,
+                                load_preset, preset_errors, train_overrides)
 from ctxemb.pretraining.recipe import PretrainConfig, nest_flat_masking_keys, run_pretraining
 from ctxemb.training.config import TrainConfig
 
@@ -23,7 +23,7 @@ _PRETRAIN_TRAIN_DEFAULTS = {"learning_rate": 5e-4, "max_steps": 1000}
 def add_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser(
         "pretrain", help=command_help("pretrain"),
-        description=__doc__.split("\n\n")[0] + " Run it under torchrun to train on several processes or machines.")
+        description=description(__doc__) + " Run it under torchrun to train on several processes or machines.")
     p.add_argument("--preset", "--config", dest="config", default=None,
                    help="TOML file of PretrainConfig settings ([train] for the loop, [masking] for the masking), or a "
                         "preset shipped in ctxemb/presets (e.g. 'mlm-tiny' for pretrain-mlm-tiny.toml)")
@@ -39,11 +39,16 @@ def config_from_args(args: argparse.Namespace) -> PretrainConfig:
     """The TOML file's settings (if any) with the flags the user gave on top.
 
     Raises:
-        ValueError: ``--model`` is not a JSON object, or a setting is invalid.
+        ValueError: ``--model`` is not a JSON object, or a setting is invalid (a PresetError naming the file when
+            the preset's).
     """
-    d: dict[str, Any] = {}
-    if args.config:
-        d = nest_flat_masking_keys(load_preset(args.config, "pretrain"))  # validated below, with the flags on top
+    preset = load_preset(args.config, "pretrain") if args.config else None
+    with preset_errors(preset, lambda: _config_from(args, None)):
+        return _config_from(args, preset)
+
+
+def _config_from(args: argparse.Namespace, preset: dict | None) -> PretrainConfig:
+    d: dict[str, Any] = nest_flat_masking_keys(preset) if preset else {}  # validated below, with the flags on top
     train = {**_PRETRAIN_TRAIN_DEFAULTS, **(d.pop("train", {}) or {}), **train_overrides(args)}
     d.update(dataclass_overrides(args, cls=PretrainConfig))
     if args.model is not None:

@@ -17,8 +17,8 @@ import json
 import sys
 from pathlib import Path
 
-from ctxemb.cli._common import UsageError, add_embedder_args, command_help, embedder_overrides, load_embedder, \
-    positive_int, write_text
+from ctxemb.cli._common import (UsageError, add_embedder_args, add_option, command_help, embedder_overrides,
+                                load_embedder, positive_int, write_text)
 
 RETRIEVERS = ("bm25", "dense", "hybrid", "late", "late-exhaustive", "late-hybrid", "rerank")
 
@@ -39,7 +39,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                     help="a file of query ids, one per line: evaluate only these (e.g. a dev split)")
     ev.add_argument("--retriever", action="append", choices=RETRIEVERS, default=None,
                     help="repeat for several (default: bm25)")
-    ev.add_argument("--k", type=positive_int, default=100, help="documents retrieved per query (default %(default)s)")
+    add_option(ev, "-k", "--top-k", deprecated=["--k"], dest="k", type=positive_int, default=100,
+               help="documents retrieved per query (default %(default)s)")
     ev.add_argument("--run-dir", type=Path, default=None, help="write RETRIEVER.trec run files here")
     ev.add_argument("--json", type=Path, default=None, help="write the scores (and per-query values) as JSON")
     late = ev.add_argument_group("late interaction")
@@ -70,7 +71,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     pairs.add_argument("--mine-range", type=positive_int, default=20,
                        help="BM25 ranks the negatives are drawn from (default %(default)s)")
     pairs.add_argument("--seed", type=int, default=0, help="the draw's seed (default %(default)s)")
-    pairs.add_argument("--out", type=Path, required=True, help="the JSONL file to write (atomically)")
+    add_option(pairs, "--output", deprecated=["--out"], dest="out", type=Path, required=True,
+               help="the JSONL file to write (atomically)")
     pairs.set_defaults(func=run_pairs)
     return parser
 

@@ -16,19 +16,8 @@ import sys
 from pathlib import Path
 
 from ctxemb.cli._common import UsageError, comma_list, command_help, load_embedder, positive_int, write_text
-from ctxemb.evaluation.similarity import (
-    DEFAULT_TASKS,
-    FIT_ON,
-    LAYER_MODES,
-    POSTPROCESS_NAMES,
-    SENTENCE_POOLINGS,
-    TASKS,
-    WORD_SIM_TASKS,
-    results_to_markdown,
-    run_similarity_tasks,
-    save_results_json,
-)
-
+from ctxemb.evaluation.similarity.options import (DEFAULT_TASKS, FIT_ON, LAYER_MODES, POSTPROCESS_NAMES,
+                                                  SENTENCE_POOLINGS, TASKS, WORD_SIM_TASKS)
 from ctxemb.precision import INFERENCE_PRECISION_CHOICES as PRECISION_CHOICES
 from ctxemb.registry import DEFAULT_MODEL
 
@@ -89,6 +78,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 def run_similarity_command(args: argparse.Namespace) -> int:
     """Run ``similarity eval`` with parsed arguments; print the table (layer "last4"/"all"/"last" rows when the
     layers were swept, every row with ``--json``/``--markdown``). Returns the exit code."""
+    from ctxemb.evaluation.similarity import results_to_markdown, run_similarity_tasks, save_results_json
+
     if args.scws is None and "scws" in args.tasks:
         raise UsageError("--tasks scws needs --scws PATH (SCWS is held out of the shared data folder)")
     embedder = load_embedder(args.model, device=args.device, precision=args.precision)

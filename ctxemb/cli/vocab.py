@@ -1,26 +1,26 @@
 """``ctxemb vocab``: train a subword vocabulary (WordPiece, byte-level BPE or Unigram) for pretraining.
 
-    ctxemb vocab wiki.txt brown.txt --out vocab/ --kind wordpiece --vocab-size 16000
-    ctxemb vocab --language en=fortunes/en.txt --language ga=fortunes/ga.txt --alpha 0.3 --out vocab-ml/
+    ctxemb vocab wiki.txt brown.txt --out-dir vocab/ --kind wordpiece --vocab-size 16000
+    ctxemb vocab --language en=fortunes/en.txt --language ga=fortunes/ga.txt --alpha 0.3 --out-dir vocab-ml/
 """
 
 from __future__ import annotations
 
 import argparse
 
-from ctxemb.cli._common import UsageError, command_help, non_negative_float, positive_int
+from ctxemb.cli._common import UsageError, add_option, command_help, description, non_negative_float, positive_int
 from ctxemb.pretraining.vocab import VOCAB_KINDS, train_vocabulary
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser(
         "vocab", help=command_help("vocab"),
-        description=__doc__.split("\n\n")[0] + " With several --language files, text is sampled per language with "
+        description=description(__doc__) + " With several --language files, text is sampled per language with "
                     "q_i ~ p_i^alpha (J&M eq. 11.7), so small languages get more of the vocabulary.")
     p.add_argument("files", nargs="*", help="plain-text training files (one corpus)")
     p.add_argument("--language", action="append", default=[], metavar="NAME=FILE",
                    help="a language's file(s) for a multilingual vocabulary (repeat; FILE may be a comma list)")
-    p.add_argument("--out", required=True, help="the tokenizer folder to write")
+    add_option(p, "--out-dir", deprecated=["--out"], dest="out", required=True, help="the tokenizer folder to write")
     p.add_argument("--kind", choices=VOCAB_KINDS, default="wordpiece", help="default %(default)s")
     p.add_argument("--vocab-size", type=positive_int, default=30522, help="default %(default)s")
     p.add_argument("--lowercase", action=argparse.BooleanOptionalAction, default=None,

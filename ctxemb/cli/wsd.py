@@ -13,13 +13,14 @@ Examples::
     ctxemb wsd tag --store stores/minilm --input sentences.jsonl --output tagged.csv --skip-bad-rows
     ctxemb wsd tag --store stores/minilm --input semeval2007.data.xml --output semeval2007.key   # Scorer.java reads it
     ctxemb predict stores/minilm --input sentences.txt --output tagged.jsonl        # the same, through predict
-    ctxemb wsd train --recipe supcon --out runs/wsd-supcon --max-minutes 90       # SemCor training documents
+    ctxemb wsd train --recipe supcon --out-dir runs/wsd-supcon --max-minutes 90   # SemCor training documents
     ctxemb wsd build $CTXEMB_DATA/.../SemCor stores/supcon --model runs/wsd-supcon/model --held-out-fraction 0.1
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import math
@@ -32,6 +33,7 @@ from ctxemb.cli._common import (
     add_dataclass_flags,
     add_embedder_args,
     add_train_flags,
+    column_mapping,
     command_help,
     dataclass_overrides,
     embedder_overrides,
@@ -39,33 +41,38 @@ from ctxemb.cli._common import (
     load_embedder,
     load_preset,
     positive_int,
+    preset_errors,
     train_overrides,
     write_json,
 )
-from ctxemb.evaluation.wsd import evaluate_wsd
-from ctxemb.training.config import TrainConfig
-from ctxemb.wsd.build import BuildConfig, build_sense_store
-from ctxemb.wsd.corpus import read_dataset, split_corpus_by_document, write_dataset
-from ctxemb.wsd.corpus_pass import MULTIWORD_MODES
-from ctxemb.wsd.disambiguate import BACK_OFFS, Disambiguator
-from ctxemb.wsd.glosses import GLOSS_MODES
-from ctxemb.wsd.prior import format_prior_weight, parse_prior_weight
-from ctxemb.wsd.propagation import PROPAGATION_SCOPES
-from ctxemb.wsd.sense_store import SenseStore
-from ctxemb.wsd.tag_files import INPUT_FORMATS, OUTPUT_FORMATS, store_embedder_config, tag_file
-from ctxemb.wsd.training import (SenseTrainConfig, check_held_out_documents, run_sense_training,
-                                 trained_store_defaults)
-from ctxemb.wsd.wordnet_examples import wordnet_example_corpus
+# the parsers read only these light settings; the WSD stack (NumPy, FAISS, WordNet, torch) is imported by the
+# commands that run
+from ctxemb.wsd_options import (BACK_OFFS, GLOSS_MODES, INPUT_FORMATS, MULTIWORD_MODES, OUTPUT_FORMATS,
+                                PROPAGATION_SCOPES, BuildConfig)
 
 logger = logging.getLogger(__name__)
 
+# the subcommands and their one-line help: `ctxemb wsd SUB ...` builds the full parser of SUB only (`wsd train`'s
+# flags come from SenseTrainConfig, whose module loads torch)
+SUBCOMMANDS: dict[str, str] = {
+    "build": "build a sense store from a sense-annotated corpus (SemCor)",
+    "eval": "score a sense store on Raganato-format data sets",
+    "tag": "disambiguate every content word of raw text, or a file of texts or instances",
+    "train": "fine-tune an encoder for nearest-sense WSD on SemCor (bem or supcon)",
+}
+
+
 def _embedder_for_store(store, device: str, model: str | None = None):
     """The embedder the store records (``model``: another copy of its model, checked against the store)."""
+    from ctxemb.wsd.tag_files import store_embedder_config
+
     return load_embedder(device=device, config=store_embedder_config(store, model))
 
 
 def prior_weight_arg(text: str):
     """``--prior-weight``: a number, or ``NOUN=w,VERB=w,ADJ=w,ADV=w`` (:func:`ctxemb.wsd.prior.parse_prior_weight`)."""
+    from ctxemb.wsd.prior import parse_prior_weight
+
     try:
         return parse_prior_weight(text)
     except ValueError as e:
@@ -74,7 +81,9 @@ def prior_weight_arg(text: str):
 
 def add_build_config_args(p: argparse.ArgumentParser) -> None:
     """The :class:`~ctxemb.wsd.build.BuildConfig` switches as command-line options."""
-    d = BuildConfig()  # the library's defaults: the configuration chosen on the dev sets
+    # the library's defaults, the configuration chosen on the dev sets (read from the fields: constructing a
+    # BuildConfig checks its prior weight, which imports the WSD stack)
+    d = argparse.Namespace(**{f.name: f.default for f in dataclasses.fields(BuildConfig)})
     g = p.add_argument_group("sense vectors (BuildConfig; --plain gives the plain 1-NN of J&M 11.3.1)")
     g.add_argument("--plain", action="store_true",
                    help="the plain recipe: no standardization, propagation, glosses or prior (an error with any of those "
@@ -124,13 +133,28 @@ def build_config_from_args(args: argparse.Namespace):
     )
 
 
-def add_parser(subparsers) -> argparse.ArgumentParser:
-    """Add ``wsd`` with its ``build``, ``eval`` and ``tag`` commands to an argparse subparsers object."""
+def add_parser(subparsers, only: str | None = None) -> argparse.ArgumentParser:
+    """Add ``wsd`` with its ``build``, ``eval``, ``tag`` and ``train`` commands to an argparse subparsers object.
+
+    Args:
+        only: build the full parser of this subcommand alone, and the others as names with their help (what
+            ``ctxemb wsd SUB ...`` needs); ``""``: none in full (``ctxemb wsd --help``); None: all of them.
+    """
     wsd = subparsers.add_parser("wsd", help=command_help("wsd"),
                                 description="Nearest-sense WSD with contextual embeddings (J&M 11.3.1).")
-    sub = wsd.add_subparsers(dest="wsd_command", required=True)
+    sub = wsd.add_subparsers(dest="wsd_command", required=True, metavar="COMMAND")
+    builders = {"build": _add_build_parser, "eval": _add_eval_parser, "tag": _add_tag_parser,
+                "train": _add_train_parser}
+    for name, add in builders.items():
+        if only is None or only == name:
+            add(sub)
+        else:  # listed in `wsd --help`; never run (its own parser is built when it is the subcommand)
+            sub.add_parser(name, help=SUBCOMMANDS[name], add_help=False)
+    return wsd
 
-    b = sub.add_parser("build", help="build a sense store from a sense-annotated corpus (SemCor)")
+
+def _add_build_parser(sub) -> None:
+    b = sub.add_parser("build", help=SUBCOMMANDS["build"])
     b.add_argument("train", help="training corpus: a folder with one *.data.xml and its key file, or the XML file")
     b.add_argument("output", help="directory to write the sense store to")
     add_embedder_args(b)
@@ -146,7 +170,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     _add_common(b, device=False)
     b.set_defaults(func=run_build)
 
-    e = sub.add_parser("eval", help="score a sense store on Raganato-format data sets")
+
+def _add_eval_parser(sub) -> None:
+    e = sub.add_parser("eval", help=SUBCOMMANDS["eval"])
     e.add_argument("store", help="sense store directory")
     e.add_argument("datasets", nargs="+", help="data set folders (each with one *.data.xml + gold key file)")
     e.add_argument("--json", default=None, help="write {dataset: {P, R, F1, n, per_pos...}} (percentages) here")
@@ -159,7 +185,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     _add_common(e)
     e.set_defaults(func=run_eval)
 
-    t = sub.add_parser("tag", help="disambiguate every content word of raw text, or a file of texts or instances",
+
+def _add_tag_parser(sub) -> None:
+    t = sub.add_parser("tag", help=SUBCOMMANDS["tag"],
                        description="Tag the text given as arguments, or every row of --input FILE (a table of texts, "
                                    "or a Raganato-format data set's instances) into --output FILE.")
     t.add_argument("text", nargs="*", help="the text (several arguments are joined with spaces); none with --input")
@@ -171,12 +199,12 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     _add_common(t)
     add_tag_file_args(t, input_format=True)
     t.set_defaults(func=run_tag)
-    _add_train_parser(sub)
-    return wsd
 
 
 def _add_train_parser(sub) -> None:
-    r = sub.add_parser("train", help="fine-tune an encoder for nearest-sense WSD on SemCor (bem or supcon)",
+    from ctxemb.wsd.sense_config import SenseTrainConfig  # (loads torch: built only for `wsd train`)
+
+    r = sub.add_parser("train", help=SUBCOMMANDS["train"],
                        description="Train a sense-aware encoder on a sense-annotated corpus's training documents and "
                                    "save it as an HF-format model for `wsd build` and the Embedder.")
     r.add_argument("--preset", default=None,
@@ -198,9 +226,19 @@ def train_config_from_args(args: argparse.Namespace) -> SenseTrainConfig:
 
     Raises:
         UsageError: no run directory.
-        ValueError: an unknown preset key or a bad value (naming the setting).
+        ValueError: an unknown preset key or a bad value (naming the setting; a PresetError naming the file too when
+            the preset's).
     """
-    preset = dict(load_preset(args.preset, "wsd")) if args.preset else {}
+    preset = load_preset(args.preset, "wsd") if args.preset else None
+    with preset_errors(preset, lambda: _train_config(args, None)):
+        return _train_config(args, preset)
+
+
+def _train_config(args: argparse.Namespace, preset: dict | None) -> SenseTrainConfig:
+    from ctxemb.training.config import TrainConfig
+    from ctxemb.wsd.sense_config import SenseTrainConfig
+
+    preset = dict(preset or {})
     train_fields = {**_WSD_TRAIN_DEFAULTS, **(preset.pop("train", {}) or {}), **train_overrides(args)}
     if not train_fields.get("out_dir"):
         raise UsageError("give the run directory: --out-dir DIR")
@@ -209,6 +247,8 @@ def train_config_from_args(args: argparse.Namespace) -> SenseTrainConfig:
 
 
 def run_train(args: argparse.Namespace) -> int:
+    from ctxemb.wsd.training import run_sense_training, trained_store_defaults
+
     config = train_config_from_args(args)
     result = run_sense_training(config)
     t = result.train
@@ -229,6 +269,8 @@ def run_train(args: argparse.Namespace) -> int:
 
 
 def _store_settings_text(settings: Mapping[str, Any]) -> str:
+    from ctxemb.wsd.prior import format_prior_weight
+
     return ", ".join(f"{k} {format_prior_weight(v) if k == 'prior_weight' else v}" for k, v in settings.items())
 
 
@@ -240,6 +282,11 @@ def _add_common(p: argparse.ArgumentParser, *, device: bool = True) -> None:
 
 
 def run_build(args: argparse.Namespace) -> int:
+    from ctxemb.wsd.build import build_sense_store
+    from ctxemb.wsd.corpus import read_dataset, split_corpus_by_document, write_dataset
+    from ctxemb.wsd.training import check_held_out_documents, trained_store_defaults
+    from ctxemb.wsd.wordnet_examples import wordnet_example_corpus
+
     # a model trained by `wsd train` records its recipe's store settings: they fill the flags not given
     recorded = {} if args.plain else trained_store_defaults(args.model)
     taken = {k: v for k, v in recorded.items()
@@ -285,6 +332,11 @@ def format_results_table(results: Mapping[str, Mapping[str, Any]], per_pos: bool
 
 
 def run_eval(args: argparse.Namespace) -> int:
+    from ctxemb.evaluation.wsd import evaluate_wsd
+    from ctxemb.wsd.corpus import read_dataset
+    from ctxemb.wsd.disambiguate import Disambiguator
+    from ctxemb.wsd.sense_store import SenseStore
+
     store = SenseStore.load(args.store)
     dis = Disambiguator(store, _embedder_for_store(store, args.device), back_off=args.back_off,
                         prior_weight=args.prior_weight, batch_size=args.batch_size)
@@ -317,7 +369,7 @@ def add_tag_file_args(p: argparse.ArgumentParser, *, input_format: bool) -> None
     if input_format:
         f.add_argument("--input-format", choices=INPUT_FORMATS, default=None,
                        help="the input's format when its extension does not say it")
-    f.add_argument("--columns", type=_columns, default=None, metavar="ROLE=COLUMN,...",
+    f.add_argument("--columns", type=column_mapping, default=None, metavar="ROLE=COLUMN,...",
                    help="the table's columns: text (default 'text'), id (carried into CSV output); e.g. "
                         "text=sentence,id=doc")
     f.add_argument("--skip-bad-rows", action="store_true",
@@ -325,20 +377,12 @@ def add_tag_file_args(p: argparse.ArgumentParser, *, input_format: bool) -> None
                         "and counted) instead of stopping at the first with an error")
 
 
-def _columns(text: str) -> dict[str, str]:
-    """argparse type of --columns: ROLE=COLUMN items separated by commas."""
-    from ctxemb.finetuning.tables import parse_columns
-
-    try:
-        return parse_columns(text)
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
-
-
 def run_tag_file(store: str, *, input: str, output: str | None, model: str | None = None, device: str = "cpu",
                  batch_size: int = 32, format: str | None = None, input_format: str | None = None,
                  columns=None, skip_bad_rows: bool = False, progress: bool = True) -> int:
     """Tag a file with a sense store: ``ctxemb wsd tag --input`` and ``ctxemb predict STORE --input``."""
+    from ctxemb.wsd.tag_files import tag_file
+
     if output is None:
         raise UsageError("--input needs --output FILE (.jsonl or .csv; .key for a Raganato data set)")
 
@@ -363,14 +407,14 @@ def predict_store_file(args: argparse.Namespace) -> int:
         raise UsageError(f"{args.model_dir} is a sense store: give --input FILE --output FILE, or tag text with "
                          f"`ctxemb wsd tag --store {args.model_dir} TEXT`")
     given = [name for name, value in (("texts", args.text), ("--pair", args.pair), ("--question", args.question),
-                                      ("--conll", args.conll), ("--out", args.out), ("--json", args.json))
+                                      ("--conll", args.conll), ("--json", args.json))
              if value]
     if given:
         raise UsageError(f"{args.model_dir} is a sense store and --input reads the inputs from a file: drop "
                          f"{', '.join(given)}")
     return run_tag_file(args.model_dir, input=args.input, output=args.output, model=args.model, device=args.device,
                         batch_size=args.batch_size, format=args.format, columns=args.columns,
-                        skip_bad_rows=args.skip_bad_rows, progress=not args.no_progress_bar)
+                        skip_bad_rows=args.skip_bad_rows, progress=not args.no_progress)
 
 
 def run_tag(args: argparse.Namespace) -> int:
@@ -388,6 +432,9 @@ def run_tag(args: argparse.Namespace) -> int:
         raise UsageError(f"{', '.join(file_only)} go with --input FILE")
     if not args.text:
         raise UsageError("give the text to tag (or --input FILE --output FILE)")
+    from ctxemb.wsd.disambiguate import Disambiguator
+    from ctxemb.wsd.sense_store import SenseStore
+
     store = SenseStore.load(args.store)
     dis = Disambiguator(store, _embedder_for_store(store, args.device, args.model), batch_size=args.batch_size)
     preds = dis.tag(" ".join(args.text))

@@ -5,7 +5,10 @@ task_metadata, hf_split, hf_subset, prompt_type, **kwargs)`` returning a numpy a
 ``similarity_pairwise`` and ``mteb_model_meta``), so ``mteb.evaluate(MTEBEncoder(embedder), tasks)`` runs any MTEB
 task on a ctxemb model. Its sentence vectors are the Embedder's :meth:`~ctxemb.embedding.Embedder.embed_sentences`
 with the options given (by default those of the model's sentence-transformers modules), and prompts are chosen the
-way MTEB chooses them for a sentence-transformers model.
+way MTEB chooses them for a sentence-transformers model. An empty (or blank) text, which ``embed_sentences`` refuses,
+is embedded as sentence-transformers embeds it, so that one empty text in a data set does not abort the run: the
+tokenizer gives it no token, the model input is ``[CLS] [SEP]`` (``[CLS] prompt [SEP]`` with a prompt), pooled as
+any other input.
 
 MTEB downloads its data sets at run time; :func:`local_sts_task` builds an MTEB STS task over pairs already on disk
 (e.g. :func:`stsb_task` for STS-B from the shared data folder), which also runs offline.
@@ -141,7 +144,8 @@ class MTEBEncoder:
             kwargs: ``batch_size`` and ``show_progress_bar`` are used; MTEB's other encode options are ignored.
 
         Returns:
-            (N, D) float32 array in the order of the inputs.
+            (N, D) float32 array in the order of the inputs; an empty or blank text has the vector of the model input
+            ``[CLS] [SEP]`` (with the prompt, if any, between them), as sentence-transformers gives it.
 
         Raises:
             TypeError: inputs hold no text (an image or audio task).
@@ -151,9 +155,19 @@ class MTEBEncoder:
         options = dict(self.embed_options)
         if kwargs.get("batch_size") is not None:
             options["batch_size"] = int(kwargs["batch_size"])
-        vectors = self.embedder.embed_sentences(texts, prompt=prompt, show_progress_bar=bool(
-            kwargs.get("show_progress_bar", False)), **options)
-        return np.asarray(vectors, dtype=np.float32)
+        progress = bool(kwargs.get("show_progress_bar", False))
+        blank = [i for i, t in enumerate(texts) if isinstance(t, str) and not t.strip()]
+        if not blank or not hasattr(self.embedder, "sentence_modules"):  # (another embedder names a blank text)
+            vectors = self.embedder.embed_sentences(texts, prompt=prompt, show_progress_bar=progress, **options)
+            return np.asarray(vectors, dtype=np.float32)
+        empty = _blank_vectors(self.embedder, [texts[i] for i in blank], prompt, options)
+        out = np.empty((len(texts), empty.shape[1]), dtype=np.float32)
+        out[blank] = empty
+        rest = sorted(set(range(len(texts))) - set(blank))
+        if rest:
+            out[rest] = self.embedder.embed_sentences([texts[i] for i in rest], prompt=prompt,
+                                                      show_progress_bar=progress, **options)
+        return out
 
     def similarity(self, embeddings1, embeddings2) -> np.ndarray:
         """(N1, N2) similarity matrix: cosine, or the dot product for a model made for it."""
@@ -170,6 +184,29 @@ class MTEBEncoder:
         if self.similarity_fn_name == "cosine":
             a, b = _unit(a), _unit(b)
         return (a * b).sum(axis=1)
+
+
+def _blank_vectors(embedder: Any, texts: list[str], prompt: str | None, options: Mapping[str, Any]) -> np.ndarray:
+    """(n, D) vectors of blank texts, made as ``embed_sentences`` makes a text's (which refuses these): the tokenizer
+    gives no token, so the model input is [CLS] (prompt) [SEP], run and pooled like any other."""
+    from ctxemb.sentence_transformers_format import resolve_sentence_options
+
+    choice = {k: options[k] for k in ("pooling", "normalize", "layers", "layer_pooling", "layer_weights",
+                                      "max_seq_length") if k in options}
+    opts = resolve_sentence_options(embedder.sentence_modules, embedder.tokenizer, prompt=prompt,
+                                    dimensions=embedder.config.dimensions, **choice)
+    batch_size = embedder._common_args(options.get("batch_size"), False, "numpy")
+    layers, lp, weights = embedder._layer_args(opts.layers, opts.layer_pooling, opts.layer_weights)
+    if opts.prompt.strip():  # the prompt's tokens alone
+        items = opts.tokenize(embedder.tokenizer, texts)
+    else:
+        from ctxemb.tokenization import TokenizedText
+
+        items = [TokenizedText(ids=[], word_spans=[], text=t) for t in texts]
+    out = [None] * len(texts)
+    for i, states in embedder._stream(items, layers, lp, weights, False, batch_size, cut=False):
+        out[i] = opts.pool(states).numpy()
+    return np.stack(out).astype(np.float32, copy=False)
 
 
 def _texts(inputs) -> list[str]:

@@ -52,6 +52,8 @@ class FinetuneRunConfig:
         max_length: longest model input in tokens.
         train_split, eval_split: the splits to train on and to evaluate on each epoch (tune on dev).
         max_train_examples: use only the first N training examples (None: all).
+        max_eval_examples: evaluate on only the first N examples of the eval split (None: all): a smoke run's
+            cheap evaluation, whose metrics are those of the N examples.
         train_file, dev_file: a task of the user's own data: a file path, or (from Python) any table
             :func:`ctxemb.finetuning.tables.open_rows` reads (a ``datasets.Dataset``/``DatasetDict``, a
             ``pandas.DataFrame``, a list of dicts or tuples). Saved settings describe an in-memory table by its
@@ -64,6 +66,8 @@ class FinetuneRunConfig:
         group_by_length: batch training examples of similar length together (sorted within mega-batches of 50
             batches, the batches shuffled; see :class:`~ctxemb.training.data.DatasetBatches`): less padding, so
             faster steps on variable-length data. The run record gives the padding fraction either way.
+        recipe_preset: the preset the settings started from and why it was chosen (``ctxemb finetune`` records it,
+            e.g. ``"finetune-custom-small.toml (12 training rows, fewer than 1,000)"``); None from Python.
         train: the loop's settings (``out_dir`` required; ``max_steps`` is set from ``epochs``).
     """
 
@@ -97,6 +101,9 @@ class FinetuneRunConfig:
         'the split evaluated each epoch (tune on dev)'))
     max_train_examples: int | None = field(default=None, metadata=_meta(
         'use only the first N training examples', type='positive_int'))
+    max_eval_examples: int | None = field(default=None, metadata=_meta(
+        'evaluate on only the first N examples of the eval split (a smoke run: the dev metrics are those of the N)',
+        type='positive_int'))
     train_file: Any = field(default=None, metadata=_meta(
         "custom/conll-file/squad-file: the training data: a CSV, TSV, JSONL, JSON or Parquet file, or a directory "
         "saved by datasets' save_to_disk (conll-file: a CoNLL file, or a JSONL/JSON/Parquet/datasets table with "
@@ -114,6 +121,8 @@ class FinetuneRunConfig:
     group_by_length: bool = field(default=True, metadata=_meta(
         "batch training examples of similar length together (sorted within mega-batches of 50 batches, the "
         "batches shuffled): less padding"))
+    recipe_preset: str | None = field(default=None, metadata=_meta(
+        "the preset the run's settings started from, and why (recorded by ctxemb finetune)", cli=False))
     train: TrainConfig = field(default_factory=lambda: TrainConfig(learning_rate=2e-5),
                                metadata=_meta("the loop's settings", cli=False))
 
@@ -139,8 +148,9 @@ class FinetuneRunConfig:
             raise ValueError(f"epochs must be a positive number; got {self.epochs}")
         for name in ("batch_size", "max_length", "last_k") + self._POSITIVE_INTS:
             _positive_int(getattr(self, name), name)
-        if self.max_train_examples is not None:
-            _positive_int(self.max_train_examples, "max_train_examples")
+        for name in ("max_train_examples", "max_eval_examples"):
+            if getattr(self, name) is not None:
+                _positive_int(getattr(self, name), name)
         if not self.train.out_dir:
             raise ValueError("train.out_dir is required: checkpoints, metrics and the model go there")
 

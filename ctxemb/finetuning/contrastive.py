@@ -234,6 +234,7 @@ class ContrastiveTask(Task):
 
     def evaluator(self, config: ContrastiveConfig, tokenizer, data: TaskData, features, collate):
         embed = dict(max_length=config.max_length, batch_size=config.eval_batch_size)
+        bar = (lambda label: label) if config.train.progress_bar else (lambda label: None)  # noqa: E731
 
         def dims(m) -> tuple[int, ...]:  # the truncated Matryoshka widths, each also evaluated ("spearman_64")
             return tuple(d for d in config.matryoshka_dims or () if d < m.config.hidden_size)
@@ -242,11 +243,13 @@ class ContrastiveTask(Task):
             a = [ex.anchor for ex in data.eval]
             b = [ex.positive for ex in data.eval]
             scores = [ex.score for ex in data.eval]
-            return lambda m: stsb_metrics(embed_texts(m, tokenizer, a, **embed), embed_texts(m, tokenizer, b, **embed),
+            return lambda m: stsb_metrics(embed_texts(m, tokenizer, a, **embed, progress=bar("dev a")),
+                                          embed_texts(m, tokenizer, b, **embed, progress=bar("dev b")),
                                           scores, dims=dims(m))
         queries, corpus, relevant = retrieval_corpus(data.eval, data.info.get("eval_distractors", ()))
-        return lambda m: retrieval_metrics(embed_texts(m, tokenizer, queries, **embed),
-                                           embed_texts(m, tokenizer, corpus, **embed), relevant, dims=dims(m))
+        return lambda m: retrieval_metrics(embed_texts(m, tokenizer, queries, **embed, progress=bar("dev queries")),
+                                           embed_texts(m, tokenizer, corpus, **embed, progress=bar("dev passages")),
+                                           relevant, dims=dims(m))
 
     # ---- saving, loading, predicting
     def save(self, model, directory, config: ContrastiveConfig, data: TaskData, tokenizer, *, train_config) -> None:

@@ -237,21 +237,28 @@ class ContrastiveCollator:
 # ---------------------------------------------------------------------------------------------- evaluation
 
 
-def embed_texts(model, tokenizer, texts: Sequence[str], *, max_length: int, batch_size: int = 64) -> np.ndarray:
+def embed_texts(model, tokenizer, texts: Sequence[str], *, max_length: int, batch_size: int = 64,
+                progress: str | None = None) -> np.ndarray:
     """(N, H) float32 unit vectors of ``texts`` from a bi-encoder (``model.encode``), in eval mode, batched by length
-    (the caller's order is kept). The model's training mode is restored."""
+    (the caller's order is kept). The model's training mode is restored. ``progress``: the label of a bar over the
+    batches (:func:`ctxemb.finetuning.outputs.eval_bar`; None: no bar)."""
+    from ctxemb.finetuning.outputs import eval_bar
+
     ids, _ = _ids(tokenizer, texts, max_length)
     order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
     device = next(model.parameters()).device
     out = np.zeros((len(ids), model.config.hidden_size), dtype=np.float32)
     was_training = model.training
     model.eval()
+    bar = eval_bar(-(-len(order) // batch_size), show=progress is not None, examples=len(order), desc=progress or "")
     try:
         for s in range(0, len(order), batch_size):
             chunk = order[s:s + batch_size]
             x, m = pad_ids([ids[i] for i in chunk], tokenizer.pad_token_id)
             out[chunk] = model.encode(x.to(device), m.to(device)).cpu().numpy()
+            bar.update(1)
     finally:
+        bar.close()
         model.train(was_training)
     return out
 

@@ -30,6 +30,7 @@ import numpy as np
 
 from ctxemb._validation import check_choice, unit_rows
 from ctxemb.finetuning.contrastive_data import ContrastiveExample
+from ctxemb.lexical_text import lexical_forms
 
 logger = logging.getLogger(__name__)
 
@@ -71,8 +72,9 @@ class MiningStats:
 
 def bm25_candidates(anchors: Sequence[str], corpus: Sequence[str], depth: int) -> np.ndarray:
     """(A, min(depth, C)) corpus indices ranked by BM25 for each anchor, best first (``bm25s``: Lucene's variant,
-    k1 1.5, b 0.75, English stopwords, lower-cased; the search layer's defaults); -1 where an anchor shares no word
-    with enough texts to fill its row."""
+    k1 1.5, b 0.75, English stopwords, lower-cased after Unicode NFKC and case folding; the search layer's defaults
+    and tokenisation, :mod:`ctxemb.lexical_text`); -1 where an anchor shares no word with enough texts to fill its
+    row."""
     try:
         import bm25s
     except ImportError:
@@ -80,11 +82,11 @@ def bm25_candidates(anchors: Sequence[str], corpus: Sequence[str], depth: int) -
                           "(or pip install bm25s)") from None
     logging.getLogger("bm25s").setLevel(logging.WARNING)  # bm25s sets DEBUG on import: its lines would leak
     retriever = bm25s.BM25(k1=1.5, b=0.75, method="lucene")
-    retriever.index(bm25s.tokenize(list(corpus), lower=True, stopwords="en", show_progress=False),
+    retriever.index(bm25s.tokenize(lexical_forms(corpus), lower=True, stopwords="en", show_progress=False),
                     show_progress=False)
     depth = min(depth, len(corpus))
     out = np.full((len(anchors), depth), -1, dtype=np.int64)
-    queries = bm25s.tokenize(list(anchors), lower=True, stopwords="en", return_ids=False, show_progress=False)
+    queries = bm25s.tokenize(lexical_forms(anchors), lower=True, stopwords="en", return_ids=False, show_progress=False)
     for i, tokens in enumerate(queries):
         ids = retriever.get_tokens_ids(tokens)
         if not ids:

@@ -247,8 +247,9 @@ class LateInteractionTask(Task):
         conventions = config.conventions()
 
         def evaluate(model) -> dict[str, float]:
-            q = _vectors(model, tokenizer, queries, conventions, "query", config.eval_batch_size)
-            d = _vectors(model, tokenizer, corpus, conventions, "document", config.eval_batch_size)
+            show = config.train.progress_bar
+            q = _vectors(model, tokenizer, queries, conventions, "query", config.eval_batch_size, progress=show)
+            d = _vectors(model, tokenizer, corpus, conventions, "document", config.eval_batch_size, progress=show)
             return _mrr(q, d, relevant)
 
         return evaluate
@@ -290,8 +291,12 @@ def _pca_init(model: EncoderForLateInteraction, tokenizer, texts: Sequence[str],
 
 
 def _vectors(model, tokenizer, texts: Sequence[str], conventions: LateInteractionConfig, side: str,
-             batch_size: int) -> list[np.ndarray]:
-    """Token vectors of ``texts`` (queries: all query_length positions; documents: scored tokens only)."""
+             batch_size: int, progress: bool = False) -> list[np.ndarray]:
+    """Token vectors of ``texts`` (queries: all query_length positions; documents: scored tokens only); with
+    ``progress``, a bar over the batches (:func:`ctxemb.finetuning.outputs.eval_bar`)."""
+    from ctxemb.finetuning.outputs import eval_bar
+
+    bar = eval_bar(-(-len(texts) // batch_size), show=progress, examples=len(texts), desc=f"dev {side}s")
     markers = marker_ids(tokenizer, conventions)
     skip = punctuation_ids(tokenizer)
     device = next(model.parameters()).device
@@ -316,7 +321,9 @@ def _vectors(model, tokenizer, texts: Sequence[str], conventions: LateInteractio
                 else:
                     keep = [t for t in range(int(mask[r].sum())) if int(ids[r, t]) not in skip]
                     out.append(v[r, keep])
+            bar.update(1)
     finally:
+        bar.close()
         model.train(was_training)
     return out
 

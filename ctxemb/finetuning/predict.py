@@ -8,11 +8,12 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 import torch
 
 from ctxemb._validation import check_int, check_string_batch, read_json_file
+from ctxemb.finetuning.config import load_finetune_config
 from ctxemb.finetuning.readers import TextExample
 from ctxemb.finetuning.features import model_inputs
 from ctxemb.finetuning.outputs import predict_outputs
@@ -25,10 +26,12 @@ from ctxemb.training.data import EvalBatches
 
 @dataclass(frozen=True)
 class Prediction:
-    """One prediction: the label name (None for regression), the score (the class probability, or the
-    regression output), and every class's probability (empty for regression)."""
+    """One prediction: the label (None for regression), the score (the class probability, or the regression
+    output), and every class's probability by class name (empty for regression). A label is what the training data
+    gave: a custom task's ``"good"`` or ``5`` (an int stays an int), a shared task's class name; the names, as in
+    ``config.json``'s ``id2label`` and in JSON, are strings (``"5"``)."""
 
-    label: str | None
+    label: Any
     score: float
     probabilities: dict[str, float]
 
@@ -43,10 +46,12 @@ class SequencePredictor:
     """
 
     def __init__(self, model: EncoderForSequenceClassification | EncoderForPairSimilarity, tokenizer: Tokenizer, *,
-                 max_length: int = 512):
+                 max_length: int = 512, labels: Sequence | None = None):
         self.model = model.eval()
         self.tokenizer = tokenizer
         self.max_length = max_length
+        # the labels by class id (the run's label_values, with their types); default: the model's id2label names
+        self.labels = list(labels) if labels is not None else None
 
     @classmethod
     def from_pretrained(cls, model_dir: str | os.PathLike, *, device: str | torch.device = "cpu",
@@ -60,7 +65,10 @@ class SequencePredictor:
                 EncoderForPairSimilarity.from_pretrained(path)
         else:
             model = EncoderForSequenceClassification.from_pretrained(path)
-        return cls(model.to(device), Tokenizer.from_pretrained(path), max_length=max_length)
+        values = (load_finetune_config(path) or {}).get("label_values")
+        if not (isinstance(values, list) and model.problem != "regression" and len(values) == len(model.id2label)):
+            values = None  # a transformers checkpoint, or a run saved before label_values: the id2label names
+        return cls(model.to(device), Tokenizer.from_pretrained(path), max_length=max_length, labels=values)
 
     def predict(self, texts: Sequence[str], pairs: Sequence[str] | None = None, *,
                 batch_size: int = 32) -> list[Prediction]:
@@ -88,5 +96,6 @@ class SequencePredictor:
             return [Prediction(None, float(s), {}) for s in outputs]
         probs = outputs.softmax(-1)
         names = [self.model.id2label[i] for i in range(probs.shape[1])]
-        return [Prediction(names[int(p.argmax())], float(p.max()), {n: float(q) for n, q in zip(names, p)})
+        labels = self.labels or names
+        return [Prediction(labels[int(p.argmax())], float(p.max()), {n: float(q) for n, q in zip(names, p)})
                 for p in probs]

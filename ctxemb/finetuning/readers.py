@@ -103,6 +103,8 @@ class TaskData:
         splits: split name ("train", "dev", "test") -> its examples in file order.
         label_names: ``label_names[i]`` is the name of class id ``i``; None for a regression task.
         metrics: the names of the metrics the task is reported with, first the main one (e.g. ("accuracy", "f1")).
+        label_values: the classes as the data gave them (ints, floats, bools or strings; ``label_names`` are their
+            ``str``), for a custom task whose labels were made classes; None where the names are the labels.
 
     Raises:
         ValueError: if a classification label is not an int in ``[0, len(label_names))``, a regression label is not
@@ -113,6 +115,7 @@ class TaskData:
     splits: dict[str, list[TextExample]]
     label_names: tuple[str, ...] | None
     metrics: tuple[str, ...]
+    label_values: tuple | None = None
 
     def __post_init__(self):
         if self.label_names is not None:
@@ -198,7 +201,7 @@ def _label(value: Any, where: str, column, label_names: tuple[str, ...] | None,
             except ValueError:
                 pass
         if out is None or not math.isfinite(out):
-            raise ValueError("%s: label column %r must be a finite number (regression); got %r"
+            raise ValueError("%s: label column %r must be a finite number (a score: regression=True); got %r"
                              % (where, column, value))
         return out
     if label_names is not None:
@@ -244,11 +247,14 @@ class _UniqueIds:
 
 def _read_examples(source: Any, *, text_a, text_b, label, id_columns: tuple = (),
                    label_names: tuple[str, ...] | None, regression: bool, what: str,
-                   split: str | None = None) -> list[TextExample]:
+                   split: str | None = None, raw_labels: bool = False) -> list[TextExample]:
     columns = [text_a, label, *id_columns] + ([text_b] if text_b is not None else [])
     table = open_rows(source, required=columns, what=what, split=split)
     if label_names is None and not regression and label in table.class_names:
         label_names = table.class_names[label]  # a datasets ClassLabel column: its ints index these names
+        raw_labels = False
+    if raw_labels:
+        from ctxemb.finetuning.label_classes import class_label
     ids = _UniqueIds()
     out = []
     for n, (where, row) in enumerate(table.rows, 1):
@@ -265,7 +271,8 @@ def _read_examples(source: Any, *, text_a, text_b, label, id_columns: tuple = ()
         out.append(TextExample(
             text_a=_text(row[text_a], where, text_a),
             text_b=None if text_b is None else _text(row[text_b], where, text_b),
-            label=_label(row[label], where, label, label_names, regression),
+            label=class_label(row[label], where, label) if raw_labels else _label(row[label], where, label,
+                                                                                   label_names, regression),
             id=ids.check(example_id, where),
         ))
     return out
@@ -273,7 +280,7 @@ def _read_examples(source: Any, *, text_a, text_b, label, id_columns: tuple = ()
 
 def read_table(source: Any, *, text_a: str | int = "sentence", text_b: str | int | None = None,
                label: str | int = "label", id: str | int | None = None, label_names: Iterable[str] | None = None,
-               regression: bool = False, split: str | None = None) -> list[TextExample]:
+               regression: bool = False, split: str | None = None, raw_labels: bool = False) -> list[TextExample]:
     """Read a user's own table of sentences or sentence pairs with named columns.
 
     ``source`` is any table :func:`ctxemb.finetuning.tables.open_rows` reads: a ``.tsv`` (header, tab-separated,
@@ -288,7 +295,12 @@ def read_table(source: Any, *, text_a: str | int = "sentence", text_b: str | int
     - ``label_names`` given: a label equal to ``label_names[i]`` becomes ``i``; an integer label ``i`` (an int or a
       text field such as ``"1"``) in ``[0, len(label_names))`` stays ``i``. A name is matched first.
     - neither: a ``datasets`` ``ClassLabel`` column gives its names; otherwise the label must be an integer >= 0
-      and is used as it is. String labels need ``label_names``, so that every file of a task maps them the same way.
+      and is used as it is. String labels need ``label_names``, so that every file of a task maps them the same way
+      (or ``raw_labels``).
+    - ``raw_labels=True`` (and no ``ClassLabel`` column): each label is kept as read, a string, int, float or bool
+      (checked by :func:`ctxemb.finetuning.label_classes.class_label`), for
+      :func:`~ctxemb.finetuning.label_classes.encode_labels` to make the classes of all of a task's splits at once
+      (a custom task without ``label_names`` does).
 
     Args:
         source: the table (see above).
@@ -323,7 +335,8 @@ def read_table(source: Any, *, text_a: str | int = "sentence", text_b: str | int
         raise ValueError("label_names is for classification; pass either label_names or regression=True, not both")
     names = None if label_names is None else _check_label_names(label_names, "label_names")
     return _read_examples(source, text_a=text_a, text_b=text_b, label=label, id_columns=() if id is None else (id,),
-                          label_names=names, regression=regression, what="a table of examples", split=split)
+                          label_names=names, regression=regression, what="a table of examples", split=split,
+                          raw_labels=raw_labels and names is None and not regression)
 
 
 # --------------------------------------------------------------------------------------------------- task readers

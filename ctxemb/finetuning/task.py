@@ -108,9 +108,17 @@ class Task:
                        greater_is_better=greater)
 
     def limit(self, config, data: TaskData) -> TaskData:
-        """Keep the first ``config.max_train_examples`` training examples (when set)."""
+        """Keep the first ``config.max_train_examples`` training examples and the first ``config.max_eval_examples``
+        evaluation examples (each when set); a cut eval split is logged, and its full size kept in
+        ``data.info["eval_examples_available"]`` for the run record."""
         if getattr(config, "max_train_examples", None):
             data.train = data.train[:config.max_train_examples]
+        cap = getattr(config, "max_eval_examples", None)
+        if cap and len(data.eval) > cap:
+            data.info["eval_examples_available"] = len(data.eval)
+            logger.info("evaluating on the first %d of the %d %s examples (max_eval_examples)", cap, len(data.eval),
+                        getattr(config, "eval_split", "eval"))
+            data.eval = data.eval[:cap]
         return data
 
     def make_data(self, config, tokenizer, data: TaskData, model, ctx) -> RunData:
@@ -126,6 +134,8 @@ class Task:
         stats = {"train_examples": len(data.train), "eval_examples": len(data.eval),
                  "train_features": len(train_features), "eval_features": len(eval_features),
                  "group_by_length": grouped}
+        if "eval_examples_available" in data.info:  # max_eval_examples cut the eval split
+            stats["eval_examples_available"] = data.info["eval_examples_available"]
         if lengths is not None:  # the share of padding in the first epoch's batches, as trained
             stats["padding_fraction"] = round(source.padding_fraction(0, lengths=lengths), 4)
             logger.info("training batches %s: padding is %.1f%% of the positions",

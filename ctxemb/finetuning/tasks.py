@@ -23,9 +23,10 @@ from ctxemb.config import field_help as _meta
 from ctxemb.finetuning.config import (CONFIG_FILE, MODEL_DIR, REGIMES, FinetuneRunConfig, Regime,  # noqa: F401
                                      load_finetune_config)
 from ctxemb.finetuning.features import model_inputs
+from ctxemb.finetuning.label_classes import encode_labels
 from ctxemb.finetuning.outputs import predict_outputs
 from ctxemb.finetuning.readers import TASKS, TaskData as TableData, TextExample, load_task, read_table
-from ctxemb.finetuning.tables import class_names, is_path, resolve_columns
+from ctxemb.finetuning.tables import class_names, is_path, open_rows, resolve_columns
 from ctxemb.finetuning.task import Task, TaskData, feature_lengths, save_model_files
 from ctxemb.metrics.classification import accuracy, binary_f1
 from ctxemb.metrics.correlation import pearson, spearman
@@ -87,7 +88,8 @@ class FinetuneConfig(FinetuneRunConfig):
     label: str = field(default="label", metadata=_meta(
         "a custom task: the label's column"))
     label_names: list[str] | None = field(default=None, metadata=_meta(
-        'a custom task: class names in label order (default: the labels found in the training file)'))
+        'a custom task: class names in label order, each label a name or its index (default: the sorted distinct '
+        'labels of the training and dev files, of any type: strings, ints, floats, bools)'))
     regression: bool = field(default=False, metadata=_meta(
         'a custom task: the label is a real-valued score (regression), not a class'))
     both_orders: bool = field(default=False, metadata=_meta(
@@ -107,7 +109,7 @@ class FinetuneConfig(FinetuneRunConfig):
         check_choice(self.regression_loss, "regression_loss", SCORED_PAIR_LOSSES)
         if self.regression_loss != "mse" and not (self.regression or self.task == "stsb"):
             raise ValueError(f"regression_loss {self.regression_loss!r} is for regression tasks (stsb, or custom with "
-                             f"regression); task {self.task!r} is a classification task")
+                             f"regression=True); task {self.task!r} is a classification task")
         if self.head == "cosine" and self.regression_loss not in PAIR_SIMILARITY_LOSSES:
             raise ValueError(f"regression_loss {self.regression_loss!r} is a cross-encoder's; the bi-encoder (head "
                              f"'cosine') trains with one of {', '.join(PAIR_SIMILARITY_LOSSES)}")
@@ -120,7 +122,8 @@ class FinetuneConfig(FinetuneRunConfig):
                              f"({', '.join(_SYMMETRIC_PAIR_TASKS)}, or a custom task with text_b); got task "
                              f"{self.task!r} with head {self.head!r}")
         if self.head == "cosine" and not (self.regression or self.task == "stsb"):
-            raise ValueError("head 'cosine' (a bi-encoder) is for scored pairs: task stsb or a custom regression task")
+            raise ValueError("head 'cosine' (a bi-encoder) is for scored pairs: task stsb, or custom with "
+                             "regression=True")
 
 
 @dataclass
@@ -147,17 +150,40 @@ def load_task_data(config: FinetuneConfig) -> TableData:
         return load_task(config.task, splits=[config.train_split, config.eval_split])
     names = tuple(config.label_names) if config.label_names else None
     columns = sequence_columns(config)
-    read = dict(**columns, label_names=names, regression=config.regression)
+    if not config.regression and names is None:  # a datasets ClassLabel column names its classes
+        names = class_names(config.train_file, columns["label"], split=config.train_split)
+    # without names, the labels are kept as read and their sorted distinct values become the classes
+    raw = not config.regression and names is None
+    read = dict(**columns, label_names=names, regression=config.regression, raw_labels=raw)
     splits = {"train": read_table(config.train_file, **read, split=config.train_split),
               "dev": read_table(config.dev_file, **read, split=config.eval_split)}
-    if not config.regression and names is None:
-        names = class_names(config.train_file, columns["label"], split=config.train_split)
-    if not config.regression and names is None:
-        labels = sorted({ex.label for ex in splits["train"]})
-        names = tuple(str(x) for x in range(max(labels) + 1))
+    values = None
+    if raw:
+        values, splits = encode_labels(splits, {"train": config.train_file, "dev": config.dev_file},
+                                       column=columns["label"])
+        names = tuple(str(v) for v in values)
     name = Path(config.train_file).stem if is_path(config.train_file) else "custom"
     return TableData(name=name, splits=splits, label_names=None if config.regression else names,
-                    metrics=("pearson", "spearman") if config.regression else ("accuracy",))
+                     metrics=("pearson", "spearman") if config.regression else ("accuracy",), label_values=values)
+
+
+# ``ctxemb finetune custom`` without --preset: the small-data recipe below this many training rows, else the other.
+SMALL_DATA_ROWS = 1000
+
+
+def custom_recipe(train_file, *, split: str | None = None, max_train_examples: int | None = None) -> tuple[str, int]:
+    """The shipped recipe a custom task defaults to, by the size of its training split: ``"custom-small"``
+    (``ctxemb/presets/finetune-custom-small.toml``: small batches, more epochs, a larger learning rate, the best dev
+    epoch kept) below :data:`SMALL_DATA_ROWS` rows, else ``"custom"`` (``finetune-custom.toml``); and the rows
+    counted (at most ``max_train_examples``; counting stops at :data:`SMALL_DATA_ROWS`)."""
+    rows = 0
+    for _ in open_rows(train_file, split=split, what="the training examples").rows:
+        rows += 1
+        if rows >= SMALL_DATA_ROWS:
+            break
+    if max_train_examples:
+        rows = min(rows, max_train_examples)
+    return ("custom-small" if rows < SMALL_DATA_ROWS else "custom"), rows
 
 
 def task_metrics(names: Sequence[str], labels: np.ndarray, outputs: np.ndarray) -> dict[str, float]:
@@ -247,11 +273,14 @@ class SequenceTask(Task):
                               lengths=feature_lengths(features))
         labels = np.array([ex.label for ex in data.eval])
         names = data.info["metrics"]
-        return lambda m: task_metrics(names, labels, predict_outputs(m, batches))
+        return lambda m: task_metrics(names, labels, predict_outputs(m, batches, progress=config.train.progress_bar))
 
     def save(self, model, directory, config: FinetuneConfig, data: TaskData, tokenizer, *, train_config) -> None:
+        # the classes in id order as the data gave them (a custom task's ints stay ints): what the predictors return
+        values = data.info["table"].label_values or data.labels
         save_model_files(model, directory, config, tokenizer, train_config=train_config,
-                         task_name=data.info["name"], metrics=list(data.info["metrics"]))
+                         task_name=data.info["name"], metrics=list(data.info["metrics"]),
+                         **({} if values is None else {"label_values": list(values)}))
         if config.head == "cosine":
             # a sentence-level model: saved with the pooling it was trained with (last-layer mean, compared by
             # cosine), so that SentenceTransformer(dir) and Embedder.embed_sentences give the trained vectors

@@ -377,7 +377,8 @@ class TokenTask(Task):
             gold_answers = {ex.id: [a for a, _ in ex.answers] for ex in data.eval}
 
             def evaluate_qa(m) -> dict[str, float]:
-                logits = model_logits(m, EvalBatches(features, batch_size=64, collate=collate))
+                logits = model_logits(m, EvalBatches(features, batch_size=64, collate=collate),
+                                      progress=config.train.progress_bar)
                 answers = best_answers(data.eval, features, [lg[:, 0] for lg in logits], [lg[:, 1] for lg in logits],
                                        max_answer_length=config.max_answer_length)
                 return squad_scores({k: a.text for k, a in answers.items()}, gold_answers)
@@ -387,11 +388,14 @@ class TokenTask(Task):
         data.info["last_spans"] = []
 
         def evaluate_tags(m) -> dict[str, float]:
-            logits = model_logits(m, EvalBatches(features, batch_size=64, collate=collate))
+            logits = model_logits(m, EvalBatches(features, batch_size=64, collate=collate),
+                                  progress=config.train.progress_bar)
             if config.head != "span":
-                pred = decode_tags(m, features, logits, len(data.eval), config.decoding)
+                pred = decode_tags(m, features, logits, len(data.eval), config.decoding,
+                                   progress=config.train.progress_bar)
                 return tagging_metrics(config, gold_tags, pred)
-            data.info["last_spans"][:] = scored_spans(m, features, logits, len(data.eval))
+            data.info["last_spans"][:] = scored_spans(m, features, logits, len(data.eval),
+                                                      progress=config.train.progress_bar)
             pred = [entities_to_bio(len(s.words), [(x.type, x.start, x.end) for x in decode_spans(sp)])
                     for s, sp in zip(data.eval, data.info["last_spans"])]
             return entity_metrics(gold_tags, pred)

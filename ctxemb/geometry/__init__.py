@@ -4,55 +4,44 @@ Everything here takes arrays, never models; :func:`analyze` is the one function 
 only calls its ``embed_words``. Plots (:mod:`ctxemb.geometry.plots`) need matplotlib, the ``plot`` extra.
 
 Shape legend: N vectors (rows), H dimensions (columns), K dimensions asked for.
+
+The names below are imported on first use: reading the option names of :mod:`~ctxemb.geometry.options` (what
+``ctxemb analyze --help`` does) loads neither NumPy nor scikit-learn.
 """
 
-from ctxemb.geometry.analysis import analyze, default_corpus_path, format_analysis_table, read_corpus
-from ctxemb.geometry.isotropy import anisotropy, anisotropy_sampled, cosine_contributions
-from ctxemb.geometry.plots import (
-    PLOT_NAMES,
-    plot_anisotropy,
-    plot_rogue_dimensions,
-    plot_word_projection,
-    write_plots,
-)
-from ctxemb.geometry.postprocessing import (
-    POSTPROCESSORS,
-    AllButTheTop,
-    Identity,
-    MeanCenterer,
-    Standardizer,
-    Whitening,
-    load_postprocessor,
-    make_postprocessor,
-)
-from ctxemb.geometry.results import AnalysisResult, LayerGeometry, WordInstance
-from ctxemb.geometry.rogue import RogueDimensions, informativity, rogue_dimensions
+from __future__ import annotations
 
-__all__ = [
-    "AllButTheTop",
-    "AnalysisResult",
-    "Identity",
-    "LayerGeometry",
-    "MeanCenterer",
-    "PLOT_NAMES",
-    "POSTPROCESSORS",
-    "RogueDimensions",
-    "Standardizer",
-    "Whitening",
-    "WordInstance",
-    "analyze",
-    "anisotropy",
-    "anisotropy_sampled",
-    "cosine_contributions",
-    "default_corpus_path",
-    "format_analysis_table",
-    "informativity",
-    "load_postprocessor",
-    "make_postprocessor",
-    "plot_anisotropy",
-    "plot_rogue_dimensions",
-    "plot_word_projection",
-    "read_corpus",
-    "rogue_dimensions",
-    "write_plots",
-]
+from ctxemb._lazy import lazy_exports
+
+_EXPORTS = {
+    "AllButTheTop": "ctxemb.geometry.postprocessing",
+    "AnalysisResult": "ctxemb.geometry.results",
+    "Identity": "ctxemb.geometry.postprocessing",
+    "LayerGeometry": "ctxemb.geometry.results",
+    "MeanCenterer": "ctxemb.geometry.postprocessing",
+    "PLOT_NAMES": "ctxemb.geometry.plots",
+    "POSTPROCESSORS": "ctxemb.geometry.postprocessing",
+    "RogueDimensions": "ctxemb.geometry.rogue",
+    "Standardizer": "ctxemb.geometry.postprocessing",
+    "Whitening": "ctxemb.geometry.postprocessing",
+    "WordInstance": "ctxemb.geometry.results",
+    "analyze": "ctxemb.geometry.analysis",
+    "anisotropy": "ctxemb.geometry.isotropy",
+    "anisotropy_sampled": "ctxemb.geometry.isotropy",
+    "cosine_contributions": "ctxemb.geometry.isotropy",
+    "default_corpus_path": "ctxemb.geometry.analysis",
+    "format_analysis_table": "ctxemb.geometry.analysis",
+    "informativity": "ctxemb.geometry.rogue",
+    "load_postprocessor": "ctxemb.geometry.postprocessing",
+    "make_postprocessor": "ctxemb.geometry.postprocessing",
+    "plot_anisotropy": "ctxemb.geometry.plots",
+    "plot_rogue_dimensions": "ctxemb.geometry.plots",
+    "plot_word_projection": "ctxemb.geometry.plots",
+    "read_corpus": "ctxemb.geometry.analysis",
+    "rogue_dimensions": "ctxemb.geometry.rogue",
+    "write_plots": "ctxemb.geometry.plots",
+}
+
+__all__ = list(_EXPORTS)
+
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

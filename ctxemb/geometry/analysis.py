@@ -35,6 +35,7 @@ from tqdm.auto import tqdm
 
 from ctxemb._validation import check_bool, check_int, is_int
 from ctxemb.geometry.isotropy import _check_seed, anisotropy
+from ctxemb.geometry.options import DEFAULT_POSTPROCESSORS, DEFAULT_WORDS
 from ctxemb.geometry.plots import require_matplotlib, write_plots
 from ctxemb.geometry.postprocessing import POSTPROCESSORS, make_postprocessor
 from ctxemb.geometry.results import AnalysisResult, LayerGeometry, WordInstance
@@ -44,8 +45,6 @@ from ctxemb.protocols import EmbedderLike, batch_size_kwargs
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_WORDS: tuple[str, ...] = ("bank", "die", "mouse")
-DEFAULT_POSTPROCESSORS: tuple[str, ...] = ("standardize", "center", "abtt", "whiten")
 JSON_NAME = "analysis.json"
 
 

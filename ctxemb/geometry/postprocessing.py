@@ -33,6 +33,7 @@ from sklearn.base import BaseEstimator, TransformerMixin
 from sklearn.utils.validation import check_is_fitted
 
 from ctxemb._validation import CorruptFileError, check_int, check_vectors
+from ctxemb.geometry.options import POSTPROCESSOR_NAMES
 from ctxemb.paths import atomic_write
 
 logger = logging.getLogger(__name__)
@@ -486,14 +487,10 @@ _CLASSES: dict[str, type[_Postprocessor]] = {
     c.__name__: c for c in (Identity, MeanCenterer, Standardizer, AllButTheTop, Whitening)
 }
 
-#: Names accepted by :func:`make_postprocessor`, in the order analyses report them.
-POSTPROCESSORS: dict[str, type[_Postprocessor]] = {
-    "none": Identity,
-    "standardize": Standardizer,
-    "center": MeanCenterer,
-    "abtt": AllButTheTop,
-    "whiten": Whitening,
-}
+#: Names accepted by :func:`make_postprocessor` (:data:`~ctxemb.geometry.options.POSTPROCESSOR_NAMES`: none,
+#: standardize, center, abtt, whiten), in the order analyses report them.
+POSTPROCESSORS: dict[str, type[_Postprocessor]] = dict(
+    zip(POSTPROCESSOR_NAMES, (Identity, Standardizer, MeanCenterer, AllButTheTop, Whitening), strict=True))
 
 
 def make_postprocessor(name: str, **kwargs) -> _Postprocessor:

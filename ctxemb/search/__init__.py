@@ -5,7 +5,9 @@ Array level (no model needed)::
     index = SemanticIndex(384, kind="hnsw", params=HNSWParams(m=32, ef_search=128))
     index.add(ids, vectors, metadata)           # vectors (N, H); ids unique strings
     hits = index.search(queries, k=10)          # queries (Q, H) -> Q lists of Hit(id, score, metadata)
-    index.save("my_index"); SemanticIndex.load("my_index", expected_config=emb.config.to_dict())
+    index.save("my_index"); SemanticIndex.load("my_index")
+    # expected_config=emb.config.to_dict() checks queries against the configuration the index records: one built
+    # with SemanticIndex(..., embedder_config=emb.config), or by build_sentence_index / build_word_index
 
 With an embedder: ``build_sentence_index``, ``build_word_index``, ``query_sentences``, ``query_words``; and
 ``build_document_index`` for documents longer than a sentence (a ``DocumentIndex``: each document scored by its whole
@@ -30,50 +32,43 @@ write lock), ``storage`` (the saved directory), ``_backends`` (the FAISS structu
 ``documents`` (``DocumentIndex``), ``fusion`` (hybrid settings, rank fusion), ``lexical`` (the BM25 half, on ``bm25s``),
 ``sharded`` (one on-disk IVF-PQ index from shards added by several processes or machines) and ``shard_files`` (its
 trained-quantizer and partial directories).
+
+The names below are imported on first use: reading the option names of :mod:`~ctxemb.search.params` and
+:mod:`~ctxemb.search.fusion` (what ``ctxemb index --help`` does) loads no FAISS.
 """
 
-from ctxemb.locks import DirectoryLockedError
-from ctxemb.search.documents import DocumentHit, DocumentIndex, build_document_index, split_passages
-from ctxemb.search.fusion import FUSION_METHODS, SEARCH_MODES, HybridParams
-from ctxemb.search.index import Hit, SemanticIndex, embedder_config_differences
-from ctxemb.search.params import (
-    INDEX_KINDS,
-    METRICS,
-    FlatParams,
-    HNSWParams,
-    IndexKind,
-    IndexParams,
-    IVFPQParams,
-    Metric,
-    make_params,
-)
-from ctxemb.search.storage import CorruptFileError
-from ctxemb.search.text import build_sentence_index, build_word_index, query_sentences, query_words
+from __future__ import annotations
 
-__all__ = [
-    "CorruptFileError",
-    "DirectoryLockedError",
-    "DocumentHit",
-    "DocumentIndex",
-    "FUSION_METHODS",
-    "INDEX_KINDS",
-    "METRICS",
-    "SEARCH_MODES",
-    "FlatParams",
-    "HNSWParams",
-    "Hit",
-    "HybridParams",
-    "IVFPQParams",
-    "IndexKind",
-    "IndexParams",
-    "Metric",
-    "SemanticIndex",
-    "build_document_index",
-    "build_sentence_index",
-    "build_word_index",
-    "embedder_config_differences",
-    "make_params",
-    "query_sentences",
-    "query_words",
-    "split_passages",
-]
+from ctxemb._lazy import lazy_exports
+
+_EXPORTS = {
+    "CorruptFileError": "ctxemb.search.storage",
+    "DirectoryLockedError": "ctxemb.locks",
+    "DocumentHit": "ctxemb.search.documents",
+    "DocumentIndex": "ctxemb.search.documents",
+    "FUSION_METHODS": "ctxemb.search.fusion",
+    "INDEX_KINDS": "ctxemb.search.params",
+    "METRICS": "ctxemb.search.params",
+    "SEARCH_MODES": "ctxemb.search.fusion",
+    "FlatParams": "ctxemb.search.params",
+    "HNSWParams": "ctxemb.search.params",
+    "Hit": "ctxemb.search.index",
+    "HybridParams": "ctxemb.search.fusion",
+    "IVFPQParams": "ctxemb.search.params",
+    "IndexKind": "ctxemb.search.params",
+    "IndexParams": "ctxemb.search.params",
+    "Metric": "ctxemb.search.params",
+    "SemanticIndex": "ctxemb.search.index",
+    "build_document_index": "ctxemb.search.documents",
+    "build_sentence_index": "ctxemb.search.text",
+    "build_word_index": "ctxemb.search.text",
+    "embedder_config_differences": "ctxemb.search.index",
+    "make_params": "ctxemb.search.params",
+    "query_sentences": "ctxemb.search.text",
+    "query_words": "ctxemb.search.text",
+    "split_passages": "ctxemb.search.documents",
+}
+
+__all__ = list(_EXPORTS)
+
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

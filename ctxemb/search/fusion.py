@@ -57,7 +57,9 @@ class HybridParams:
         stopwords: a stopword list of ``bm25s.tokenize`` by language (``"en"``, the default, as bm25s's own
             default; ``"de"``, ``"fr"``, ...), or None to keep every word.
 
-    Tokenisation is ``bm25s.tokenize``'s: lower-cased, words of two or more word characters (the regular expression
+    Tokenisation is ``bm25s.tokenize``'s, of texts and queries brought to Unicode NFKC and case-folded first
+    (:mod:`ctxemb.lexical_text`: "ﬁle" and "file", "Ｆｕｌｌ" and "full", a composed and a decomposed "é", "Straße" and
+    "STRASSE" are one term): lower-cased, words of two or more word characters (the regular expression
     ``(?u)\\b\\w\\w+\\b``, as scikit-learn's ``CountVectorizer``), stopwords removed, no stemming.
     """
 

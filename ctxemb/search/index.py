@@ -569,8 +569,8 @@ class SemanticIndex:
         Raises:
             ValueError: no directory given and the index has none.
             DirectoryLockedError: another writer holds the directory (a ``TimeoutError``).
-            RuntimeError: an on-disk index saving its own directory, which another writer saved since this index
-                was loaded or saved.
+            RuntimeError: a directory this index was loaded from or saved to, which another writer saved since
+                (the other writer's items would be lost; a directory it never loaded or saved is replaced).
         """
         return save_index(self, directory, lock_timeout)
 

@@ -1,8 +1,10 @@
 """The BM25 half of a hybrid :class:`ctxemb.search.SemanticIndex`: the items' tokenised texts by label, scored
 with ``bm25s`` (an optional dependency: ``pip install 'ctxemb[hybrid]'``).
 
-Texts are tokenised once, when added, by ``bm25s.tokenize`` (lower-cased, words of two or more word characters,
-the ``HybridParams.stopwords`` removed, no stemming) and kept as token ids per label, the labels of the vector
+Texts are tokenised once, when added, by ``bm25s.tokenize`` (after Unicode NFKC and case folding,
+:mod:`ctxemb.lexical_text`, so that "ﬁle" and "file", "Ｆｕｌｌ" and "full", a composed and a decomposed "é" are one
+term; lower-cased, words of two or more word characters, the ``HybridParams.stopwords`` removed, no stemming), and
+queries alike. The tokens are kept as token ids per label, the labels of the vector
 index, so ids are shared and ``add``/``upsert``/``remove``/``compact`` keep both halves in step. BM25's statistics
 (document frequencies, average length) depend on the whole collection, so ``bm25s`` cannot add or delete documents:
 the BM25 matrix is rebuilt from the kept tokens on the first search after a change (measured: 0.9 s for 16,662
@@ -11,7 +13,10 @@ WikiText-2 sentences of 25 words on one core, so about a minute per million): ad
 Saved as ``lexical.<gen>-<token>.npz`` beside the index's other generation files (``ctxemb.search.storage``):
 ``terms`` (the vocabulary), ``tokens`` (every label's token ids, concatenated), ``offsets`` (label i's tokens are
 ``tokens[offsets[i]:offsets[i + 1]]``) and ``present`` (False where the item was removed). Loading checks it
-against the items file: a mismatch is a ``CorruptFileError`` naming the file.
+against the items file: a mismatch is a ``CorruptFileError`` naming the file. The terms of a file saved before
+texts were normalised are normalised on load (terms that become one are merged), so its items match queries;
+a word the earlier tokenisation split at a decomposed accent ("cafe" + U+0301 gave "cafe") stays split until its
+item is added again.
 
 Shape legend: N labels, Q queries, C candidates per query, T tokens.
 """
@@ -27,6 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from ctxemb._validation import CorruptFileError
+from ctxemb.lexical_text import lexical_forms
 from ctxemb.search.fusion import HybridParams
 
 logger = logging.getLogger(__name__)
@@ -80,8 +86,8 @@ class BM25Index:
         return len(self._docs)
 
     def tokenize(self, texts: list[str]) -> list[list[str]]:
-        """``bm25s.tokenize`` with this index's settings: one list of tokens per text."""
-        return self._bm25s.tokenize(list(texts), lower=True, stopwords=self.params.stopwords, return_ids=False,
+        """``bm25s.tokenize`` with this index's settings, of the texts' NFKC case-folded form: tokens per text."""
+        return self._bm25s.tokenize(lexical_forms(texts), lower=True, stopwords=self.params.stopwords, return_ids=False,
                                     show_progress=False)
 
     # ------------------------------------------------------------------------------------------------ changes
@@ -230,6 +236,17 @@ class BM25Index:
         self._term_id = {t: i for i, t in enumerate(self._terms)}
         if len(self._term_id) != len(self._terms):
             raise bad("a vocabulary that repeats terms")
-        tokens = tokens.astype(np.int32)
+        tokens = self._normalise_terms(tokens.astype(np.int32))
         self._docs = [tokens[offsets[i]:offsets[i + 1]].copy() if present[i] else None for i in range(n)]
         return self
+
+    def _normalise_terms(self, tokens: np.ndarray) -> np.ndarray:
+        """Bring the terms read to the form texts are tokenised in now (files written before the normalisation);
+        terms that become one are merged. Returns ``tokens`` with the merged ids."""
+        forms = lexical_forms(self._terms)
+        if forms == self._terms:
+            return tokens
+        merged: dict[str, int] = {}
+        remap = np.array([merged.setdefault(f, len(merged)) for f in forms], dtype=np.int32)
+        self._terms, self._term_id = list(merged), merged
+        return remap[tokens] if len(tokens) else tokens

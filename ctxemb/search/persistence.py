@@ -4,6 +4,14 @@ The directory format and its guarantees are in :mod:`ctxemb.search.storage`; thi
 index's state: ``save_index`` (under the directory's lock), ``load_index`` (lock-free, starting again when a save
 committed meanwhile), ``begin_on_disk_change`` (the lock an on-disk index holds from its first change until
 ``save``/``close``).
+
+Two writers of one directory: an on-disk index holds the lock from its first change and checks the directory's
+generation then and at ``save``. An in-memory index checks it at ``save`` (under the lock): it records, for every
+directory it was loaded from or saved to, the generation it left there (``_saved_generations``, by resolved
+path), and a save to such a directory that another writer saved since is refused (``RuntimeError`` naming the
+directory), where it would silently undo that writer's items. A save to a directory the index has no record of
+replaces what is there, as a new file replaces an old one: the index never held that directory's items; so does a
+save to a directory that holds no save any more (emptied since).
 """
 
 from __future__ import annotations
@@ -71,7 +79,9 @@ def save_index(index, directory, lock_timeout) -> Path:
             raise ValueError("save() needs a directory (this index was not created or loaded with one)")
         directory = index.directory
     directory = Path(directory)
-    own = index.on_disk and directory.resolve() == index._backend.directory.resolve()
+    key = str(directory.resolve())
+    own = index.on_disk and key == str(index._backend.directory.resolve())
+    known = getattr(index, "_saved_generations", None) or {}  # directory -> the generation this index left there
     state = SavedIndex(
         kind=index.kind, dim=index.dim, metric=index.metric, params=index.params,
         embedder_config=index.embedder_config, recipe=index.recipe, ids=index._ids, metadata=index._meta,
@@ -79,14 +89,18 @@ def save_index(index, directory, lock_timeout) -> Path:
     )
     lock = index._dir_lock if own and index._dir_lock is not None else directory_lock(directory)
     with lock.hold(lock_timeout):
+        expected = (index._generation or 0) if own else known.get(key)
+        if not own and expected is not None and manifest_generation(directory, strict=False) == 0:
+            expected = None  # no save there any more (the directory was emptied): no writer's items to lose
         gen, _ = write_index_directory(
             directory, state,
             write_faiss=index._backend.write if index._backend.is_trained else None,
             live_dir=index._backend.directory if index.on_disk else None,
             lists_name=index._backend.lists_name if index.on_disk else None,
-            expected_generation=(index._generation or 0) if own else None,
+            expected_generation=expected,
             write_lexical=None if index._lexical is None else index._lexical.write,
         )
+    index._saved_generations = {**known, key: gen}
     if own:  # the lists are a committed save's now; the next change copies them and takes the lock again
         index._backend.lists_committed = True
         index._generation = gen
@@ -126,6 +140,7 @@ def _load_once(cls, directory: Path):
     self = cls.__new__(cls)
     self._init_state(dim, kind, saved.metric, params, saved.embedder_config, saved.recipe, directory, saved.hybrid)
     self._generation = saved.generation
+    self._saved_generations = {str(directory.resolve()): saved.generation}  # checked by the next save there
     if saved.faiss_file is not None:
         if self.on_disk:
             self._backend.n_rows = saved.n_labels

@@ -14,7 +14,9 @@
    directory's lock; it never reads or writes another shard's. Memory: the shard's codes and ids
    ((pq_m + 8) bytes per vector) and one block of 65,536 vectors; the vectors go to disk as they are added.
 3. :func:`merge_shards` checks that every partial was built from the same quantizer (fingerprints recomputed from the
-   partials' FAISS files), with the same embedder configuration and recipe, and that no id appears twice; then writes
+   partials' FAISS files), with the same embedder configuration and recipe, that no id appears twice, and (as it
+   copies them) that every vector is finite, since a partial's file may have been overwritten after ``add_shard``
+   checked it; then writes
    one on-disk IVF-PQ index in the :class:`~ctxemb.search.SemanticIndex` format: the inverted lists are built list by
    list in a ``faiss.OnDiskInvertedLists`` file from the partials' lists, read through memory maps
    (``faiss.IO_FLAG_MMAP``), so no shard is ever loaded whole; the vectors are copied file to file. Shards are
@@ -40,7 +42,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,7 +51,7 @@ import faiss
 import numpy as np
 from tqdm.auto import tqdm
 
-from ctxemb._validation import check_choice, check_int, unit_rows
+from ctxemb._validation import CorruptFileError, check_choice, check_int, unit_rows
 from ctxemb.atomic import atomic_directory, atomic_path, atomic_write, recover_folder
 from ctxemb.locks import DirectoryLock, lock_file_beside
 from ctxemb.search._backends import IVFPQBackend
@@ -337,7 +338,7 @@ def add_shard(quantizer: TrainedQuantizer | str | os.PathLike, directory: str | 
 
 def _partial_dirs(partials) -> list[Path]:
     """The partial directories: each given path, or every ``partial.json``-holding subdirectory of a folder that
-    holds none itself (the ``--out`` of ``ctxemb index add-shard``)."""
+    holds none itself (the ``--out-dir`` of ``ctxemb index add-shard``)."""
     if isinstance(partials, (str, os.PathLike)):
         partials = [partials]
     out = []
@@ -419,6 +420,28 @@ def _merge_lists(q: TrainedQuantizer, parts: list[PartialShard], lists_path: Pat
     return ivf
 
 
+def _copy_finite_vectors(p: PartialShard, out) -> None:
+    """Append a partial's vectors file to ``out`` block by block (``_COPY_BYTES``, whole float32 values), refusing
+    a NaN or infinite value: a ``CorruptFileError`` naming the file and the first row that holds one."""
+    done = 0  # float32 values copied
+    with open(p.vectors_file, "rb") as f:
+        while True:
+            block = f.read(_COPY_BYTES)
+            if not block:
+                return
+            values = np.frombuffer(block, dtype=np.float32)
+            bad = np.flatnonzero(~np.isfinite(values))
+            if len(bad):
+                at = done + int(bad[0])
+                raise CorruptFileError(
+                    "%s: row %d (of the shard's %d vectors of dimension %d) holds %s: the file was changed after "
+                    "add_shard checked the vectors; add the shard again (shard_index %d, %s)"
+                    % (p.vectors_file, at // p.dim, p.n_items, p.dim, values[int(bad[0])], p.shard_index,
+                       p.directory), p.vectors_file)
+            out.write(block)
+            done += len(values)
+
+
 def read_faiss_file_mmap(path: Path):
     """A partial's FAISS file with its inverted lists memory-mapped (never read whole into RAM)."""
     return read_faiss_file(path, "partial codes file", faiss.IO_FLAG_MMAP)
@@ -458,8 +481,9 @@ def merge_shards(quantizer: TrainedQuantizer | str | os.PathLike, partials, dire
 
     Raises:
         FileNotFoundError: a partial without ``partial.json`` (its ``add_shard`` did not finish) or a missing file.
-        CorruptFileError: a partial's file is corrupt or truncated, or its FAISS file holds another quantizer than
-            its ``partial.json`` records.
+        CorruptFileError: a partial's file is corrupt or truncated, its FAISS file holds another quantizer than
+            its ``partial.json`` records, or its vectors file holds a NaN or infinite value (naming the file and
+            the row; nothing is written).
         ValueError: partials built from another trained quantizer, with different embedder configurations or
             recipes, with the same ``shard_index``, or sharing an id (the message names the id and both partials).
         FileExistsError: ``directory`` exists and ``overwrite`` is False.
@@ -491,8 +515,7 @@ def merge_shards(quantizer: TrainedQuantizer | str | os.PathLike, partials, dire
         with atomic_directory(directory) as tmp:
             with open(tmp / "vectors.f32", "wb") as out:
                 for p in parts:
-                    with open(p.vectors_file, "rb") as f:
-                        shutil.copyfileobj(f, out, _COPY_BYTES)
+                    _copy_finite_vectors(p, out)
             lists_name = new_lists_name()
             ivf = _merge_lists(q, parts, tmp / lists_name)
             state = SavedIndex(kind="ivfpq", dim=q.dim, metric=q.metric, params=q.params,

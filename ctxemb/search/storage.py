@@ -236,8 +236,8 @@ def write_index_directory(
         live_dir: the folder of an on-disk index's lists and vectors (None for in-memory kinds); they are copied
             when ``directory`` is another folder.
         lists_name: the file name of an on-disk index's inverted lists in ``live_dir``.
-        expected_generation: if given, the generation ``directory`` must be at (an on-disk index saving its own
-            directory must not overwrite a newer save by another writer).
+        expected_generation: if given, the generation ``directory`` must be at (an index saving a directory it
+            was loaded from or saved to must not overwrite a newer save by another writer).
         write_lexical: writes a hybrid index's BM25 tokens to a path (``state.hybrid`` set), else None.
 
     Returns:
@@ -252,9 +252,9 @@ def write_index_directory(
     current = _generation(old)
     if expected_generation is not None and current != expected_generation:
         raise RuntimeError(
-            "%s was saved by another writer (generation %d) since this on-disk index was loaded or saved "
-            "(generation %d); saving would undo that save. Load the directory again." % (directory, current,
-                                                                                      expected_generation)
+            "%s was saved by another writer (generation %d) since this index was loaded from it or saved to it "
+            "(generation %d); saving would undo that save. Load the directory again (and repeat this index's "
+            "changes), or save to another directory." % (directory, current, expected_generation)
         )
     gen, token = current + 1, new_token()
     files = {"index": None, "items": "items.%06d-%s.json" % (gen, token)}

@@ -23,7 +23,7 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Literal, Sequence
+from typing import Any, Iterable, Sequence
 
 import numpy as np
 
@@ -33,6 +33,7 @@ from ctxemb.paths import atomic_directory, resolve_saved_directory
 from ctxemb.protocols import EmbedderLike, batch_size_kwargs, embedder_config_dict
 from ctxemb.wsd.corpus import Corpus, Sentence
 from ctxemb.wsd.sense_store import SenseStore
+from ctxemb.wsd_options import MULTIWORD_MODES, MultiwordMode
 
 logger = logging.getLogger(__name__)
 
@@ -49,12 +50,8 @@ __all__ = [
     "copy_as_corpus_vectors",
 ]
 
-MultiwordMode = Literal["space", "underscore"]
 # Which senses add_example_contexts gives the examples' contexts to.
 EXAMPLE_SENSES: tuple[str, ...] = ("all", "seen", "unseen")
-# How a ``_``-joined multiword token (``New_York``) reaches the embedder: "space" passes the word "New York" (its
-# subwords are pooled into one vector), "underscore" passes it unchanged.
-MULTIWORD_MODES: tuple[MultiwordMode, ...] = ("space", "underscore")
 CORPUS_FORMAT_VERSION = 1
 
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 import functools
 import logging
 from dataclasses import dataclass
-from typing import Literal, Sequence
+from typing import Sequence
 
 import numpy as np
 
@@ -30,17 +30,15 @@ from ctxemb.protocols import EmbedderLike, batch_size_kwargs, embedder_config_di
 from ctxemb.search.index import embedder_config_differences
 from ctxemb.wsd import wordnet as wnu
 from ctxemb.wsd.corpus import Corpus, Sentence, regex_tokenize
-from ctxemb.wsd.corpus_pass import MULTIWORD_MODES, MultiwordMode, check_word_vectors, embedder_words
+from ctxemb.wsd.corpus_pass import check_word_vectors, embedder_words
 from ctxemb.wsd.prior import PriorWeight, check_prior_weight, prior_terms
 from ctxemb.wsd.sense_store import SenseStore
+from ctxemb.wsd_options import BACK_OFFS, MULTIWORD_MODES, BackOff, MultiwordMode
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["BACK_OFFS", "BackOff", "SensePrediction", "Disambiguator", "tokenize", "pos_tag"]
 
-BackOff = Literal["first_sense", "none"]
-# What to answer when no candidate sense has a vector: WordNet's first sense, or nothing.
-BACK_OFFS: tuple[BackOff, ...] = ("first_sense", "none")
 
 # Closed-class words that WordNet nevertheless lists (he = helium, a = ampere, in = inch, ...): not tagged in
 # raw text. Targets in Raganato data sets are chosen by the data set and are never filtered.

@@ -16,7 +16,7 @@ A sense with no corpus vector uses its gloss vector in both places (origin ``glo
 from __future__ import annotations
 
 import logging
-from typing import Literal, Mapping, Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
 
@@ -26,13 +26,12 @@ from ctxemb.wsd import wordnet as wnu
 from ctxemb.wsd.corpus import regex_tokenize
 from ctxemb.wsd.corpus_pass import check_word_vectors
 from ctxemb.wsd.sense_store import SenseStore
+from ctxemb.wsd_options import GLOSS_MODES, GlossMode
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["GLOSS_MODES", "GlossMode", "gloss_text", "gloss_words", "embed_glosses", "combine_with_glosses"]
 
-GlossMode = Literal["none", "concat", "average"]
-GLOSS_MODES: tuple[GlossMode, ...] = ("none", "concat", "average")
 
 
 def gloss_text(key: str) -> str:

@@ -11,20 +11,19 @@ lemmas a corpus annotates (``"corpus_lemmas"``) or every WordNet sense (``"all"`
 from __future__ import annotations
 
 import logging
-from typing import Iterable, Literal
+from typing import Iterable
 
 import numpy as np
 
 from ctxemb._validation import check_choice
 from ctxemb.wsd import wordnet as wnu
 from ctxemb.wsd.sense_store import SenseStore
+from ctxemb.wsd_options import PROPAGATION_SCOPES, PropagationScope
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["PROPAGATION_SCOPES", "PropagationScope", "propagation_targets", "propagate_senses"]
 
-PropagationScope = Literal["corpus_lemmas", "all"]
-PROPAGATION_SCOPES: tuple[PropagationScope, ...] = ("corpus_lemmas", "all")
 
 
 def propagation_targets(lemma_pos: Iterable[tuple[str, str]], scope: PropagationScope = "corpus_lemmas") -> list[str]:

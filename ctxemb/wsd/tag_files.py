@@ -45,19 +45,18 @@ from typing import Any, Callable, Mapping
 from ctxemb._validation import check_choice, check_int
 from ctxemb.atomic import atomic_write
 from ctxemb.finetuning.predict_files import output_format
-from ctxemb.finetuning.tables import FILE_FORMATS, BadRow, open_rows, resolve_columns
+from ctxemb.finetuning.tables import BadRow, open_rows, resolve_columns
 from ctxemb.wsd.corpus import Corpus, read_raganato
 from ctxemb.wsd.disambiguate import Disambiguator, SensePrediction
 from ctxemb.wsd.sense_store import SenseStore
 from ctxemb.wsd.sense_store_files import STORE_FILES
+from ctxemb.wsd_options import INPUT_FORMATS, OUTPUT_FORMATS
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["INPUT_FORMATS", "OUTPUT_FORMATS", "PREDICTION_FIELDS", "TagFileResult", "is_sense_store",
            "load_disambiguator", "store_embedder_config", "tag_file", "tag_output_format"]
 
-OUTPUT_FORMATS: tuple[str, ...] = ("jsonl", "csv", "key")
-INPUT_FORMATS: tuple[str, ...] = ("raganato",) + FILE_FORMATS
 PREDICTION_FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(SensePrediction)
                                            if f.name != "instance_id")
 _INSTANCE_FIELDS = ("instance_id", "sentence_id") + PREDICTION_FIELDS

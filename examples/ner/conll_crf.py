@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> None:
         run(["finetune", "conll2003-ner", *recipe])
     model = str(args.out / "run" / "model")
     run(["predict", model, "Jane Villanueva of United Airlines Holding discussed it in Chicago."])
-    run(["predict", model, "--conll", str(dev), "--out", str(args.out / "dev.tagged.conll")])  # word, gold, predicted
+    run(["predict", model, "--conll", str(dev), "--output", str(args.out / "dev.tagged.conll")])  # word, gold, predicted
     print(f"tagged dev file: {args.out / 'dev.tagged.conll'}")
 
 

@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> None:
     train, valid = str(wikitext / "valid.txt"), str(wikitext / "test.txt")
     vocab = args.out / "vocab"
     if not (vocab / "tokenizer.json").is_file():
-        run(["vocab", train, "--out", str(vocab), "--kind", "wordpiece",
+        run(["vocab", train, "--out-dir", str(vocab), "--kind", "wordpiece",
              "--vocab-size", "2000" if args.fast else "16000"])
     preset = HERE / ("tiny_bert.toml" if args.fast else "small_bert.toml")
     # Flags as today's CLI spells them (the training restructure keeps these spellings as aliases).

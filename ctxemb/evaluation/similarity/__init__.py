@@ -18,90 +18,82 @@ returns rows of :class:`SimilarityResult`. Scores are cosine similarities; every
 The harnesses share one scoring loop (``scoring``) over post-processing options and layer views (``views``); the
 data readers are in ``data`` (records in ``records``), result rows and their I/O in ``results``. The correlation
 and classification metrics live in :mod:`ctxemb.metrics`; they are re-exported here for existing callers.
+
+The names below are imported on first use: reading the option names of :mod:`~ctxemb.evaluation.similarity.options`
+(what ``ctxemb similarity eval --help`` does) loads no harness, NumPy or scikit-learn.
 """
 
-from ctxemb.evaluation.similarity.cosimlex import evaluate_cosimlex
-from ctxemb.evaluation.similarity.data import (
-    WORD_SIMILARITY_SETS,
-    corpus_label,
-    load_coinco_usim,
-    load_corpus_sentences,
-    load_cosimlex,
-    load_scws,
-    load_sick,
-    load_stsb,
-    load_wic,
-    load_word_similarity,
-    read_coinco_usim,
-    read_cosimlex,
-    read_scws,
-    read_sentences,
-    read_sick,
-    read_stsb,
-    read_wic,
-    read_word_pairs,
-    similarity_data_dir,
-)
-from ctxemb.evaluation.similarity.graded_pairs import GradedPair, evaluate_graded_pairs
-from ctxemb.evaluation.similarity.records import (
-    CoSimLexExample,
-    ScwsExample,
-    SentencePair,
-    UsimExample,
-    WicExample,
-    WordInContext,
-    WordPair,
-)
-from ctxemb.evaluation.similarity.results import (
-    NOT_FITTED,
-    RESULT_COLUMNS,
-    SimilarityResult,
-    load_results_json,
-    results_to_markdown,
-    save_results_json,
-    select_best_layer,
-)
-from ctxemb.evaluation.similarity.runner import (
-    DEFAULT_TASKS,
-    FIT_ON,
-    TASKS,
-    WORD_SIM_TASKS,
-    FitOn,
-    SimilarityOptions,
-    Task,
-    WordSimTask,
-    run_similarity_tasks,
-)
-from ctxemb.evaluation.similarity.scoring import paired_cosine
-from ctxemb.evaluation.similarity.sentences import SENTENCE_POOLINGS, SentencePooling, evaluate_sentence_similarity
-from ctxemb.evaluation.similarity.views import LAYER_MODES, POSTPROCESS_NAMES, LayerMode, PostprocessName
-from ctxemb.evaluation.similarity.wic import evaluate_wic
-from ctxemb.evaluation.similarity.words import (
-    DecontextualizedVectors,
-    decontextualized_word_vectors,
-    evaluate_word_similarity,
-)
-from ctxemb.metrics.classification import accuracy, best_threshold
-from ctxemb.metrics.correlation import harmonic_mean, pearson, rankdata, spearman, uncentered_pearson
+from __future__ import annotations
 
-__all__ = [
-    # harnesses and runner
-    "evaluate_wic", "evaluate_cosimlex", "evaluate_graded_pairs", "GradedPair", "evaluate_sentence_similarity",
-    "evaluate_word_similarity", "decontextualized_word_vectors", "DecontextualizedVectors",
-    "run_similarity_tasks", "SimilarityOptions",
-    # option names (for the CLI)
-    "TASKS", "DEFAULT_TASKS", "FIT_ON", "WORD_SIM_TASKS", "SENTENCE_POOLINGS", "LAYER_MODES", "POSTPROCESS_NAMES",
-    "Task", "FitOn", "WordSimTask", "SentencePooling", "LayerMode", "PostprocessName",
-    # results
-    "SimilarityResult", "RESULT_COLUMNS", "NOT_FITTED", "results_to_markdown", "save_results_json",
-    "load_results_json", "select_best_layer",
-    # data
-    "WordInContext", "WicExample", "SentencePair", "CoSimLexExample", "UsimExample", "ScwsExample", "WordPair",
-    "similarity_data_dir", "read_wic", "load_wic", "read_stsb", "load_stsb", "read_sick", "load_sick",
-    "read_cosimlex", "load_cosimlex", "read_coinco_usim", "load_coinco_usim", "read_scws", "load_scws",
-    "WORD_SIMILARITY_SETS", "read_word_pairs", "load_word_similarity", "read_sentences", "load_corpus_sentences",
-    "corpus_label",
-    # scores and metrics (the metrics live in ctxemb.metrics)
-    "paired_cosine", "accuracy", "best_threshold", "pearson", "spearman", "rankdata", "uncentered_pearson",
-    "harmonic_mean",
-]
+from ctxemb._lazy import lazy_exports
+
+_EXPORTS = {
+    "evaluate_wic": "ctxemb.evaluation.similarity.wic",
+    "evaluate_cosimlex": "ctxemb.evaluation.similarity.cosimlex",
+    "evaluate_graded_pairs": "ctxemb.evaluation.similarity.graded_pairs",
+    "GradedPair": "ctxemb.evaluation.similarity.graded_pairs",
+    "evaluate_sentence_similarity": "ctxemb.evaluation.similarity.sentences",
+    "evaluate_word_similarity": "ctxemb.evaluation.similarity.words",
+    "decontextualized_word_vectors": "ctxemb.evaluation.similarity.words",
+    "DecontextualizedVectors": "ctxemb.evaluation.similarity.words",
+    "run_similarity_tasks": "ctxemb.evaluation.similarity.runner",
+    "SimilarityOptions": "ctxemb.evaluation.similarity.runner",
+    "TASKS": "ctxemb.evaluation.similarity.options",
+    "DEFAULT_TASKS": "ctxemb.evaluation.similarity.options",
+    "FIT_ON": "ctxemb.evaluation.similarity.options",
+    "WORD_SIM_TASKS": "ctxemb.evaluation.similarity.options",
+    "SENTENCE_POOLINGS": "ctxemb.evaluation.similarity.options",
+    "LAYER_MODES": "ctxemb.evaluation.similarity.options",
+    "POSTPROCESS_NAMES": "ctxemb.evaluation.similarity.options",
+    "Task": "ctxemb.evaluation.similarity.options",
+    "FitOn": "ctxemb.evaluation.similarity.options",
+    "WordSimTask": "ctxemb.evaluation.similarity.options",
+    "SentencePooling": "ctxemb.evaluation.similarity.options",
+    "LayerMode": "ctxemb.evaluation.similarity.options",
+    "PostprocessName": "ctxemb.evaluation.similarity.options",
+    "SimilarityResult": "ctxemb.evaluation.similarity.results",
+    "RESULT_COLUMNS": "ctxemb.evaluation.similarity.results",
+    "NOT_FITTED": "ctxemb.evaluation.similarity.results",
+    "results_to_markdown": "ctxemb.evaluation.similarity.results",
+    "save_results_json": "ctxemb.evaluation.similarity.results",
+    "load_results_json": "ctxemb.evaluation.similarity.results",
+    "select_best_layer": "ctxemb.evaluation.similarity.results",
+    "WordInContext": "ctxemb.evaluation.similarity.records",
+    "WicExample": "ctxemb.evaluation.similarity.records",
+    "SentencePair": "ctxemb.evaluation.similarity.records",
+    "CoSimLexExample": "ctxemb.evaluation.similarity.records",
+    "UsimExample": "ctxemb.evaluation.similarity.records",
+    "ScwsExample": "ctxemb.evaluation.similarity.records",
+    "WordPair": "ctxemb.evaluation.similarity.records",
+    "similarity_data_dir": "ctxemb.evaluation.similarity.data",
+    "read_wic": "ctxemb.evaluation.similarity.data",
+    "load_wic": "ctxemb.evaluation.similarity.data",
+    "read_stsb": "ctxemb.evaluation.similarity.data",
+    "load_stsb": "ctxemb.evaluation.similarity.data",
+    "read_sick": "ctxemb.evaluation.similarity.data",
+    "load_sick": "ctxemb.evaluation.similarity.data",
+    "read_cosimlex": "ctxemb.evaluation.similarity.data",
+    "load_cosimlex": "ctxemb.evaluation.similarity.data",
+    "read_coinco_usim": "ctxemb.evaluation.similarity.data",
+    "load_coinco_usim": "ctxemb.evaluation.similarity.data",
+    "read_scws": "ctxemb.evaluation.similarity.data",
+    "load_scws": "ctxemb.evaluation.similarity.data",
+    "WORD_SIMILARITY_SETS": "ctxemb.evaluation.similarity.data",
+    "read_word_pairs": "ctxemb.evaluation.similarity.data",
+    "load_word_similarity": "ctxemb.evaluation.similarity.data",
+    "read_sentences": "ctxemb.evaluation.similarity.data",
+    "load_corpus_sentences": "ctxemb.evaluation.similarity.data",
+    "corpus_label": "ctxemb.evaluation.similarity.data",
+    "paired_cosine": "ctxemb.evaluation.similarity.scoring",
+    "accuracy": "ctxemb.metrics.classification",
+    "best_threshold": "ctxemb.metrics.classification",
+    "pearson": "ctxemb.metrics.correlation",
+    "spearman": "ctxemb.metrics.correlation",
+    "rankdata": "ctxemb.metrics.correlation",
+    "uncentered_pearson": "ctxemb.metrics.correlation",
+    "harmonic_mean": "ctxemb.metrics.correlation",
+}
+
+__all__ = list(_EXPORTS)
+
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -15,7 +15,7 @@ import dataclasses
 import logging
 import os
 from dataclasses import dataclass
-from typing import Any, Callable, Literal, Sequence, get_args
+from typing import Any, Callable, Sequence
 
 from ctxemb._validation import check_choice
 from ctxemb.evaluation.similarity.cosimlex import evaluate_cosimlex
@@ -31,6 +31,8 @@ from ctxemb.evaluation.similarity.data import (
     load_word_similarity,
 )
 from ctxemb.evaluation.similarity.graded_pairs import evaluate_graded_pairs
+from ctxemb.evaluation.similarity.options import (DEFAULT_TASKS, FIT_ON, TASKS, WORD_SIM_TASKS, FitOn,  # noqa: F401
+                                                    Task, WordSimTask)
 from ctxemb.evaluation.similarity.records import WordPair
 from ctxemb.evaluation.similarity.results import SimilarityResult
 from ctxemb.evaluation.similarity.sentences import (
@@ -45,15 +47,6 @@ from ctxemb.evaluation.similarity.words import evaluate_word_similarity
 from ctxemb.protocols import EmbedderLike
 
 logger = logging.getLogger(__name__)
-
-Task = Literal["wic", "cosimlex", "usim", "stsb", "sick", "wordsim", "scws"]
-FitOn = Literal["task", "wikitext-2"]
-WordSimTask = Literal["simlex999", "wordsim353", "men", "rg65", "simverb3500"]
-
-TASKS: tuple[Task, ...] = get_args(Task)
-DEFAULT_TASKS: tuple[Task, ...] = ("wic", "cosimlex", "usim", "stsb", "sick", "wordsim")  # SCWS is held out
-FIT_ON: tuple[FitOn, ...] = get_args(FitOn)
-WORD_SIM_TASKS: tuple[WordSimTask, ...] = get_args(WordSimTask)
 
 PathLike = str | os.PathLike
 

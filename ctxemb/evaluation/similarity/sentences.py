@@ -11,11 +11,12 @@ Shape legend:
 from __future__ import annotations
 
 import dataclasses
-from typing import Literal, Mapping, Sequence, get_args
+from typing import Mapping, Sequence
 
 import numpy as np
 
 from ctxemb._validation import check_choice
+from ctxemb.evaluation.similarity.options import SENTENCE_POOLINGS, SentencePooling
 from ctxemb.evaluation.similarity.records import SentencePair, WordInContext
 from ctxemb.evaluation.similarity.results import ResultCell, SimilarityResult
 from ctxemb.evaluation.similarity.scoring import (
@@ -37,8 +38,6 @@ from ctxemb.evaluation.similarity.views import (
 )
 from ctxemb.protocols import EmbedderLike, batch_size_kwargs
 
-SentencePooling = Literal["cls", "mean", "layers"]
-SENTENCE_POOLINGS: tuple[SentencePooling, ...] = get_args(SentencePooling)
 
 
 def evaluate_sentence_similarity(embedder: EmbedderLike, splits: Mapping[str, Sequence[SentencePair]], *, task: str,

@@ -20,20 +20,17 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
-from typing import Any, Literal, Sequence, get_args
+from typing import Any, Sequence
 
 import numpy as np
 
 from ctxemb._validation import check_choice
+from ctxemb.evaluation.similarity.options import (LAYER_MODES, POSTPROCESS_NAMES, LayerMode,  # noqa: F401
+                                                    PostprocessName)
 from ctxemb.evaluation.similarity.results import NOT_FITTED
 from ctxemb.geometry.postprocessing import make_postprocessor
 from ctxemb.protocols import EmbedderLike, embedder_config_dict
 
-LayerMode = Literal["sweep", "default"]
-PostprocessName = Literal["none", "standardize", "center", "abtt", "whiten"]
-
-LAYER_MODES: tuple[LayerMode, ...] = get_args(LayerMode)
-POSTPROCESS_NAMES: tuple[PostprocessName, ...] = get_args(PostprocessName)
 
 
 # --------------------------------------------------------------------------------------------------- layer views

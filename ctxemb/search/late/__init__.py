@@ -12,7 +12,7 @@ The names below are imported on first use, so that a process that only searches 
 
 from __future__ import annotations
 
-import importlib
+from ctxemb._lazy import lazy_exports
 
 _EXPORTS = {
     "LateInteractionConfig": "ctxemb.modeling.late_interaction",
@@ -26,8 +26,4 @@ _EXPORTS = {
 
 __all__ = sorted(_EXPORTS)
 
-
-def __getattr__(name: str):
-    if name in _EXPORTS:
-        return getattr(importlib.import_module(_EXPORTS[name]), name)
-    raise AttributeError(f"module 'ctxemb.search.late' has no attribute {name!r}")
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
