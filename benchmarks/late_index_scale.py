@@ -25,8 +25,6 @@ from pathlib import Path
 
 import numpy as np
 
-from _common import machine, markdown_table, write_results
-
 D = 128
 TOPICS = 4096
 
@@ -127,8 +125,9 @@ def main(argv=None) -> None:
     ap.add_argument("--name", default="late_index_scale")
     ap.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
-    if args.child:
+    if args.child:  # a fresh process that imports only the index (no torch): its peak RSS is the index's cost
         return search_child(*args.child)
+    from _common import machine, markdown_table, write_results
     with tempfile.TemporaryDirectory(dir=Path(__file__).resolve().parent.parent / "cache") as tmp:
         directory = Path(tmp) / "index"
         stats = build(directory, args.tokens, args.shard_tokens, args.nbits, args.seed)
