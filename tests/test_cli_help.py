@@ -92,18 +92,11 @@ HEAVY = ("torch", "transformers", "sklearn", "scipy", "pandas", "faiss", "nltk",
 # the bound asserted; --help takes about half a second on a quiet 2-core machine (interpreter start included), and
 # CI machines vary
 HELP_SECONDS = 3.0
-# commands whose flags are generated from configuration dataclasses in modules that import torch: their --help
-# still loads it (ctxemb.wsd.sense_config reads its choices from ctxemb.modeling.sense_heads,
-# ctxemb.pretraining.config from ctxemb.modeling.pretraining_heads, ctxemb.training.config from
-# ctxemb.training.interpolation, and the fine-tuning configs live beside their tasks in ctxemb.finetuning)
-TORCH_AT_HELP = {"wsd train", "pretrain", "finetune"}
 
 
 def _help_cases():
     for path in HELP_PATHS:
-        marks = [pytest.mark.xfail(strict=True, reason="its flags come from config modules that import torch")] \
-            if path in TORCH_AT_HELP else []
-        yield pytest.param(path, marks=marks, id=path or "ctxemb")
+        yield pytest.param(path, id=path or "ctxemb")
 
 
 def test_the_help_cases_are_every_command(options):

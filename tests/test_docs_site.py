@@ -80,9 +80,55 @@ def test_nav_pages_exist():
                 else:
                     yield value
 
-    generated = {"changelog.md", "examples.md"}
+    generated = {"changelog.md"}
     for page in pages(config["nav"]):
         assert page in generated or (ROOT / "docs" / page).is_file(), page
+
+
+def test_links_out_of_docs_are_rewritten_for_the_site():
+    page = "guide/geometry.md"
+    assert hooks.site_target(page, "../../benchmarks/results/search.md") == "../benchmarks.md#results-search"
+    assert hooks.site_target(page, "../../benchmarks/results/geometry_all-MiniLM-L6-v2/anisotropy_by_layer.png") \
+        == "../benchmarks/results/geometry_all-MiniLM-L6-v2/anisotropy_by_layer.png"
+    assert hooks.site_target(page, "../../CHANGELOG.md") == "../changelog.md"
+    assert hooks.site_target(page, "../../ctxemb/search/index.py") == "../reference/api/search.md#ctxemb.search.index"
+    assert hooks.site_target(page, "../../ctxemb/embedding.py") == "../reference/api/ctxemb.md#ctxemb.embedding"
+    assert hooks.site_target(page, "../../examples/README.md") is None  # not published: the link keeps its text
+    assert hooks.site_target(page, "search.md#measured") == "search.md#measured"  # inside docs/: mkdocs checks it
+    assert hooks.site_target(page, "https://example.org/") == "https://example.org/"
+    # a results file's own links, relative to benchmarks/results/, included into the page
+    assert hooks.site_target(page, "search.md", base=hooks.RESULTS) == "../benchmarks.md#results-search"
+    assert hooks.site_target(page, "../../docs/guide/wsd.md", base=hooks.RESULTS) == "wsd.md"
+
+
+def test_a_link_out_of_docs_to_nothing_fails_the_build():
+    from mkdocs.exceptions import PluginError
+
+    with pytest.raises(PluginError, match="does not exist"):
+        hooks.site_target("guide/geometry.md", "../../benchmarks/results/no_such_table.md")
+    with pytest.raises(PluginError, match="leaves the repository"):
+        hooks.site_target("index.md", "../../../elsewhere.md")
+
+
+def test_link_rewriting_leaves_code_alone():
+    text = ("See [the table](../../benchmarks/results/search.md), `[not](../../nowhere.md)` and "
+            "[`ctxemb.search`](../../ctxemb/search/__init__.py).\n```\n[x](../../nowhere.md)\n```")
+    out = hooks.rewrite_repository_links(text, "guide/search.md")
+    assert "[the table](../benchmarks.md#results-search)" in out
+    assert "`[not](../../nowhere.md)`" in out and "\n[x](../../nowhere.md)\n" in out
+    assert "[`ctxemb.search`](../reference/api/search.md#ctxemb.search)" in out
+
+
+def test_the_api_overview_lists_every_reference_page():
+    page = (ROOT / "docs" / "reference" / "api.md").read_text(encoding="utf-8")
+    for name, modules in hooks.reference_pages().items():
+        if name == "ctxemb":
+            for module in modules[1:]:
+                assert f"](../../ctxemb/{module.split('.')[1]}.py)" in page, \
+                    f"docs/reference/api.md has no row for the module {module}: add one"
+        else:
+            assert f"](../../ctxemb/{name}/__init__.py)" in page, \
+                f"docs/reference/api.md has no row for the package ctxemb.{name}: add one"
 
 
 def _site(tmp_path: Path, pages: dict[str, str]) -> Path:

@@ -65,11 +65,12 @@ def test_example_full_size(name, tmp_path, monkeypatch, capsys):
 def test_every_example_is_tested_and_documented():
     scripts = {p.relative_to(EXAMPLES).as_posix() for p in EXAMPLES.rglob("*.py")}
     assert scripts == {script for script, *_ in CASES.values()}
-    overview = (EXAMPLES / "README.md").read_text(encoding="utf-8")
-    for script in scripts:
-        assert f"examples/{script}" in overview, script
-    for preset in EXAMPLES.rglob("*.toml"):
-        assert preset.name in overview, preset
+    for page in (EXAMPLES / "README.md", ROOT / "docs" / "examples.md"):
+        overview = page.read_text(encoding="utf-8")
+        for script in scripts:
+            assert f"examples/{script}" in overview, (page, script)
+        for preset in EXAMPLES.rglob("*.toml"):
+            assert preset.name in overview, (page, preset)
 
 
 def test_the_presets_are_valid_pretraining_configs():

@@ -10,7 +10,8 @@ import pytest
 
 from ctxemb._lazy import lazy_exports
 
-LAZY_PACKAGES = ("ctxemb", "ctxemb.search", "ctxemb.search.late", "ctxemb.geometry", "ctxemb.evaluation.similarity")
+LAZY_PACKAGES = ("ctxemb", "ctxemb.search", "ctxemb.search.late", "ctxemb.geometry", "ctxemb.evaluation.similarity",
+                 "ctxemb.training")
 
 
 @pytest.mark.parametrize("package", LAZY_PACKAGES)

@@ -63,6 +63,34 @@ def test_finetune_does_not_offer_other_commands_tasks(capsys):
     assert "invalid choice: 'mlm'" in capsys.readouterr().err
 
 
+def test_finetune_names_the_registrys_tasks_without_importing_them():
+    """`ctxemb finetune --help` lists the built-in tasks from the settings modules (the registry imports every task,
+    and torch): the two lists agree, in order."""
+    from ctxemb.finetuning.builtin_tasks import FINETUNE_TASKS
+
+    assert FINETUNE_TASKS == task_names(command="finetune")
+
+
+def test_finetune_accepts_a_task_registered_from_python(capsys):
+    from ctxemb.cli import finetune
+    from ctxemb.finetuning.registry import register_task, unregister_task
+
+    class Mine(Task):
+        name = "my-task"
+
+    parser = argparse.ArgumentParser()
+    command = finetune.add_parser(parser.add_subparsers())
+    register_task(Mine())
+    try:
+        assert parser.parse_args(["finetune", "my-task", "--out-dir", "x"]).task == "my-task"
+        assert "late-interaction,my-task}" in command.format_usage()  # listed after the built-in tasks
+    finally:
+        unregister_task("my-task")
+    with pytest.raises(SystemExit):
+        parser.parse_args(["finetune", "my-task", "--out-dir", "x"])
+    assert "invalid choice: 'my-task'" in capsys.readouterr().err
+
+
 def test_a_configs_heads_pick_its_pretraining_task(data, tmp_path):
     cases = {(): "mlm", (("sequences", "nsp"),): "mlm-nsp", (("masking", "span"),): "mlm-sbo",
              (("masking", "span"), ("sbo", False)): "mlm", (("sequences", "nsp"), ("sbo", True)): "mlm-nsp-sbo"}

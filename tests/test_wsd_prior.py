@@ -135,7 +135,7 @@ def test_build_takes_the_store_settings_a_trained_model_records(tmp_path, monkey
     (model / TRAINING_FILE).write_text(json.dumps({"embedder": {}, "store": STORE_DEFAULTS["supcon"]}))
     assert trained_store_defaults(model) == STORE_DEFAULTS["supcon"] and trained_store_defaults("all-MiniLM-L6-v2") == {}
     monkeypatch.setattr(wsd_cli, "load_embedder", lambda *a, **k: FakeEmbedder(dim=64))
-    monkeypatch.setattr(wsd_cli, "wordnet_example_corpus", lambda: read_dataset(FIXTURES / "tiny_eval"))
+    monkeypatch.setattr("ctxemb.wsd.wordnet_examples.wordnet_example_corpus", lambda: read_dataset(FIXTURES / "tiny_eval"))
 
     def build(name, *flags):
         parser = argparse.ArgumentParser(prog="ctxemb")

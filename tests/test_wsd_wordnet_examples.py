@@ -171,7 +171,7 @@ def test_build_sense_store_and_the_cli_fold_the_examples_in(tmp_path, monkeypatc
 
     # `ctxemb wsd build --wordnet-examples` (WordNet's corpus replaced by the small one: same code path)
     monkeypatch.setattr(wsd_cli, "load_embedder", lambda *a, **k: FakeEmbedder(dim=32))
-    monkeypatch.setattr(wsd_cli, "wordnet_example_corpus", lambda: examples)
+    monkeypatch.setattr("ctxemb.wsd.wordnet_examples.wordnet_example_corpus", lambda: examples)
     parser = argparse.ArgumentParser(prog="ctxemb")
     wsd_cli.add_parser(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(["wsd", "build", str(FIXTURES / "tiny_train"), str(tmp_path / "s"),

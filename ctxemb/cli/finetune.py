@@ -29,17 +29,48 @@ from pathlib import Path
 from ctxemb.cli._common import (UsageError, add_dataclass_flags, add_train_flags, command_help, dataclass_overrides,
                                 description, default_preset, load_preset, non_negative_float, positive_int,
                                 preset_errors, train_overrides)
+# the parser reads the settings modules only (no torch); the task registry, the tasks and the predictors are imported
+# by the functions that run a command
+from ctxemb.finetuning.builtin_tasks import FINETUNE_TASKS
 from ctxemb.finetuning.config import FinetuneRunConfig
-from ctxemb.finetuning.contrastive import ContrastiveConfig
-from ctxemb.finetuning.late_interaction import LateInteractionTaskConfig
-from ctxemb.finetuning.predictor import load_predictor, model_kind
+from ctxemb.finetuning.contrastive_config import ContrastiveConfig
+from ctxemb.finetuning.late_interaction_config import LateInteractionTaskConfig
 from ctxemb.finetuning.readers import TASKS
-from ctxemb.finetuning.registry import get_task, task_names
-from ctxemb.finetuning.tasks import HEADS, FinetuneConfig
-from ctxemb.finetuning.token_tasks import TASK_HEADS, TOKEN_HEADS, TOKEN_TASKS, TokenFinetuneConfig
+from ctxemb.finetuning.sequence_config import HEADS, FinetuneConfig
+from ctxemb.finetuning.token_config import TASK_HEADS, TOKEN_HEADS, TOKEN_TASKS, TokenFinetuneConfig
 from ctxemb.training.config import TrainConfig
 
 logger = logging.getLogger(__name__)
+
+_REGISTRY = "ctxemb.finetuning.registry"
+
+
+class _TaskChoices:
+    """The ``choices`` of the task argument: the registered ``finetune`` tasks, without importing the registry (which
+    imports every task, and torch) until a name beyond the built-in ones is given.
+
+    ``--help`` lists the built-in names (:data:`~ctxemb.finetuning.builtin_tasks.FINETUNE_TASKS`), or the registry's
+    names once it is imported (a task registered from Python among them); a name that is not built in is looked up
+    in the registry, so a registered task is accepted and an unknown one refused with the registered names.
+    """
+
+    def _registered(self) -> tuple[str, ...] | None:
+        registry = sys.modules.get(_REGISTRY)
+        return None if registry is None else registry.task_names(command="finetune")
+
+    def __contains__(self, name: object) -> bool:
+        names = self._registered()
+        if names is None and name in FINETUNE_TASKS:
+            return True  # the registry registers every built-in task when it is imported
+        if names is None:
+            from ctxemb.finetuning.registry import task_names
+
+            names = task_names(command="finetune")
+        return name in names
+
+    def __iter__(self):
+        names = self._registered()
+        return iter(FINETUNE_TASKS if names is None else names)
 
 
 # the fields every fine-tuning config shares (their flags come from FinetuneRunConfig, once)
@@ -49,7 +80,7 @@ _SHARED = tuple(f.name for f in dataclasses.fields(FinetuneRunConfig))
 def add_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser("finetune", help=command_help("finetune"),
                               description=description(__doc__))
-    p.add_argument("task", choices=task_names(command="finetune"),
+    p.add_argument("task", choices=_TaskChoices(),
                    help="a registered task: a shared one, 'custom' (TSV/JSONL), 'conll-file' or 'squad-file' with "
                         "--train-file/--dev-file, or one registered with ctxemb.finetuning.registry.register_task")
     p.add_argument("--preset", default=None,
@@ -98,6 +129,8 @@ def finetune_config_from_args(args: argparse.Namespace):
     Raises:
         UsageError: a flag the task does not take, or no run directory.
     """
+    from ctxemb.finetuning.registry import get_task
+
     task = get_task(args.task)
     d: dict = {}
     train: dict = {"learning_rate": task.default_learning_rate, "warmup_ratio": 0.1}
@@ -277,6 +310,8 @@ def _run_trials(args: argparse.Namespace, task, config) -> int:
 
 def _model_kind(model_dir: str) -> str:
     """"sequence", "token" (taggers and span classifiers), "qa", or "task:<name>" (a registered task)."""
+    from ctxemb.finetuning.predictor import model_kind
+
     return model_kind(model_dir)
 
 
@@ -335,6 +370,8 @@ def run_predict(args: argparse.Namespace) -> int:
             inputs = [json.loads(t) for t in args.text]
         except json.JSONDecodeError as e:
             raise UsageError(f"{args.model_dir} is a {kind[5:]!r} model: give each input as JSON ({e})") from None
+        from ctxemb.finetuning.predictor import load_predictor
+
         for value, p in zip(inputs, load_predictor(args.model_dir, device=args.device).predict(inputs)):
             print(json.dumps({"input": value, "prediction": p}, ensure_ascii=False, default=str))
         return 0

@@ -52,8 +52,7 @@ from ctxemb.wsd_options import (BACK_OFFS, GLOSS_MODES, INPUT_FORMATS, MULTIWORD
 
 logger = logging.getLogger(__name__)
 
-# the subcommands and their one-line help: `ctxemb wsd SUB ...` builds the full parser of SUB only (`wsd train`'s
-# flags come from SenseTrainConfig, whose module loads torch)
+# the subcommands and their one-line help: `ctxemb wsd SUB ...` builds the full parser of SUB only
 SUBCOMMANDS: dict[str, str] = {
     "build": "build a sense store from a sense-annotated corpus (SemCor)",
     "eval": "score a sense store on Raganato-format data sets",
@@ -202,7 +201,7 @@ def _add_tag_parser(sub) -> None:
 
 
 def _add_train_parser(sub) -> None:
-    from ctxemb.wsd.sense_config import SenseTrainConfig  # (loads torch: built only for `wsd train`)
+    from ctxemb.wsd_train_options import SenseTrainConfig  # (built only for `wsd train`)
 
     r = sub.add_parser("train", help=SUBCOMMANDS["train"],
                        description="Train a sense-aware encoder on a sense-annotated corpus's training documents and "
@@ -236,7 +235,7 @@ def train_config_from_args(args: argparse.Namespace) -> SenseTrainConfig:
 
 def _train_config(args: argparse.Namespace, preset: dict | None) -> SenseTrainConfig:
     from ctxemb.training.config import TrainConfig
-    from ctxemb.wsd.sense_config import SenseTrainConfig
+    from ctxemb.wsd_train_options import SenseTrainConfig
 
     preset = dict(preset or {})
     train_fields = {**_WSD_TRAIN_DEFAULTS, **(preset.pop("train", {}) or {}), **train_overrides(args)}

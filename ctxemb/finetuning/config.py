@@ -16,8 +16,7 @@ from typing import Any, ClassVar, Literal, Mapping
 from ctxemb._validation import check_choice, check_int, check_probability, read_json_file
 from ctxemb.config import field_help as _meta
 from ctxemb.registry import DEFAULT_MODEL
-from ctxemb.training.config import TrainConfig
-from ctxemb.training.recipe import MODEL_DIR
+from ctxemb.training.config import MODEL_DIR, TrainConfig
 
 Regime = Literal["full", "frozen", "last_k"]
 REGIMES: tuple[str, ...] = ("full", "frozen", "last_k")

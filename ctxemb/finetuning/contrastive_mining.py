@@ -30,29 +30,15 @@ import numpy as np
 
 from ctxemb._validation import check_choice, unit_rows
 from ctxemb.finetuning.contrastive_data import ContrastiveExample
+# the mining settings' choices and checks live with the contrastive settings (read without torch); importable from
+# here as before
+from ctxemb.finetuning.contrastive_config import MINE_WITH, check_mining
 from ctxemb.lexical_text import lexical_forms
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["MINE_WITH", "MiningStats", "add_mined_negatives", "bm25_candidates", "check_mining",
            "mine_hard_negatives"]
-
-#: What ranks the mining candidates.
-MINE_WITH: tuple[str, ...] = ("model", "bm25")
-
-
-def check_mining(k: int, mine_range: int, duplicate_threshold: float, margin: float | None) -> None:
-    """Raises ValueError naming the setting when a mining setting is out of range."""
-    if isinstance(k, bool) or not isinstance(k, int) or k < 0:
-        raise ValueError(f"mine_hard_negatives must be an int >= 0 (negatives per row; 0 = no mining); got {k!r}")
-    if isinstance(mine_range, bool) or not isinstance(mine_range, int) or mine_range < max(k, 1):
-        raise ValueError(f"mine_range must be an int >= mine_hard_negatives ({k}): the candidates read per anchor; "
-                         f"got {mine_range!r}")
-    if not isinstance(duplicate_threshold, (int, float)) or not -1.0 < duplicate_threshold <= 1.0:
-        raise ValueError(f"mine_duplicate_threshold must be a cosine in (-1, 1]; got {duplicate_threshold!r}")
-    if margin is not None and (not isinstance(margin, (int, float)) or not -2.0 <= margin <= 2.0):
-        raise ValueError(f"mine_margin must be None or a cosine difference in [-2, 2]; got {margin!r}")
-
 
 @dataclass(frozen=True)
 class MiningStats:

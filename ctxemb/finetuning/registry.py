@@ -3,7 +3,9 @@ once :mod:`ctxemb.wsd` is imported, sense training).
 
 The built-in tasks are registered at the bottom of this module, one line per task; a user's task registers with
 :func:`register_task` and then trains, saves and predicts through the same path (``ctxemb finetune NAME``,
-:func:`ctxemb.finetuning.runner.run_task`, ``ctxemb predict``).
+:func:`ctxemb.finetuning.runner.run_task`, ``ctxemb predict``). A new built-in family of ``ctxemb finetune`` also
+joins :data:`ctxemb.finetuning.builtin_tasks.FINETUNE_TASKS`, the names its ``--help`` lists without importing this
+module (which imports every task, and torch).
 """
 
 from __future__ import annotations

@@ -23,21 +23,21 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Literal, Mapping, Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
 import torch
 
 from ctxemb._validation import check_choice
 from ctxemb.finetuning.features import pad_ids, pad_inputs
+# the choices of label_subwords live with the fine-tuning settings (read without torch); importable from here
+from ctxemb.finetuning.token_config import LABEL_SUBWORDS, LabelSubwords
 from ctxemb.metrics.conlleval import chunks as bio_chunks
 from ctxemb.modeling.token_classification import IGNORE_INDEX, NULL_LABEL
 from ctxemb.tokenization import TokenizedText, Tokenizer
 
 logger = logging.getLogger(__name__)
 
-LabelSubwords = Literal["all", "first"]
-LABEL_SUBWORDS: tuple[str, ...] = ("all", "first")
 Entity = tuple[str, int, int]  # (type, first word, last word + 1)
 
 

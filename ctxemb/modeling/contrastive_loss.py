@@ -36,15 +36,13 @@ from typing import Sequence
 import torch
 import torch.nn.functional as F
 
+# the checks of the loss's settings live in ctxemb.modeling_options (the fine-tuning configuration runs them without
+# torch); importable from here as before
+from ctxemb.modeling_options import check_matryoshka
+from ctxemb.modeling_options import check_scale as _check_scale
+
 __all__ = ["check_matryoshka", "contrastive_loss", "cosent_loss", "false_negative_mask", "in_batch_negatives_loss",
            "matryoshka_loss"]
-
-
-def _check_scale(scale: float) -> float:
-    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not (0 < scale < float("inf")):
-        raise ValueError(f"scale must be a positive finite number (the inverse temperature, e.g. 20 for "
-                         f"temperature 0.05); got {scale!r}")
-    return float(scale)
 
 
 def false_negative_mask(anchor_keys: torch.Tensor, candidate_keys: torch.Tensor) -> torch.Tensor:
@@ -104,34 +102,6 @@ def in_batch_negatives_loss(anchors: torch.Tensor, candidates: torch.Tensor, *, 
     if symmetric:  # positive j picks its anchor among the B anchors (the mask of the B x B block is symmetric)
         loss = (loss + F.cross_entropy(scores[:, :B].T, target)) / 2
     return loss
-
-
-def check_matryoshka(dims: Sequence[int] | None, weights: Sequence[float] | None, width: int | None = None
-                     ) -> tuple[tuple[int, ...], tuple[float, ...]] | None:
-    """Checked Matryoshka dimensions (strictly decreasing, positive, at most ``width``) and weights (default 1 each);
-    None when ``dims`` is None or empty.
-
-    Raises:
-        ValueError: a dimension that is not a positive int, not decreasing, or wider than ``width``; weights of
-            another length, or negative, or all 0.
-    """
-    if not dims:
-        if weights:
-            raise ValueError(f"matryoshka_weights {list(weights)} given without matryoshka_dims")
-        return None
-    dims = tuple(dims)
-    for d in dims:
-        if isinstance(d, bool) or not isinstance(d, int) or d < 1:
-            raise ValueError(f"matryoshka_dims must be positive ints; got {list(dims)}")
-    if any(b >= a for a, b in zip(dims, dims[1:])):
-        raise ValueError(f"matryoshka_dims must be strictly decreasing (e.g. 384, 256, 128, 64, 32); got {list(dims)}")
-    if width is not None and dims[0] > width:
-        raise ValueError(f"matryoshka_dims {list(dims)} start above the embedding size {width}")
-    w = tuple(float(x) for x in weights) if weights else (1.0,) * len(dims)
-    if len(w) != len(dims) or any(x < 0 for x in w) or not any(w):
-        raise ValueError(f"matryoshka_weights must be one non-negative weight per dimension ({len(dims)}), not all "
-                         f"0; got {list(weights)}")
-    return dims, w
 
 
 def matryoshka_loss(anchors: torch.Tensor, candidates: torch.Tensor, dims: Sequence[int],

@@ -21,75 +21,26 @@ from __future__ import annotations
 import json
 import os
 import string
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal, Sequence
+from typing import Sequence
 
 import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from ctxemb._validation import check_choice, check_int, read_json_file
+from ctxemb._validation import read_json_file
 from ctxemb.modeling.base import EncoderWithHeads
 from ctxemb.modeling.checkpoint import load_encoder_dir, save_pretrained
 from ctxemb.modeling.contrastive_loss import false_negative_mask
 from ctxemb.modeling.encoder import Encoder
+from ctxemb.modeling_options import BERT_MARKERS, LateInteractionConfig, LongDocuments  # noqa: F401 (re-export)
 
 DENSE_DIR = "1_Dense"
 LATE_CONFIG_KEY = "ctxemb_late_interaction"
-BERT_MARKERS = ("[unused0]", "[unused1]")  # ColBERT's [Q] and [D] in BERT vocabularies
-
-LongDocuments = Literal["truncate", "window"]
-
-
-@dataclass(frozen=True)
-class LateInteractionConfig:
-    """How texts become token vectors (saved with an index and with a trained model).
-
-    Attributes:
-        query_length: queries are padded with ``[MASK]`` (or cut) to this many tokens, specials included.
-        document_length: most tokens per document, specials included ("truncate"), or per window ("window").
-        long_documents: ``"truncate"`` (ColBERT) or ``"window"`` (every token, encoded in overlapping windows).
-        markers: the (query, document) marker tokens, e.g. ``("[unused0]", "[unused1]")``, or None for none.
-        query_augmentation: pad queries with ``[MASK]`` to ``query_length`` (False: no padding).
-        skip_punctuation: drop punctuation tokens from documents.
-        layers: hidden states pooled into each token vector (0 = embedding output, -1 = the last layer).
-    """
-
-    query_length: int = 32
-    document_length: int = 256
-    long_documents: LongDocuments = "truncate"
-    markers: tuple[str, str] | None = None
-    query_augmentation: bool = True
-    skip_punctuation: bool = True
-    layers: tuple[int, ...] = (-1,)
-
-    def __post_init__(self):
-        check_int(self.query_length, "query_length", low=4)
-        check_int(self.document_length, "document_length", low=4)
-        check_choice(self.long_documents, "long_documents", ("truncate", "window"))
-        if self.markers is not None:
-            if len(self.markers) != 2 or not all(isinstance(m, str) and m for m in self.markers):
-                raise ValueError("markers must be a pair of token strings (query, document) or None, got %r"
-                                 % (self.markers,))
-            object.__setattr__(self, "markers", tuple(self.markers))
-        object.__setattr__(self, "layers", tuple(int(i) for i in self.layers))
-
-    def to_dict(self) -> dict:
-        d = asdict(self)
-        d["markers"] = None if self.markers is None else list(self.markers)
-        d["layers"] = list(self.layers)
-        return d
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "LateInteractionConfig":
-        d = dict(d)
-        if d.get("markers") is not None:
-            d["markers"] = tuple(d["markers"])
-        if "layers" in d:
-            d["layers"] = tuple(d["layers"])
-        return cls(**d)
+# BERT_MARKERS, LongDocuments and LateInteractionConfig live in ctxemb.modeling_options (the fine-tuning
+# configuration reads them without torch); importable from here as before
 
 
 def marker_ids(tokenizer, config: LateInteractionConfig) -> tuple[int, int] | None:

@@ -34,11 +34,11 @@ from ctxemb.modeling.base import EncoderWithHeads
 from ctxemb.modeling.checkpoint import load_encoder_dir, load_weights_into, save_pretrained
 from ctxemb.modeling.encoder import ACTIVATIONS, Encoder
 from ctxemb.modeling.remote_code import remote_code_config, write_remote_code
+from ctxemb.modeling_options import NSP_INPUTS, NspInput  # noqa: F401 (re-export)
 
 logger = logging.getLogger(__name__)
 
-NspInput = Literal["pooled", "cls"]
-NSP_INPUTS: tuple[str, ...] = ("pooled", "cls")
+# NspInput and NSP_INPUTS live in ctxemb.modeling_options (read by the pretraining configuration without torch)
 # config.json key recording the NSP head's input when it is not transformers' ("pooled").
 NSP_INPUT_KEY = "ctxemb_nsp_input"
 NSP_REFUSAL = ("its next-sentence head reads the raw [CLS] vector, where transformers' BertForPreTraining reads the "

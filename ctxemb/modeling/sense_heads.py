@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Literal, Sequence
+from typing import Sequence
 
 import torch
 import torch.nn.functional as F
@@ -35,6 +35,8 @@ from torch import nn
 from ctxemb._validation import check_choice
 from ctxemb.modeling.base import EncoderWithHeads, encoder_depth_modules
 from ctxemb.modeling.encoder import Encoder
+from ctxemb.modeling_options import (GLOSS_ENCODERS, LAYER_POOLINGS, NEGATIVES, SCORES, GlossEncoder,  # noqa: F401
+                                     LayerPooling, Negatives, Score)
 
 logger = logging.getLogger(__name__)
 
@@ -43,14 +45,8 @@ __all__ = [
     "SupConSenseEncoder", "bem_loss", "pool_in_length_chunks", "pool_rows", "pooled_states", "supcon_loss",
 ]
 
-LayerPooling = Literal["mean", "sum", "concat"]
-LAYER_POOLINGS: tuple[str, ...] = ("mean", "sum", "concat")
-Score = Literal["dot", "cosine"]
-SCORES: tuple[str, ...] = ("dot", "cosine")
-Negatives = Literal["batch", "lemma"]
-NEGATIVES: tuple[str, ...] = ("batch", "lemma")
-GlossEncoder = Literal["shared", "separate"]
-GLOSS_ENCODERS: tuple[str, ...] = ("shared", "separate")
+# the choices live in ctxemb.modeling_options (read by the training configuration without torch); importable from
+# here as before
 
 
 @dataclass

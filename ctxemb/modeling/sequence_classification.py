@@ -58,6 +58,7 @@ from ctxemb.modeling.remote_code import remote_code_config, write_remote_code
 from ctxemb.modeling.family_heads import (ClassificationHead, check_modernbert_head_config,  # noqa: F401 (re-export)
                                           checkpoint_sequence_head, from_checkpoint_names, modernbert_head_config,
                                           sequence_head_names, to_checkpoint_names)
+from ctxemb.modeling_options import PAIR_SIMILARITY_LOSSES, REGRESSION_LOSSES  # noqa: F401 (re-export)
 
 logger = logging.getLogger(__name__)
 
@@ -73,9 +74,8 @@ HEAD_CONFIG_KEY = "ctxemb_classifier_head"
 # config.json keys of a regression model trained with regression_loss="bce": the loss and the score scale.
 REGRESSION_LOSS_KEY = "ctxemb_regression_loss"
 SCORE_SCALE_KEY = "ctxemb_score_scale"
-REGRESSION_LOSSES: tuple[str, ...] = ("mse", "bce")
-# The bi-encoder's losses: the cosine regressed onto the scaled score, or the CoSENT ranking of the cosines.
-PAIR_SIMILARITY_LOSSES: tuple[str, ...] = ("mse", "cosent")
+# REGRESSION_LOSSES (the cross-encoder's) and PAIR_SIMILARITY_LOSSES (the bi-encoder's) live in
+# ctxemb.modeling_options (read by the fine-tuning configuration without torch)
 
 
 @dataclass

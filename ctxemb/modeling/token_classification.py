@@ -28,7 +28,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal, Mapping
+from typing import Mapping
 
 import torch
 import torch.nn.functional as F
@@ -42,17 +42,15 @@ from ctxemb.modeling.crf import LinearChainCRF, bio_transition_mask
 from ctxemb.modeling.encoder import Encoder
 from ctxemb.modeling.family_heads import modernbert_head_config
 from ctxemb.modeling.remote_code import remote_code_config, write_remote_code
+from ctxemb.modeling_options import (BOUNDARY_KINDS, SUMMARY_KINDS, WORD_DECODINGS, BoundaryKind,  # noqa: F401
+                                     SummaryKind, WordDecoding)
 
 logger = logging.getLogger(__name__)
 
 IGNORE_INDEX = -100  # label of positions that take no loss (special tokens, padding, non-first subwords)
 NULL_LABEL = "NULL"
-BoundaryKind = Literal["tokens", "ffn"]
-SummaryKind = Literal["mean", "attention"]
-BOUNDARY_KINDS: tuple[str, ...] = ("tokens", "ffn")
-SUMMARY_KINDS: tuple[str, ...] = ("mean", "attention")
-WordDecoding = Literal["first", "mean"]
-WORD_DECODINGS: tuple[str, ...] = ("first", "mean")
+# BoundaryKind, SummaryKind, WordDecoding and their choices live in ctxemb.modeling_options (read by the fine-tuning
+# configuration without torch)
 
 _BIO_TAG = re.compile(r"^(O|[BI]-.+)$")
 # config.json keys of our own (transformers ignores unknown keys)

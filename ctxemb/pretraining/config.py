@@ -22,8 +22,8 @@ from typing import Any, Literal, Mapping
 from ctxemb._validation import check_choice
 from ctxemb.config import EncoderConfig
 from ctxemb.config import field_help as _meta
-from ctxemb.modeling.pretraining_heads import NSP_INPUTS, NspInput
-from ctxemb.pretraining.masking import STRATEGIES, MaskingConfig
+from ctxemb.modeling_options import NSP_INPUTS, NspInput
+from ctxemb.pretraining.masking_config import STRATEGIES, MaskingConfig
 from ctxemb.training.config import TrainConfig
 
 logger = logging.getLogger(__name__)
@@ -40,7 +40,7 @@ CORPUS_MODES: tuple[str, ...] = ("blank_line", "line")
 
 @dataclass(frozen=True)
 class PretrainMaskingConfig(MaskingConfig):
-    """A pretraining run's masking: the :class:`~ctxemb.pretraining.masking.MaskingConfig` the masker takes
+    """A pretraining run's masking: the :class:`~ctxemb.pretraining.masking_config.MaskingConfig` the masker takes
     (``strategy``, ``mlm_probability``, ``mask_fraction``, ``random_fraction``, ``selection``, ``span_geometric_p``,
     ``max_span_length``) plus where the random replacements come from.
 

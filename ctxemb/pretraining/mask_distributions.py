@@ -15,19 +15,12 @@ from typing import Collection, Sequence
 import numpy as np
 import torch
 
+# the range check of a fraction lives in masking_config (MaskingConfig runs it without torch); importable from here
+from ctxemb.pretraining.masking_config import _check_fraction
+
 logger = logging.getLogger("ctxemb.pretraining.masking")  # its warnings belong to masking, as before the split
 
 __all__ = ["clipped_geometric_mean", "clipped_geometric_pmf", "masking_budget", "unigram_weights"]
-
-
-def _check_fraction(name: str, value: object, *, low_open: bool = False, high: float = 1.0) -> None:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name} must be a real number, got {type(value).__name__} ({value!r})")
-    v = float(value)
-    low_ok = v > 0.0 if low_open else v >= 0.0
-    if not (math.isfinite(v) and low_ok and v <= high):
-        interval = f"{'(' if low_open else '['}0, {high:g}]"
-        raise ValueError(f"{name} must be in {interval}, got {value!r}")
 
 
 def clipped_geometric_pmf(p: float, max_len: int) -> np.ndarray:

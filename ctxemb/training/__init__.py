@@ -1,16 +1,39 @@
-"""The training loop shared by pretraining, fine-tuning and sense training: optimizer, schedule, exact resume, torchrun."""
+"""The training loop shared by pretraining, fine-tuning and sense training: optimizer, schedule, exact resume, torchrun.
 
-from ctxemb.training.data import BatchSource, DatasetBatches, EvalBatches, PlannedBatches, pack_batches
-from ctxemb.training.distributed import (DistributedContext, distributed_session, init_distributed, unwrap_model,
-                                         wrap_model)
-from ctxemb.training.loop import Callback, TrainConfig, TrainResult, epochs_to_steps, evaluate, train
-from ctxemb.training.optim import linear_schedule, make_optimizer, param_groups
-from ctxemb.training.state import ResumeStateError, latest_checkpoint, load_checkpoint, save_checkpoint
+The names below are imported on first use: reading the loop's settings (:mod:`ctxemb.training.config`, what the
+``--help`` of ``finetune``, ``pretrain`` and ``wsd train`` does) loads no torch.
+"""
 
-__all__ = [
-    "BatchSource", "Callback", "ResumeStateError", "DatasetBatches", "DistributedContext", "EvalBatches",
-    "PlannedBatches", "pack_batches",
-    "TrainConfig", "TrainResult", "distributed_session", "epochs_to_steps", "evaluate", "init_distributed",
-    "latest_checkpoint", "linear_schedule", "load_checkpoint", "make_optimizer", "param_groups",
-    "save_checkpoint", "train", "unwrap_model", "wrap_model",
-]
+from __future__ import annotations
+
+from ctxemb._lazy import lazy_exports
+
+_EXPORTS = {
+    "BatchSource": "ctxemb.training.data",
+    "Callback": "ctxemb.training.loop",
+    "DatasetBatches": "ctxemb.training.data",
+    "DistributedContext": "ctxemb.training.distributed",
+    "EvalBatches": "ctxemb.training.data",
+    "PlannedBatches": "ctxemb.training.data",
+    "ResumeStateError": "ctxemb.training.state",
+    "TrainConfig": "ctxemb.training.loop",
+    "TrainResult": "ctxemb.training.loop",
+    "distributed_session": "ctxemb.training.distributed",
+    "epochs_to_steps": "ctxemb.training.loop",
+    "evaluate": "ctxemb.training.loop",
+    "init_distributed": "ctxemb.training.distributed",
+    "latest_checkpoint": "ctxemb.training.state",
+    "linear_schedule": "ctxemb.training.optim",
+    "load_checkpoint": "ctxemb.training.state",
+    "make_optimizer": "ctxemb.training.optim",
+    "pack_batches": "ctxemb.training.data",
+    "param_groups": "ctxemb.training.optim",
+    "save_checkpoint": "ctxemb.training.state",
+    "train": "ctxemb.training.loop",
+    "unwrap_model": "ctxemb.training.distributed",
+    "wrap_model": "ctxemb.training.distributed",
+}
+
+__all__ = list(_EXPORTS)
+
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

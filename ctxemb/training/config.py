@@ -11,12 +11,11 @@ import dataclasses
 import math
 import os
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from ctxemb._validation import check_choice, check_int
 from ctxemb.precision import TRAINING_PRECISIONS as PRECISIONS
 from ctxemb.precision import TrainingPrecision as Precision
-from ctxemb.training.interpolation import check_alphas
 
 
 def _int(value: Any, name: str, low: int) -> None:
@@ -36,6 +35,25 @@ def _help(text: str) -> dict[str, str]:
 
 
 REPORTERS: tuple[str, ...] = ("none", "tensorboard", "wandb")
+#: The directory of a run's output directory that holds the trained model (``<out_dir>/model``).
+MODEL_DIR = "model"
+
+
+def check_alphas(alphas: Sequence[float] | None) -> list[float]:
+    """The interpolation weights sorted and deduplicated; each must be a number in (0, 1) (1 is always tried).
+
+    Raises:
+        ValueError: a weight that is not a finite number in (0, 1).
+    """
+    if isinstance(alphas, (str, bytes)) or not isinstance(alphas, (Sequence, type(None))):
+        raise ValueError(f"interpolate takes a list of weights alpha in (0, 1); got {alphas!r}")
+    out = []
+    for a in alphas or ():
+        if isinstance(a, bool) or not isinstance(a, (int, float)) or not math.isfinite(a) or not 0 < a < 1:
+            raise ValueError(f"interpolate takes weights alpha in (0, 1) (0 = the starting weights, 1 = the trained "
+                             f"ones, which are always a candidate); got {a!r}")
+        out.append(float(a))
+    return sorted(set(out))
 
 
 def parse_report_to(value: Any) -> tuple[str, ...]:

@@ -16,30 +16,15 @@ Used by :func:`ctxemb.training.recipe.run_training` when ``TrainConfig.interpola
 from __future__ import annotations
 
 import logging
-import math
 from typing import Callable, Mapping, Sequence
 
 import torch
 from torch import nn
 
+# the check of the weights lives in ctxemb.training.config (TrainConfig runs it without torch); importable from here
+from ctxemb.training.config import check_alphas
+
 logger = logging.getLogger(__name__)
-
-
-def check_alphas(alphas: Sequence[float] | None) -> list[float]:
-    """The interpolation weights sorted and deduplicated; each must be a number in (0, 1) (1 is always tried).
-
-    Raises:
-        ValueError: a weight that is not a finite number in (0, 1).
-    """
-    if isinstance(alphas, (str, bytes)) or not isinstance(alphas, (Sequence, type(None))):
-        raise ValueError(f"interpolate takes a list of weights alpha in (0, 1); got {alphas!r}")
-    out = []
-    for a in alphas or ():
-        if isinstance(a, bool) or not isinstance(a, (int, float)) or not math.isfinite(a) or not 0 < a < 1:
-            raise ValueError(f"interpolate takes weights alpha in (0, 1) (0 = the starting weights, 1 = the trained "
-                             f"ones, which are always a candidate); got {a!r}")
-        out.append(float(a))
-    return sorted(set(out))
 
 
 def interpolated_module(model: nn.Module) -> nn.Module:

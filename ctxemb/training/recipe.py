@@ -47,7 +47,8 @@ from ctxemb.precision import cpu_info, explain_training_precision
 from ctxemb.modeling.checkpoint import stamp_training_run
 from ctxemb.paths import atomic_directory, atomic_write
 from ctxemb.training.callbacks import BestWeights, Callback, EarlyStopping, TrainResult
-from ctxemb.training.config import TrainConfig, epochs_to_steps
+# MODEL_DIR lives in training.config (the fine-tuning configuration reads it without torch); importable from here
+from ctxemb.training.config import MODEL_DIR, TrainConfig, epochs_to_steps
 from ctxemb.training.distributed import DistributedContext, barrier, distributed_session
 from ctxemb.training.interpolation import choose_interpolation, interpolated_module, snapshot
 from ctxemb.training.loop import check_fresh_out_dir, seed_everything, train
@@ -56,7 +57,6 @@ from ctxemb.training.state import CHECKPOINT_PREFIX
 
 logger = logging.getLogger(__name__)
 
-MODEL_DIR = "model"
 SETTINGS_FILE = "run_settings.json"
 RUN_RECORD_FILE = "run.json"
 BEST_FILE = "best.json"
