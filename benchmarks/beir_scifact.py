@@ -147,6 +147,7 @@ def main(argv=None) -> None:
                     help="a peer's dev run file, scored beside ours")
     ap.add_argument("--test", default="", help="comma-separated row keys whose test runs are written")
     ap.add_argument("--skip-zero-shot", action="store_true", help="only the trained models' rows")
+    ap.add_argument("--skip-chunking", action="store_true", help="no naive / late chunking rows (two corpus encodes)")
     args = ap.parse_args(argv)
 
     data, train_ids, dev_ids, test_queries = scifact()
@@ -186,7 +187,7 @@ def main(argv=None) -> None:
             return
         evaluate("dense", "MiniLM zero-shot, one vector (256 tokens)", dense)
         evaluate("hybrid", "hybrid: BM25 + MiniLM one vector (RRF 60)", FusionRetriever([bm25, dense]))
-        for chunking in ("naive", "late"):
+        for chunking in () if args.skip_chunking else ("naive", "late"):
             for size in (128,):
                 r = DenseRetriever(emb, corpus, chunking=chunking, chunk_tokens=size)
                 evaluate(f"dense-{chunking}-{size}", f"MiniLM one vector per {size}-token chunk, {chunking} chunking",
