@@ -48,7 +48,7 @@ def test_the_cli_runs_every_retriever_on_a_tiny_model(folder, tmp_path, capsys):
                  "--run-dir", str(tmp_path / "runs"), "--json", str(tmp_path / "s.json"), "--no-progress",
                  "--retriever", "bm25", "--retriever", "late-exhaustive", "--retriever", "late",
                  "--retriever", "rerank", "--retriever", "late-hybrid", "--retriever", "dense",
-                 "--retriever", "hybrid"])
+                 "--retriever", "hybrid", "--retriever", "document"])
     assert code == 0
     out = capsys.readouterr().out
     assert "| late-exhaustive |" in out and "ndcg@10" in out

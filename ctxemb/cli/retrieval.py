@@ -5,7 +5,7 @@ Example::
     ctxemb retrieval eval ../shared/data/retrieval/scifact --split train --queries dev_ids.txt \\
         --retriever bm25 --retriever late --run-dir runs/ --json scores.json
 
-Retrievers: ``bm25``; ``dense`` (one vector per text); ``hybrid`` (BM25 + dense, RRF); ``late`` (MaxSim over token
+Retrievers: ``bm25``; ``dense`` (one vector per text); ``document`` (whole text + best passage); ``hybrid`` (BM25 + dense, RRF); ``late`` (MaxSim over token
 vectors in a compressed index); ``late-exhaustive`` (exact MaxSim, no index); ``late-hybrid`` (BM25 + late, RRF);
 ``rerank`` (BM25's top ``--depth`` re-scored by exact MaxSim).
 """
@@ -20,7 +20,7 @@ from pathlib import Path
 from ctxemb.cli._common import (UsageError, add_embedder_args, add_option, command_help, embedder_overrides,
                                 load_embedder, positive_int, write_text)
 
-RETRIEVERS = ("bm25", "dense", "hybrid", "late", "late-exhaustive", "late-hybrid", "rerank")
+RETRIEVERS = ("bm25", "dense", "document", "hybrid", "late", "late-exhaustive", "late-hybrid", "rerank")
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -138,6 +138,8 @@ def run_eval(args: argparse.Namespace) -> int:
             r = R.BM25Retriever(corpus)
         elif name == "dense":
             r = R.DenseRetriever(embedder(), corpus, show_progress_bar=progress)
+        elif name == "document":
+            r = R.DocumentRetriever(embedder(), corpus, show_progress_bar=progress)
         elif name == "hybrid":
             r = R.FusionRetriever([get("bm25"), get("dense")], depth=args.depth)
         elif name == "late":
