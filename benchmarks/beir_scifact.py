@@ -136,6 +136,21 @@ def query_profile(enc: LateInteractionEncoder, index: LateInteractionIndex, quer
     return {f"query_{k}_ms": statistics.median(v) for k, v in parts.items()}
 
 
+def score_row(rows: list, key: str, label: str, retriever, dev, test_queries: dict | None, **extra) -> dict:
+    """Answer the dev queries, append the row (scores x 100, batch ms/query, ``extra``) to ``rows`` and print it;
+    with ``test_queries``, also write their run to ``scifact_test_<key>.trec``. Returns the dev run."""
+    start = time.perf_counter()
+    run = retriever.retrieve(dev.queries, 100)
+    seconds = time.perf_counter() - start
+    scores = evaluate_run(run, dev.qrels, MEASURES)
+    rows.append({"key": key, "retriever": label, **{m: 100 * v for m, v in scores.mean.items()},
+                 "ms/query (batch)": 1000 * seconds / len(dev.queries), **extra})
+    print(rows[-1], file=sys.stderr, flush=True)
+    if test_queries is not None:
+        write_run(RESULTS / f"scifact_test_{key}.trec", retriever.retrieve(test_queries, 100), tag=key)
+    return run
+
+
 COLUMNS = ["retriever", *MEASURES, "ms/query (batch)", "latency_ms_p50", "latency_ms_p99", "bytes_per_token",
            "index_s"]
 
@@ -198,16 +213,7 @@ def main(argv=None) -> None:
     profiles: dict[str, dict] = {}
 
     def evaluate(key, label, retriever, **extra):
-        start = time.perf_counter()
-        run = retriever.retrieve(dev.queries, 100)
-        seconds = time.perf_counter() - start
-        scores = evaluate_run(run, dev.qrels, MEASURES)
-        rows.append({"key": key, "retriever": label, **{m: 100 * v for m, v in scores.mean.items()},
-                     "ms/query (batch)": 1000 * seconds / len(dev.queries), **extra})
-        print({k: v for k, v in rows[-1].items()}, file=sys.stderr, flush=True)
-        if key in wanted_tests:
-            write_run(RESULTS / f"scifact_test_{key}.trec", retriever.retrieve(test_queries, 100), tag=key)
-        return run
+        return score_row(rows, key, label, retriever, dev, test_queries if key in wanted_tests else None, **extra)
 
     bm25 = BM25Retriever(corpus)
     evaluate("bm25", "BM25 (bm25s, title + text)", bm25)

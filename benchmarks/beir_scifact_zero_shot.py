@@ -16,16 +16,13 @@ from __future__ import annotations
 import hashlib
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
 
 from _common import RESULTS, machine, write_results
-from beir_scifact import MEASURES, build_index, cached_tokens, latency, query_profile, render, scifact
+from beir_scifact import build_index, cached_tokens, latency, query_profile, render, scifact, score_row
 from ctxemb import Embedder
-from ctxemb.io import write_run
-from ctxemb.metrics.trec import evaluate_run
 from ctxemb.search.late import LateInteractionConfig, LateInteractionEncoder, LateInteractionIndex
 from ctxemb.search.retrievers import BM25Retriever, FusionRetriever, LateInteractionRetriever
 
@@ -53,14 +50,7 @@ def main() -> None:
     bm25 = BM25Retriever(corpus)
 
     def evaluate(key, label, retriever, **extra):
-        start = time.perf_counter()
-        run = retriever.retrieve(dev.queries, 100)
-        seconds = time.perf_counter() - start
-        scores = evaluate_run(run, dev.qrels, MEASURES)
-        rows.append({"key": key, "retriever": label, **{m: 100 * v for m, v in scores.mean.items()},
-                     "ms/query (batch)": 1000 * seconds / len(dev.queries), **extra})
-        print(rows[-1], file=sys.stderr, flush=True)
-        write_run(RESULTS / f"scifact_test_{key}.trec", retriever.retrieve(test_queries, 100), tag=key)
+        score_row(rows, key, label, retriever, dev, test_queries, **extra)
 
     exact = LateInteractionRetriever(full, corpus, document_vectors=docs, exhaustive=True)
     evaluate("maxsim-384-exhaustive", "MaxSim zero-shot, 384 d, exhaustive (float32)", exact,
