@@ -13,8 +13,8 @@ from typing import Callable, Iterator, Sequence
 
 import torch
 
-from ctxemb.inference import cpu_info
-from ctxemb.paths import atomic_write, shared_data_dir
+from ctxemb.runtime.engine import cpu_info
+from ctxemb.core.paths import atomic_write, shared_data_dir
 
 RESULTS = Path(__file__).resolve().parent / "results"
 

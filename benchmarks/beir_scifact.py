@@ -38,7 +38,7 @@ from _common import RESULTS, machine, markdown_table, write_results
 from ctxemb import Embedder
 from ctxemb.io import load_beir, read_queries, read_run, split_queries, write_run
 from ctxemb.metrics.trec import evaluate_run
-from ctxemb.paths import shared_data_dir
+from ctxemb.core.paths import shared_data_dir
 from ctxemb.search.late import LateInteractionConfig, LateInteractionEncoder, LateInteractionIndex
 from ctxemb.search.late.pooling import pool_documents
 from ctxemb.search.retrievers import BM25Retriever, DenseRetriever, FusionRetriever, LateInteractionRetriever

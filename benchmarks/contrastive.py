@@ -41,12 +41,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks._common import RESULTS, markdown_table, write_results  # noqa: E402
 from benchmarks.pretrain import cpu_name  # noqa: E402
-from ctxemb.finetuning.contrastive import ContrastiveConfig  # noqa: E402
-from ctxemb.finetuning.registry import get_task  # noqa: E402
-from ctxemb.finetuning.runner import run_task  # noqa: E402
-from ctxemb.loading import load_tokenizer  # noqa: E402
+from ctxemb.tasks.contrastive.task import ContrastiveConfig  # noqa: E402
+from ctxemb.training.registry import get_task  # noqa: E402
+from ctxemb.training.runner import run_task  # noqa: E402
+from ctxemb.modeling.loading import load_tokenizer  # noqa: E402
 from ctxemb.modeling.bi_encoder import EncoderForContrastive  # noqa: E402
-from ctxemb.registry import resolve_model_dir  # noqa: E402
+from ctxemb.models.hub import resolve_model_dir  # noqa: E402
 from ctxemb.training.config import TrainConfig  # noqa: E402
 
 MODEL = "all-MiniLM-L6-v2"

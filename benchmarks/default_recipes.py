@@ -142,8 +142,8 @@ def _per_type(metrics: dict) -> str:
 def _held_out(task: str, model_dir: Path) -> str:
     """Our held-out split, read once after training: XQuAD-en's held-out articles; SST-2's GLUE dev."""
     if task == "xquad":
-        from ctxemb.finetuning.squad import xquad_split
-        from ctxemb.finetuning.token_predict import QAPredictor
+        from ctxemb.tasks.qa.squad import xquad_split
+        from ctxemb.tasks.token.predict import QAPredictor
         from ctxemb.metrics.squad import squad_scores
         questions = xquad_split("heldout")
         answers = QAPredictor.from_pretrained(model_dir).answer([q.question for q in questions],
@@ -152,8 +152,8 @@ def _held_out(task: str, model_dir: Path) -> str:
                          {q.id: [t for t, _ in q.answers] for q in questions})
         return f"EM {s['exact_match']:.1f} / F1 {s['f1']:.1f} (12 articles, 351 questions)"
     if task == "sst2":
-        from ctxemb.finetuning.predict import SequencePredictor
-        from ctxemb.finetuning.readers import load_task
+        from ctxemb.tasks.sequence.predict import SequencePredictor
+        from ctxemb.tasks.sequence.data import load_task
         data = load_task("sst2", splits=["test"])
         test, names = data.splits["test"], data.label_names
         preds = SequencePredictor.from_pretrained(model_dir).predict([ex.text_a for ex in test])

@@ -20,9 +20,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks._common import machine, markdown_table, wikitext_sentences, write_results  # noqa: E402
 from benchmarks.encode_throughput import LAST_FOUR, alternating_best, build_batches, word_pass  # noqa: E402
-from ctxemb import backends  # noqa: E402
-from ctxemb.embedding import Embedder  # noqa: E402
-from ctxemb.loading import load_encoder, load_tokenizer  # noqa: E402
+from ctxemb.runtime import backends  # noqa: E402
+from ctxemb.embedding.embedder.embedder import Embedder  # noqa: E402
+from ctxemb.modeling.loading import load_encoder, load_tokenizer  # noqa: E402
 
 
 def main() -> None:

@@ -5,7 +5,7 @@ The job: last-four-layer word embeddings (mean of hidden states -4..-1, subwords
 sentences. Every model row sees the same sentences in the same padded batches (ctxemb's length-sorted
 ``make_batches``) and includes the same layer and subword pooling:
 
-- ctxemb, each path (:data:`ctxemb.inference.PRECISIONS`; emulated bf16 only with ``--with-emulated-bf16``) and
+- ctxemb, each path (:data:`ctxemb.runtime.engine.PRECISIONS`; emulated bf16 only with ``--with-emulated-bf16``) and
   ``precision="auto"`` (the choice and its probe are reported);
 - ctxemb's whole ``Embedder.embed_words`` (tokenizing, batching, encoding, pooling) in fp32 and with auto;
 - transformers fp32 (``output_hidden_states=True``), transformers after its own int8 recipe
@@ -27,12 +27,12 @@ QK^T and AV, over the padded batches) as a share of the peak of the runtime and 
 attention products stay fp32 but count against the int8 peak).
 
 int8 linear layers alone: a profiling pass of the int8 path (after the timed rounds) times every int8 product with
-its fused quantization and epilogue (forward hooks on :mod:`ctxemb.quantization`'s modules) and counts its FLOPs
+its fused quantization and epilogue (forward hooks on :mod:`ctxemb.runtime.int8`'s modules) and counts its FLOPs
 (2 M K N per product, M the padded tokens), reported as a share of the torch int8 peak.
 
 Token budget sweep (``--sweep-tokens``): the int8 and fp32 paths over the same sentences in length-sorted batches
 limited only by a budget of padded tokens, for each budget (alternating rounds); the padding each budget costs, and
-the budget :func:`ctxemb.backends.recommended_tokens_per_batch` picks for this machine's cache.
+the budget :func:`ctxemb.runtime.backends.recommended_tokens_per_batch` picks for this machine's cache.
 
     PYTHONPATH=. python benchmarks/encode_throughput.py [--model all-MiniLM-L6-v2] [--sentences 2000]
         [--batch-size 32] [--repeats 2] [--threads N] [--sweep-tokens 512,1024,2048,4096,8192]
@@ -61,12 +61,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # this checkout
 import ctxemb  # noqa: E402
 from benchmarks._common import machine, markdown_table, wikitext_sentences, write_results  # noqa: E402
 from benchmarks.pretrain import cpu_name  # noqa: E402
-from ctxemb import backends  # noqa: E402
-from ctxemb.autoprecision import probe_precisions  # noqa: E402
-from ctxemb.embedding import Embedder  # noqa: E402
-from ctxemb.inference import PRECISIONS, cpu_has_native_bf16, make_batches, pool_subwords  # noqa: E402
-from ctxemb.loading import load_encoder, load_tokenizer  # noqa: E402
-from ctxemb.registry import resolve_model_dir  # noqa: E402
+from ctxemb.runtime import backends  # noqa: E402
+from ctxemb.runtime.autoprecision import probe_precisions  # noqa: E402
+from ctxemb.embedding.embedder.embedder import Embedder  # noqa: E402
+from ctxemb.runtime.engine import PRECISIONS, cpu_has_native_bf16, make_batches, pool_subwords  # noqa: E402
+from ctxemb.modeling.loading import load_encoder, load_tokenizer  # noqa: E402
+from ctxemb.models.hub import resolve_model_dir  # noqa: E402
 
 logger = logging.getLogger("encode_throughput")
 LAST_FOUR = [-4, -3, -2, -1]
@@ -158,7 +158,7 @@ def profile_int8_linears(backend, batches: list[Batch], items, enc, repeats: int
 
 
 def _profile_pass(backend, batches: list[Batch], items, enc) -> dict:
-    from ctxemb.quantization import Int8Intermediate, Int8Linear, Int8ResidualNorm
+    from ctxemb.runtime.int8 import Int8Intermediate, Int8Linear, Int8ResidualNorm
 
     stats = {"seconds": 0.0, "flops": 0.0, "calls": 0}
     start: dict[int, float] = {}

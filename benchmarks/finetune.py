@@ -35,16 +35,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks._common import markdown_table, write_results  # noqa: E402
 from benchmarks.pretrain import cpu_name  # noqa: E402
-from ctxemb.finetuning.readers import load_task  # noqa: E402
+from ctxemb.tasks.sequence.data import load_task  # noqa: E402
 from ctxemb.cli import build_parser  # noqa: E402
 from ctxemb.cli.finetune import finetune_config_from_args, train_task  # noqa: E402
-from ctxemb.finetuning.features import model_inputs  # noqa: E402
-from ctxemb.finetuning.outputs import predict_outputs  # noqa: E402
-from ctxemb.finetuning.tasks import task_metrics  # noqa: E402
-from ctxemb.loading import load_tokenizer  # noqa: E402
+from ctxemb.tasks.sequence.features import model_inputs  # noqa: E402
+from ctxemb.tasks.outputs import predict_outputs  # noqa: E402
+from ctxemb.tasks.sequence.task import task_metrics  # noqa: E402
+from ctxemb.modeling.loading import load_tokenizer  # noqa: E402
 from ctxemb.modeling.sequence_classification import (EncoderForPairSimilarity, EncoderForSequenceClassification)  # noqa: E402
 from ctxemb.training.data import EvalBatches  # noqa: E402
-from ctxemb.registry import resolve_model_dir  # noqa: E402
+from ctxemb.models.hub import resolve_model_dir  # noqa: E402
 
 MODEL = "all-MiniLM-L6-v2"
 WORK = Path("/tmp/ctxemb-finetune-bench")
@@ -215,9 +215,9 @@ def run_transformers_ner(rows: list, *, seed: int = 0, bf16: bool = False, group
     scored with our conlleval. Appends and returns the row."""
     import transformers
 
-    from ctxemb.finetuning.conll import NER_LABELS, load_conll2003
-    from ctxemb.finetuning.token_tasks import entity_metrics
-    from ctxemb.registry import resolve_model_dir
+    from ctxemb.tasks.token.conll import NER_LABELS, load_conll2003
+    from ctxemb.tasks.token.task import entity_metrics
+    from ctxemb.models.hub import resolve_model_dir
 
     data = load_conll2003(splits=["train", "dev"])
     label2id = {name: i for i, name in enumerate(NER_LABELS)}
@@ -266,7 +266,7 @@ def run_transformers_ner(rows: list, *, seed: int = 0, bf16: bool = False, group
 def run_stsb_embedder(model_dir: Path, label: str, rows: list) -> None:
     """STS-B dev Spearman of the Embedder (cosine of mean-pooled vectors, no head) with the encoder of
     ``model_dir``; the original model's row first."""
-    from ctxemb.embedding import Embedder
+    from ctxemb.embedding.embedder.embedder import Embedder
     from ctxemb.evaluation.similarity import run_similarity_tasks
 
     todo = [] if any(r["encoder"].startswith("original") for r in rows) else [("original all-MiniLM-L6-v2", MODEL)]
@@ -287,7 +287,7 @@ def _st_agreement(model_dir: str) -> str:
         from sentence_transformers import SentenceTransformer
     except ImportError:
         return "-"
-    from ctxemb.embedding import Embedder
+    from ctxemb.embedding.embedder.embedder import Embedder
     from ctxemb.evaluation.similarity.data.sentence_pairs import load_stsb
 
     pairs = load_stsb("dev")

@@ -32,11 +32,11 @@ from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 from torch.utils._pytree import tree_leaves  # noqa: E402
 
 from benchmarks._common import machine, markdown_table, write_results  # noqa: E402
-from ctxemb.finetuning.features import Collator, encode_examples  # noqa: E402
-from ctxemb.finetuning.readers import load_task  # noqa: E402
-from ctxemb.loading import load_tokenizer  # noqa: E402
+from ctxemb.tasks.sequence.features import Collator, encode_examples  # noqa: E402
+from ctxemb.tasks.sequence.data import load_task  # noqa: E402
+from ctxemb.modeling.loading import load_tokenizer  # noqa: E402
 from ctxemb.modeling.sequence_classification import EncoderForSequenceClassification  # noqa: E402
-from ctxemb.registry import resolve_model_dir  # noqa: E402
+from ctxemb.models.hub import resolve_model_dir  # noqa: E402
 from ctxemb.training.optim import make_optimizer  # noqa: E402
 from ctxemb.training.precision import autocast  # noqa: E402
 

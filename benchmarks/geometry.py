@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 
 from _common import RESULTS, wikitext_sentences, write_results
-from ctxemb.embedding import Embedder
+from ctxemb.embedding.embedder.embedder import Embedder
 from ctxemb.geometry.analysis import analyze, format_analysis_table, read_corpus
 
 

@@ -17,8 +17,8 @@ from pathlib import Path
 import numpy as np
 
 from _common import machine, markdown_table, wikitext_sentences, write_results
-from ctxemb.embedding import Embedder
-from ctxemb.paths import shared_data_dir
+from ctxemb.embedding.embedder.embedder import Embedder
+from ctxemb.core.paths import shared_data_dir
 
 
 def corpus(n: int) -> list[str]:

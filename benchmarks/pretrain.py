@@ -31,16 +31,16 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks._common import RESULTS, markdown_table, write_results  # noqa: E402
-from ctxemb.config import EncoderConfig  # noqa: E402
-from ctxemb.loading import load_tokenizer  # noqa: E402
+from ctxemb.models.encoder_config import EncoderConfig  # noqa: E402
+from ctxemb.modeling.loading import load_tokenizer  # noqa: E402
 from ctxemb.modeling.pretraining_heads import IGNORE_INDEX, EncoderForPretraining  # noqa: E402
-from ctxemb.paths import shared_data_dir  # noqa: E402
-from ctxemb.pretraining.batches import PretrainingBatches  # noqa: E402
-from ctxemb.pretraining.masking import Masker, MaskingConfig  # noqa: E402
-from ctxemb.pretraining.recipe import PretrainConfig, run_pretraining  # noqa: E402
-from ctxemb.pretraining.shards import TokenShards, build_token_shards  # noqa: E402
+from ctxemb.core.paths import shared_data_dir  # noqa: E402
+from ctxemb.tasks.pretraining.batches import PretrainingBatches  # noqa: E402
+from ctxemb.tasks.pretraining.masking import Masker, MaskingConfig  # noqa: E402
+from ctxemb.tasks.pretraining.recipe import PretrainConfig, run_pretraining  # noqa: E402
+from ctxemb.tasks.pretraining.shards import TokenShards, build_token_shards  # noqa: E402
 from ctxemb.training.loop import TrainConfig  # noqa: E402
-from ctxemb.tokenization import Tokenizer  # noqa: E402
+from ctxemb.models.tokenization import Tokenizer  # noqa: E402
 from ctxemb.training.optim import make_optimizer  # noqa: E402
 
 logger = logging.getLogger("benchmarks.pretrain")
@@ -203,7 +203,7 @@ def run_speed(args) -> None:
 
 
 def tok_dir() -> Path:
-    from ctxemb.registry import resolve_model_dir
+    from ctxemb.models.hub import resolve_model_dir
 
     return resolve_model_dir("all-MiniLM-L6-v2")
 
@@ -458,7 +458,7 @@ def run_continued(args) -> None:
 
 # ---- (d) vocabularies with alpha = 1 and 0.3 ----------------------------------------------------------------------
 def run_vocab(args) -> None:
-    from ctxemb.pretraining.vocab import subword_fertility, train_vocabulary
+    from ctxemb.tasks.pretraining.vocab import subword_fertility, train_vocabulary
 
     root = shared_data_dir() / "corpora" / "fortunes-multilingual"
     langs = sorted(p.stem for p in root.glob("*.txt"))

@@ -1,7 +1,7 @@
 """Question-to-paragraph retrieval on XQuAD-en: BM25, embedders zero-shot or trained, and hybrid search.
 
 The collection is all 240 paragraphs of XQuAD-en; a question's one relevant item is its own paragraph. Questions:
-the held-out articles of the fixed article split (``ctxemb.finetuning.squad.xquad_split("heldout")``, 351
+the held-out articles of the fixed article split (``ctxemb.tasks.qa.squad.xquad_split("heldout")``, 351
 questions, 12 articles that no shipped recipe trains on) are the report; the dev articles (126 questions) choose
 the fusion settings (RRF k, weighted alpha) for each embedder; all 1,190 questions are reported for reference
 (issue #30 quotes BM25 R@1 91.8 / MRR@10 94.8 and all-MiniLM-L6-v2 zero-shot 88.7 / 93.0 over them).
@@ -37,12 +37,12 @@ from pathlib import Path
 import numpy as np
 
 from _common import RESULTS, machine, markdown_table, write_results
-from ctxemb.finetuning.squad import load_xquad, xquad_split
+from ctxemb.tasks.qa.squad import load_xquad, xquad_split
 from ctxemb.metrics.retrieval import mrr_at_k, ndcg_at_k, recall_at_k
-from ctxemb.registry import DEFAULT_MODEL
+from ctxemb.models.hub import DEFAULT_MODEL
 from ctxemb.search import HybridParams, SemanticIndex, build_document_index
 from ctxemb.search.documents import DEFAULT_PASSAGE_WEIGHT
-from ctxemb.sentence_transformers_format import resolve_sentence_options
+from ctxemb.embedding.embedder.st_format import resolve_sentence_options
 
 logger = logging.getLogger("benchmarks.retrieval")
 
@@ -99,7 +99,7 @@ def bm25s_direct(paragraphs, ids, questions, gold) -> dict[str, float]:
 def evaluate_embedder(name: str, model: str, paragraphs, ids, splits, batch_size: int, max_seq_length: int | None
                       ) -> dict:
     """Every mode of one hybrid index of ``model``'s paragraph vectors: its rows, the dev grid and timings."""
-    from ctxemb.embedding import Embedder
+    from ctxemb.embedding.embedder.embedder import Embedder
 
     t0 = time.perf_counter()
     emb = Embedder.from_pretrained(model)

@@ -37,7 +37,7 @@ committed synthetic run (``--synthetic-results``, read, not re-run) at its size 
 The calibration file used for the committed results holds all-MiniLM-L6-v2 sentence embeddings (mean pooling of the
 last layer, as sentence-transformers) of the 16,662 WikiText-2 valid+test sentences of 5-60 words:
 
-    cd benchmarks && python -c "from _common import wikitext_sentences; from ctxemb.embedding import Embedder; \
+    cd benchmarks && python -c "from _common import wikitext_sentences; from ctxemb.embedding.embedder.embedder import Embedder; \
         import numpy as np; np.save('/tmp/real.npy', Embedder.from_pretrained('all-MiniLM-L6-v2').embed_sentences(\
         wikitext_sentences(30000), layers=[-1]))"
 """
@@ -68,7 +68,7 @@ import numpy as np  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # this checkout's ctxemb
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # _common (real-data mode)
 
-from ctxemb.paths import atomic_write  # noqa: E402
+from ctxemb.core.paths import atomic_write  # noqa: E402
 from ctxemb.search import FlatParams, HNSWParams, IndexParams, IVFPQParams, SemanticIndex  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -501,8 +501,8 @@ def embed_real(texts: list[str], args) -> tuple[np.ndarray, dict]:
     import torch
     from _common import machine
 
-    from ctxemb.embedding import Embedder
-    from ctxemb.registry import cache_dir
+    from ctxemb.embedding.embedder.embedder import Embedder
+    from ctxemb.models.hub import cache_dir
 
     if args.embed_threads:
         torch.set_num_threads(args.embed_threads)

@@ -320,7 +320,7 @@ def main(argv=None) -> int:
     text = markdown(result)
     print(text)
     sys.path.insert(0, str(REPO))
-    from ctxemb.atomic import atomic_write
+    from ctxemb.core.atomic import atomic_write
 
     args.out.mkdir(parents=True, exist_ok=True)
     with atomic_write(args.out / ("%s.json" % args.name)) as f:

@@ -40,7 +40,7 @@ from ctxemb.evaluation.similarity import (
     spearman,
 )
 from ctxemb.evaluation.similarity import load_stsb
-from ctxemb.paths import atomic_write
+from ctxemb.core.paths import atomic_write
 
 logger = logging.getLogger("benchmarks.similarity")
 
@@ -113,7 +113,7 @@ def sentence_transformers_stsb(model: str, limit: int | None, batch_size: int) -
     try:
         from sentence_transformers import SentenceTransformer
 
-        from ctxemb.registry import resolve_model_dir
+        from ctxemb.models.hub import resolve_model_dir
 
         st = SentenceTransformer(str(resolve_model_dir(model)), device="cpu")
     except Exception as exc:  # a reference, not the measurement: report and go on
@@ -253,7 +253,7 @@ def run_model(model: str, args, tasks, postprocess, rows: list[SimilarityResult]
     if args.fake:
         embedder = HashEmbedder()
     else:
-        from ctxemb.embedding import Embedder
+        from ctxemb.embedding.embedder.embedder import Embedder
 
         embedder = Embedder.from_pretrained(model)
     partial: list[SimilarityResult] = []

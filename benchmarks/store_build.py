@@ -32,7 +32,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from _common import machine, markdown_table, write_results  # noqa: E402
 
-from ctxemb.paths import shared_data_dir  # noqa: E402
+from ctxemb.core.paths import shared_data_dir  # noqa: E402
 from ctxemb.wsd.sense_store import SenseStore  # noqa: E402
 
 # main just before the fast-encoding work (issue 13) was merged

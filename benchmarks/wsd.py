@@ -46,8 +46,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import machine  # noqa: E402
 
 from ctxemb.evaluation.wsd import evaluate_first_sense, evaluate_wsd  # noqa: E402
-from ctxemb.inference import PRECISION_CHOICES  # noqa: E402
-from ctxemb.paths import atomic_write, shared_data_dir  # noqa: E402
+from ctxemb.runtime.engine import PRECISION_CHOICES  # noqa: E402
+from ctxemb.core.paths import atomic_write, shared_data_dir  # noqa: E402
 from ctxemb.wsd.build import BuildConfig, build_from_embeddings  # noqa: E402
 from ctxemb.wsd.corpus import Corpus, read_dataset, split_corpus_by_document, write_dataset  # noqa: E402
 from ctxemb.wsd.corpus_pass import (  # noqa: E402
@@ -62,7 +62,7 @@ from ctxemb.wsd.disambiguate import Disambiguator  # noqa: E402
 from ctxemb.wsd.glosses import embed_glosses  # noqa: E402
 from ctxemb.wsd.propagation import propagation_targets  # noqa: E402
 from ctxemb.wsd.sense_store import SenseStore, directory_size  # noqa: E402
-from ctxemb.wsd.training import check_held_out_documents  # noqa: E402
+from ctxemb.tasks.sense.training import check_held_out_documents  # noqa: E402
 from ctxemb.wsd.wordnet_examples import wordnet_example_corpus  # noqa: E402
 
 logger = logging.getLogger("benchmarks.wsd")
@@ -86,7 +86,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--layer-pooling", default="mean", choices=["mean", "sum", "concat"])
     p.add_argument("--subword-pooling", default="mean", choices=["mean", "first", "last"])
     p.add_argument("--precision", default="fp32", choices=PRECISION_CHOICES,
-                   help="the encoder's path (ctxemb.inference); auto: the fastest within its bound on this machine, "
+                   help="the encoder's path (ctxemb.runtime.engine); auto: the fastest within its bound on this machine, "
                         "the choice is recorded in the results and keys the cache")
     p.add_argument("--device", default="cpu")
     p.add_argument("--batch-size", type=int, default=32)
@@ -195,7 +195,7 @@ class _Cache:
 
 
 def run(args: argparse.Namespace) -> dict:
-    from ctxemb.embedding import Embedder
+    from ctxemb.embedding.embedder.embedder import Embedder
 
     configs = [BuildConfig.from_name(n, batch_size=args.batch_size, max_sentences=args.max_train_sentences)
                for n in args.configs]

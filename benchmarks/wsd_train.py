@@ -1,7 +1,7 @@
 """WSD with a fine-tuned encoder (issue 14): train each sense-training recipe on SemCor's training documents, then
 score nearest-sense WSD and WiC with the frozen encoder and with each fine-tuned one.
 
-For every recipe (``bem``, ``supcon``; :mod:`ctxemb.wsd.training`) the script trains ``--model`` on SemCor minus the
+For every recipe (``bem``, ``supcon``; :mod:`ctxemb.tasks.sense.training`) the script trains ``--model`` on SemCor minus the
 held-out documents (the split ``benchmarks/wsd.py`` holds out: ``--held-out-fraction`` 0.1, ``--seed`` 0) under a
 stated budget (``--bem-steps`` / ``--supcon-steps`` optimizer steps, stopped earlier at ``--max-minutes``), into
 ``<runs>/<recipe>/`` (checkpoints; an interrupted run is resumed, a finished one reused unless ``--retrain``). Then,
@@ -53,8 +53,8 @@ from ctxemb.evaluation.similarity.data import load_wic  # noqa: E402
 from ctxemb.evaluation.similarity.results import select_best_layer  # noqa: E402
 from ctxemb.evaluation.similarity.wic import evaluate_wic  # noqa: E402
 from ctxemb.evaluation.wsd import evaluate_wsd  # noqa: E402
-from ctxemb.paths import atomic_write, shared_data_dir  # noqa: E402
-from ctxemb.protocols import embedder_config_dict  # noqa: E402
+from ctxemb.core.paths import atomic_write, shared_data_dir  # noqa: E402
+from ctxemb.core.protocols import embedder_config_dict  # noqa: E402
 from ctxemb.training.loop import TrainConfig  # noqa: E402
 from ctxemb.training.state import latest_checkpoint  # noqa: E402
 from ctxemb.wsd.corpus import Corpus, read_dataset, split_corpus_by_document  # noqa: E402
@@ -62,7 +62,7 @@ from ctxemb.wsd.corpus_pass import EXAMPLE_SENSES  # noqa: E402
 from ctxemb.wsd.disambiguate import Disambiguator  # noqa: E402
 from ctxemb.wsd.glosses import embed_glosses  # noqa: E402
 from ctxemb.wsd.sense_store import SenseStore  # noqa: E402
-from ctxemb.wsd.training import (MODEL_DIR, RECIPES, TRAINING_FILE, SenseTrainConfig,  # noqa: E402
+from ctxemb.tasks.sense.training import (MODEL_DIR, RECIPES, TRAINING_FILE, SenseTrainConfig,  # noqa: E402
                                  WordNetInventory, run_sense_training)
 
 logger = logging.getLogger("benchmarks.wsd_train")
@@ -327,7 +327,7 @@ def to_markdown(r: dict) -> str:
 
 
 def run(args) -> dict:
-    from ctxemb.embedding import Embedder
+    from ctxemb.embedding.embedder.embedder import Embedder
 
     wsd_bench = _wsd_benchmark()
     results = {"model": args.model, "held_out_fraction": args.held_out_fraction, "seed": args.seed,

@@ -13,9 +13,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from ctxemb.finetuning.contrastive_data import retrieval_corpus, xquad_retrieval_examples  # noqa: E402
-from ctxemb.finetuning.contrastive_mining import bm25_candidates  # noqa: E402
-from ctxemb.finetuning.squad import load_xquad, xquad_split  # noqa: E402
+from ctxemb.tasks.contrastive.data import retrieval_corpus, xquad_retrieval_examples  # noqa: E402
+from ctxemb.tasks.contrastive.mining import bm25_candidates  # noqa: E402
+from ctxemb.tasks.qa.squad import load_xquad, xquad_split  # noqa: E402
 from ctxemb.metrics.retrieval import mrr_at_k, recall_at_k  # noqa: E402
 
 

@@ -8,22 +8,25 @@ The main entry points are imported lazily, so that ``import ctxemb`` stays cheap
 
 from __future__ import annotations
 
-from ctxemb._lazy import lazy_exports
+from ctxemb import _compat
+from ctxemb.core.lazy import lazy_exports
 
 from ctxemb._version import __version__  # noqa: F401  (re-exported: ctxemb.__version__)
 
 _EXPORTS = {
-    "Embedder": "ctxemb.embedding",
-    "EmbedderConfig": "ctxemb.embedding",
-    "load_model": "ctxemb.loading",
-    "LoadedModel": "ctxemb.loading",
-    "load_encoder": "ctxemb.loading",
-    "load_tokenizer": "ctxemb.loading",
+    "Embedder": "ctxemb.embedding.embedder.embedder",
+    "EmbedderConfig": "ctxemb.embedding.embedder.config",
+    "load_model": "ctxemb.modeling.loading",
+    "LoadedModel": "ctxemb.modeling.loading",
+    "load_encoder": "ctxemb.modeling.loading",
+    "load_tokenizer": "ctxemb.modeling.loading",
     "Encoder": "ctxemb.modeling.encoder",
-    "EncoderConfig": "ctxemb.config",
-    "CorruptFileError": "ctxemb._validation",
+    "EncoderConfig": "ctxemb.models.encoder_config",
+    "CorruptFileError": "ctxemb.core.validation",
 }
 
 __all__ = sorted(_EXPORTS)
 
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+
+_compat.install()  # old import paths of moved modules keep working, with a DeprecationWarning

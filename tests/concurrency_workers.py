@@ -82,7 +82,7 @@ def check_store(store, one_save: bool = True) -> str:
 def racing_writer(what: str, writer: str, directory: str, rounds: int, n: int, barrier, results) -> None:
     """Save a fresh state of ``what`` ("flat", "hnsw", "store") into ``directory`` once per round, all writers
     released together by ``barrier``; reports ("ok" | "locked" | "error: ...") per round on ``results``."""
-    from ctxemb.locks import DirectoryLockedError
+    from ctxemb.core.locks import DirectoryLockedError
 
     for r in range(rounds):
         obj = make_store(writer, r, n) if what == "store" else make_index(what, writer, r, n)

@@ -2,7 +2,7 @@ import os
 
 import pytest
 
-from ctxemb.paths import shared_data_dir
+from ctxemb.core.paths import shared_data_dir
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
@@ -43,6 +43,6 @@ def one_torch_thread():
 def quiet_machine_for_the_precision_probe(monkeypatch):
     """The auto-precision probe does not cache a choice made on a busy machine; the test machine is busy by design
     (pytest, other suites), so tests see a quiet one unless they set the load themselves."""
-    from ctxemb import autoprecision
+    from ctxemb.runtime import autoprecision
 
     monkeypatch.setattr(autoprecision, "_load_average", lambda: 0.0)

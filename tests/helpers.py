@@ -9,11 +9,11 @@ from pathlib import Path
 
 import torch
 
-from ctxemb.config import EncoderConfig
+from ctxemb.models.encoder_config import EncoderConfig
 from ctxemb.modeling.checkpoint import save_pretrained
 from ctxemb.modeling.encoder import Encoder
-from ctxemb.pretraining.shards import TokenShards, build_token_shards
-from ctxemb.tokenization import Tokenizer
+from ctxemb.tasks.pretraining.shards import TokenShards, build_token_shards
+from ctxemb.models.tokenization import Tokenizer
 
 VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + list("abcdefghijklmnopqrstuvwxyz.,!?") + [
     "the", "bank", "river", "money", "sat", "on", "of", "he", "she", "a", "##s", "##ing", "##ed", "mouse", "die",

@@ -13,15 +13,15 @@ import pytest
 import torch
 
 from ctxemb.cli import main
-from ctxemb.finetuning.config import FinetuneRunConfig
-from ctxemb.finetuning.features import encode_examples
-from ctxemb.finetuning.predictor import TaskPredictor, load_predictor
-from ctxemb.finetuning.readers import TextExample
-from ctxemb.finetuning.registry import register_task, task_names, unregister_task
-from ctxemb.finetuning.task import Task, TaskData
+from ctxemb.training.task_config import FinetuneRunConfig
+from ctxemb.tasks.sequence.features import encode_examples
+from ctxemb.tasks.predictor import TaskPredictor, load_predictor
+from ctxemb.tasks.sequence.data import TextExample
+from ctxemb.training.registry import register_task, task_names, unregister_task
+from ctxemb.training.task import Task, TaskData
 from ctxemb.modeling.checkpoint import read_training_run
 from ctxemb.modeling.multiple_choice import EncoderForMultipleChoice
-from ctxemb.registry import resolve_model_dir
+from ctxemb.models.hub import resolve_model_dir
 from ctxemb.training.data import EvalBatches, move_to_device
 from ctxemb.training.recipe import read_run_record
 from tests.helpers import write_tiny_model

@@ -13,17 +13,16 @@ PACKAGE = Path(__file__).resolve().parent.parent / "ctxemb"
 
 # Lower layers never import higher ones; a layer may import its own layer (no cycles, checked separately).
 LAYERS: list[tuple[str, ...]] = [
-    ("ctxemb._exchange", "ctxemb._file_target", "ctxemb._lazy", "ctxemb._validation", "ctxemb._version", "ctxemb.atomic",
-     "ctxemb.lexical_text", "ctxemb.locks", "ctxemb.paths", "ctxemb.protocols", "ctxemb.precision", "ctxemb.sentences"),
-    ("ctxemb.config", "ctxemb.metrics", "ctxemb.io"),
-    ("ctxemb.tokenization", "ctxemb.registry", "ctxemb.kernels"),
-    ("ctxemb.modeling", "ctxemb.modeling_options"),
-    ("ctxemb.inference", "ctxemb.int8_calibration", "ctxemb.quantization", "ctxemb.backends", "ctxemb.autoprecision",
-     "ctxemb.loading", "ctxemb.training"),
-    ("ctxemb.embedding", "ctxemb.embedder_config", "ctxemb.pretraining", "ctxemb.finetuning", "ctxemb.fill_mask",
-     "ctxemb.sentence_transformers_format", "ctxemb.sentence_transformers_fit", "ctxemb.sentence_transformers_writer"),
-    ("ctxemb.corpus_embedding", "ctxemb.geometry", "ctxemb.search"),
-    ("ctxemb.wsd", "ctxemb.wsd_options", "ctxemb.wsd_train_options"),
+    ("ctxemb.core", "ctxemb._version", "ctxemb._compat"),
+    ("ctxemb.io", "ctxemb.metrics"),
+    ("ctxemb.models",),
+    ("ctxemb.modeling",),
+    ("ctxemb.runtime",),
+    ("ctxemb.embedding.embedder",),
+    ("ctxemb.training",),
+    ("ctxemb.geometry", "ctxemb.search"),
+    ("ctxemb.wsd",),
+    ("ctxemb.tasks",),
     ("ctxemb.evaluation",),
     ("ctxemb.cli", "ctxemb.__main__"),
 ]

@@ -9,11 +9,11 @@ import logging
 
 import pytest
 
-from ctxemb import autoprecision
-from ctxemb.autoprecision import PrecisionChoice, ProbeResult, choose_precision, decision_margin, select_precision
-from ctxemb.loading import load_encoder
-from ctxemb.precision import ACCURACY_BOUNDS
-from ctxemb.tokenization import Tokenizer
+from ctxemb.runtime import autoprecision
+from ctxemb.runtime.autoprecision import PrecisionChoice, ProbeResult, choose_precision, decision_margin, select_precision
+from ctxemb.modeling.loading import load_encoder
+from ctxemb.core.precision import ACCURACY_BOUNDS
+from ctxemb.models.tokenization import Tokenizer
 from tests.helpers import write_tiny_model
 
 COSINE = {"fp32": 1.0, "bf16": 0.99995, "int8": 0.9995, "onnx-fp32": 0.99999, "onnx-int8": 0.9992}
@@ -84,7 +84,7 @@ def test_a_clear_margin_is_cached_as_final(model, monkeypatch):
 def test_a_busy_probe_is_cached_as_provisional_and_used_while_the_machine_stays_busy(model, monkeypatch, caplog):
     probe = FakeProbe(monkeypatch, {"fp32": 1000, "int8": 2000})
     _machine(monkeypatch, busy=True)
-    with caplog.at_level(logging.WARNING, logger="ctxemb.autoprecision"):
+    with caplog.at_level(logging.WARNING, logger="ctxemb.runtime.autoprecision"):
         choice = _choose(model)
     assert choice.provisional and choice.busy and "busy" in choice.reason
     saved = _saved(choice)

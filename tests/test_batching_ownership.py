@@ -6,11 +6,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ctxemb.embedding import Embedder
+from ctxemb.embedding.embedder.embedder import Embedder
 from ctxemb.evaluation.similarity.records import WordInContext
 from ctxemb.evaluation.similarity.spans import embed_spans
 from ctxemb.geometry.analysis import analyze
-from ctxemb.protocols import batch_size_kwargs
+from ctxemb.core.protocols import batch_size_kwargs
 from ctxemb.wsd.corpus import read_dataset
 from ctxemb.wsd.corpus_pass import embed_corpus
 from tests.helpers import WORDS, write_tiny_model

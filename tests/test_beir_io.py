@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from ctxemb._validation import CorruptFileError
+from ctxemb.core.validation import CorruptFileError
 from ctxemb.io import load_beir, read_qrels, read_run, split_queries, write_run
 
 

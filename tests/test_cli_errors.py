@@ -140,7 +140,7 @@ def _library_errors():
     import zipfile
     from xml.etree.ElementTree import ParseError
 
-    from ctxemb._validation import CorruptFileError
+    from ctxemb.core.validation import CorruptFileError
     from ctxemb.modeling.checkpoint import CheckpointError
 
     return [

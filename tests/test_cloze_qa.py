@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from ctxemb.finetuning.cloze_qa import cloze_questions
-from ctxemb.finetuning.passages import detokenize_wikitext, split_sentences, wikitext_paragraphs
-from ctxemb.finetuning.qa import encode_qa
-from ctxemb.finetuning.token_tasks import TokenFinetuneConfig, load_qa_data
+from ctxemb.tasks.qa.cloze import cloze_questions
+from ctxemb.tasks.passages import detokenize_wikitext, split_sentences, wikitext_paragraphs
+from ctxemb.tasks.qa.features import encode_qa
+from ctxemb.tasks.token.task import TokenFinetuneConfig, load_qa_data
 from ctxemb.training.config import TrainConfig
 from tests.helpers import write_tiny_model
 
@@ -74,7 +74,7 @@ def test_each_kind_of_span_gets_its_question_word(sentence, answer, question):
 
 
 def test_the_xquad_cloze_split_reads_no_dev_or_heldout_passage(tmp_path, shared_data):
-    from ctxemb.finetuning.squad import load_xquad, xquad_split
+    from ctxemb.tasks.qa.squad import load_xquad, xquad_split
 
     try:
         examples = load_xquad()
@@ -87,7 +87,7 @@ def test_the_xquad_cloze_split_reads_no_dev_or_heldout_passage(tmp_path, shared_
     unseen = {ex.context for part in ("dev", "heldout") for ex in xquad_split(part, examples)}
     assert not {q.context for q in train} & unseen
     assert {q.context for q in train} & {ex.context for ex in xquad_split("train", examples)}
-    tokenizer = __import__("ctxemb.loading", fromlist=["load_tokenizer"]).load_tokenizer(
+    tokenizer = __import__("ctxemb.modeling.loading", fromlist=["load_tokenizer"]).load_tokenizer(
         str(write_tiny_model(tmp_path / "tiny")))
     # every answer maps onto tokens (encode_qa checks each against its context), and nearly all land in a window
     features = encode_qa(tokenizer, train[:200], max_length=64, doc_stride=16, max_query_length=24)

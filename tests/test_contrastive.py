@@ -12,18 +12,18 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from ctxemb.finetuning.contrastive import ContrastiveConfig, ContrastiveTask
-from ctxemb.finetuning.contrastive_data import (ContrastiveCollator, ContrastiveExample, allnli_examples,
+from ctxemb.tasks.contrastive.task import ContrastiveConfig, ContrastiveTask
+from ctxemb.tasks.contrastive.data import (ContrastiveCollator, ContrastiveExample, allnli_examples,
                                                 encode_contrastive, inverse_cloze_examples, read_contrastive_table,
                                                 retrieval_corpus, retrieval_metrics)
-from ctxemb.finetuning.contrastive_mining import add_mined_negatives, bm25_candidates, mine_hard_negatives
-from ctxemb.finetuning.readers import TextExample
-from ctxemb.finetuning.registry import get_task
-from ctxemb.finetuning.runner import run_task
+from ctxemb.tasks.contrastive.mining import add_mined_negatives, bm25_candidates, mine_hard_negatives
+from ctxemb.tasks.sequence.data import TextExample
+from ctxemb.training.registry import get_task
+from ctxemb.training.runner import run_task
 from ctxemb.modeling.bi_encoder import CONTRASTIVE_CONFIG_KEY, EncoderForContrastive
 from ctxemb.modeling.contrastive_loss import (cosent_loss, false_negative_mask, in_batch_negatives_loss,
                                              matryoshka_loss)
-from ctxemb.tokenization import Tokenizer
+from ctxemb.models.tokenization import Tokenizer
 from ctxemb.training.config import TrainConfig
 from tests.helpers import write_tiny_model
 
@@ -302,7 +302,7 @@ def test_retrieval_corpus_appends_distinct_distractors():
 
 
 def test_xquad_retrieval_dev_ranks_against_dev_and_training_passages(tmp_path):
-    from ctxemb.finetuning.squad import load_xquad, xquad_split
+    from ctxemb.tasks.qa.squad import load_xquad, xquad_split
     try:
         questions = load_xquad()
     except FileNotFoundError:
@@ -375,7 +375,7 @@ def _write_pairs(path, n, seed):
 
 
 def test_a_tiny_model_learns_recoverable_positives_and_saves_a_sentence_transformers_directory(tmp_path):
-    from ctxemb.embedding import Embedder
+    from ctxemb.embedding.embedder.embedder import Embedder
 
     model = write_tiny_model(tmp_path / "tiny")
     train = _write_pairs(tmp_path / "train.tsv", 40, 0)
@@ -401,7 +401,7 @@ def test_a_tiny_model_learns_recoverable_positives_and_saves_a_sentence_transfor
     ours = emb.embed_sentences(texts, show_progress_bar=False)
     np.testing.assert_allclose(np.linalg.norm(ours, axis=1), 1.0, rtol=1e-5)
     loaded = get_task("contrastive").load(model_dir)
-    from ctxemb.finetuning.predictor import load_predictor
+    from ctxemb.tasks.predictor import load_predictor
 
     predicted = np.array(load_predictor(model_dir).predict(texts))
     np.testing.assert_allclose(predicted, ours, rtol=1e-4, atol=1e-5)

@@ -16,11 +16,11 @@ import numpy as np
 import pytest
 import torch
 
-import ctxemb.embedding as embedding
+import ctxemb.embedding.embedder.embedder as embedding
 from ctxemb.cli import main
-from ctxemb.corpus_embedding import _deal, _units, embed_corpus_to_file, read_text_lines
-from ctxemb.embedding import Embedder, PlannedBatch
-from ctxemb.training.distributed import DistributedContext, call_on_every_rank
+from ctxemb.embedding.embedder.corpus import _deal, _units, embed_corpus_to_file, read_text_lines
+from ctxemb.embedding.embedder.embedder import Embedder, PlannedBatch
+from ctxemb.runtime.distributed import DistributedContext, call_on_every_rank
 from tests.helpers import write_tiny_model
 
 REPO = Path(__file__).resolve().parent.parent

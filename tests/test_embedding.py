@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 import torch
 
-from ctxemb.embedding import Embedder, EmbedderConfig
-from ctxemb.loading import load_encoder
+from ctxemb.embedding.embedder.embedder import Embedder, EmbedderConfig
+from ctxemb.modeling.loading import load_encoder
 from tests.helpers import write_tiny_model
 
 SENTS = [["the", "banks", "of", "the", "river"], ["she", "sat"], ["a", "mouse", "die", "bat", "cell", "plant", "the"],
@@ -133,20 +133,20 @@ def test_config_round_trip():
 
 
 def test_bf16_without_hardware_support_warns_once(emb, monkeypatch, caplog):
-    import ctxemb.precision as precision
+    import ctxemb.core.precision as precision
 
     assert precision.cpu_has_native_bf16() in (True, False, None)
     monkeypatch.setattr(precision, "cpu_has_native_bf16", lambda: False)
     precision.warn_emulated_bf16.cache_clear()
     bf16 = emb.with_config(precision="bf16")
-    with caplog.at_level("WARNING", logger="ctxemb.precision"):
+    with caplog.at_level("WARNING", logger="ctxemb.core.precision"):
         bf16.embed_words(SENTS, show_progress_bar=False)
         bf16.embed_words(SENTS, show_progress_bar=False)
     assert sum("emulated" in r.getMessage() for r in caplog.records) == 1
 
 
 def test_token_budget_defaults_to_the_machines_and_keeps_a_given_one(tiny, monkeypatch):
-    from ctxemb import backends
+    from ctxemb.runtime import backends
 
     emb = Embedder.from_pretrained(tiny)
     assert emb.max_tokens_per_batch == backends.recommended_tokens_per_batch(emb.encoder.config)

@@ -5,7 +5,7 @@ padding invariance; save and load back; int8 on the native path."""
 import pytest
 import torch
 
-from ctxemb.config import EncoderConfig
+from ctxemb.models.encoder_config import EncoderConfig
 from ctxemb.modeling.checkpoint import load_encoder_dir, save_pretrained
 from ctxemb.modeling.encoder import Encoder
 
@@ -167,8 +167,8 @@ def test_encoder_builds_modernbert_for_a_modernbert_config():
 @pytest.mark.parametrize("family", ["distilbert", "modernbert"])
 def test_int8_path_runs_on_native_families(tmp_path, family):
     """The int8 path quantizes every nn.Linear of the new families too; its word vectors stay close to fp32."""
-    from ctxemb.inference import TorchBackend
-    from ctxemb.quantization import calibrate_outliers, quantize_int8
+    from ctxemb.runtime.engine import TorchBackend
+    from ctxemb.runtime.int8 import calibrate_outliers, quantize_int8
 
     ref = _reference(family, 4)
     ref.save_pretrained(tmp_path)
@@ -193,7 +193,7 @@ def test_onnx_export_runs_on_native_families(tmp_path, monkeypatch, family):
     """The ONNX export (rotary tables and ModernBERT's windowed masks included) gives the fp32 hidden states."""
     pytest.importorskip("onnxruntime")
     pytest.importorskip("onnxscript")
-    from ctxemb.backends import load_backend
+    from ctxemb.runtime.backends import load_backend
 
     monkeypatch.setenv("CTXEMB_CACHE", str(tmp_path / "cache"))
     ref = _reference(family, 5)

@@ -4,9 +4,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from ctxemb.embedding import Embedder
-from ctxemb.loading import load_encoder, load_tokenizer
-from ctxemb.registry import resolve_model_dir
+from ctxemb.embedding.embedder.embedder import Embedder
+from ctxemb.modeling.loading import load_encoder, load_tokenizer
+from ctxemb.models.hub import resolve_model_dir
 
 transformers = pytest.importorskip("transformers")
 

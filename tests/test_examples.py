@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from ctxemb.paths import shared_data_dir
+from ctxemb.core.paths import shared_data_dir
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
@@ -74,7 +74,7 @@ def test_every_example_is_tested_and_documented():
 
 
 def test_the_presets_are_valid_pretraining_configs():
-    from ctxemb.pretraining.recipe import PretrainConfig  # module path: update after the training restructure
+    from ctxemb.tasks.pretraining.recipe import PretrainConfig  # module path: update after the training restructure
 
     for preset in sorted((EXAMPLES / "pretraining").glob("*.toml")):
         config = PretrainConfig.from_toml(preset)

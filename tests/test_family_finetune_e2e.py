@@ -44,7 +44,7 @@ def family_dir(request, tmp_path_factory):
 
 def test_sequence_task_finetunes_saves_and_loads_in_transformers(family_dir, capsys):
     from ctxemb.cli import main
-    from ctxemb.finetuning.predict import SequencePredictor
+    from ctxemb.tasks.sequence.predict import SequencePredictor
 
     family, model, d = family_dir
     out = d / "seq"
@@ -75,7 +75,7 @@ def test_sequence_task_finetunes_saves_and_loads_in_transformers(family_dir, cap
 
 def test_token_task_finetunes_saves_and_loads_in_transformers(family_dir, capsys):
     from ctxemb.cli import main
-    from ctxemb.finetuning.token_predict import TokenPredictor
+    from ctxemb.tasks.token.predict import TokenPredictor
 
     family, model, d = family_dir
     out = d / "tok"

@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from ctxemb.finetuning.conll import (
+from ctxemb.tasks.token.conll import (
     NER_LABELS,
     TaggedSentence,
     iob1_to_bio,
@@ -17,7 +17,7 @@ from ctxemb.finetuning.conll import (
     read_conll,
     write_conll,
 )
-from ctxemb.finetuning.squad import QAExample, load_xquad, read_squad, split_by_article
+from ctxemb.tasks.qa.squad import QAExample, load_xquad, read_squad, split_by_article
 
 
 def _write(path, text: str | bytes):
@@ -316,7 +316,7 @@ def test_real_xquad(shared_data):
 
 
 def test_fixed_xquad_article_split():
-    from ctxemb.finetuning.squad import XQUAD_ARTICLE_SPLIT, xquad_split
+    from ctxemb.tasks.qa.squad import XQUAD_ARTICLE_SPLIT, xquad_split
     examples = load_xquad()
     parts = {p: xquad_split(p, examples) for p in XQUAD_ARTICLE_SPLIT}
     assert [len(parts[p]) for p in ("train", "dev", "heldout")] == [713, 126, 351]

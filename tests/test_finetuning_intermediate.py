@@ -6,10 +6,10 @@ import logging
 import pytest
 import torch
 
-from ctxemb.finetuning.intermediate import INTERMEDIATE_DIR, intermediate_run, train
-from ctxemb.finetuning.runner import run_task
-from ctxemb.finetuning.tasks import FinetuneConfig, SequenceTask, run_finetuning
-from ctxemb.loading import load_encoder
+from ctxemb.training.intermediate import INTERMEDIATE_DIR, intermediate_run, train
+from ctxemb.training.runner import run_task
+from ctxemb.tasks.sequence.task import FinetuneConfig, SequenceTask, run_finetuning
+from ctxemb.modeling.loading import load_encoder
 from ctxemb.training.config import TrainConfig
 from tests.helpers import write_tiny_model
 from tests.test_finetuning_tasks import _write_task
@@ -48,7 +48,7 @@ def test_the_stage_trains_first_and_the_target_starts_from_its_encoder(tmp_path,
                            load_encoder(model)(ids).last_hidden_state)
     # started again: the finished stage is reused, not trained again
     before = (inter_model / "model.safetensors").stat().st_mtime_ns
-    with caplog.at_level(logging.INFO, logger="ctxemb.finetuning.intermediate"):
+    with caplog.at_level(logging.INFO, logger="ctxemb.training.intermediate"):
         again = _config(tmp_path, model, tmp_path / "run", intermediate=stage)
         again.train.resume = True
         train(SequenceTask("custom"), again)
@@ -72,5 +72,5 @@ def test_bad_stages_are_refused_before_anything_is_trained(tmp_path):
         assert not (tmp_path / "r1").exists()
     staged = _config(tmp_path, model, tmp_path / "r2", intermediate={"task": "snli"})
     for direct in (lambda: run_task(SequenceTask("custom"), staged), lambda: run_finetuning(staged)):
-        with pytest.raises(ValueError, match="goes through ctxemb.finetuning.intermediate.train"):
+        with pytest.raises(ValueError, match="goes through ctxemb.training.intermediate.train"):
             direct()

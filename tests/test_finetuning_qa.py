@@ -1,4 +1,4 @@
-"""Extractive QA features (ctxemb.finetuning.qa): context windows, answer labels, the collator and the exact
+"""Extractive QA features (ctxemb.tasks.qa.features): context windows, answer labels, the collator and the exact
 answer search, with the real all-MiniLM-L6-v2 tokenizer (no model) in BERT and RoBERTa layouts."""
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 import torch
 
-from ctxemb.finetuning.qa import Answer, QACollator, QAFeature, best_answers, encode_qa
-from ctxemb.finetuning.squad import QAExample
-from ctxemb.loading import load_tokenizer
-from ctxemb.tokenization import Tokenizer
+from ctxemb.tasks.qa.features import Answer, QACollator, QAFeature, best_answers, encode_qa
+from ctxemb.tasks.qa.squad import QAExample
+from ctxemb.modeling.loading import load_tokenizer
+from ctxemb.models.tokenization import Tokenizer
 
 _WORDS_TEXT = ("the river bank sat on a money plant of cells and bats while she was singing quietly near old houses "
                "where people talked about weather markets boats riverbanks unbelievable naïve café résumé Zürich "

@@ -8,7 +8,7 @@ from collections import Counter
 
 import pytest
 
-from ctxemb.finetuning.readers import (
+from ctxemb.tasks.sequence.data import (
     TASKS,
     TaskData,
     TextExample,
@@ -122,7 +122,7 @@ def test_snli_skips_dash_labels_and_checks_files(tmp_path, caplog):
     _write(tmp_path / "s1.dev", "A man eats .\nA man eats .\nA dog runs .\n")
     _write(tmp_path / "s2.dev", "Someone eats .\nNobody eats .\nAn animal moves .\n")
     _write(tmp_path / "labels.dev", "entailment\n-\ncontradiction\n")
-    with caplog.at_level(logging.INFO, logger="ctxemb.finetuning.readers"):
+    with caplog.at_level(logging.INFO, logger="ctxemb.tasks.sequence.data"):
         data = load_task("snli", root=tmp_path, splits=["dev"])
     assert [(e.label, e.id) for e in data.splits["dev"]] == [(0, "s1.dev:1"), (2, "s1.dev:3")]
     assert "skipped 1 of 3" in caplog.text

@@ -12,9 +12,9 @@ import time
 import pytest
 
 from ctxemb.cli import build_parser, main
-from ctxemb.finetuning.label_classes import encode_labels
-from ctxemb.finetuning.readers import TextExample
-from ctxemb.finetuning.tasks import SMALL_DATA_ROWS, FinetuneConfig, custom_recipe, load_task_data
+from ctxemb.tasks.sequence.label_classes import encode_labels
+from ctxemb.tasks.sequence.data import TextExample
+from ctxemb.tasks.sequence.task import SMALL_DATA_ROWS, FinetuneConfig, custom_recipe, load_task_data
 from ctxemb.training.config import TrainConfig
 from tests.helpers import write_tiny_model
 
@@ -158,7 +158,7 @@ def test_the_recipe_and_the_eval_cap_are_recorded_and_the_line_is_printed(tmp_pa
 
 def test_every_task_takes_max_eval_examples(tmp_path):
     from ctxemb.cli.finetune import finetune_config_from_args
-    from ctxemb.finetuning.registry import task_names
+    from ctxemb.training.registry import task_names
 
     for task in ("sst2", "conll2003-ner", "xquad", "allnli", "late-interaction"):
         assert task in task_names(command="finetune")
@@ -175,8 +175,8 @@ def test_every_task_takes_max_eval_examples(tmp_path):
 
 @pytest.mark.parametrize("labels", [("neg", "pos"), (1, 5)])
 def test_predictions_are_the_labels_as_the_data_gave_them(tmp_path, capsys, labels):
-    from ctxemb.finetuning.predict import SequencePredictor
-    from ctxemb.finetuning.tasks import run_finetuning
+    from ctxemb.tasks.sequence.predict import SequencePredictor
+    from ctxemb.tasks.sequence.task import run_finetuning
 
     rng = random.Random(0)
     words = ["the", "river", "money", "sat", "on", "of", "he", "she", "a", "mouse", "cell", "plant"]
@@ -215,9 +215,9 @@ def test_predictions_are_the_labels_as_the_data_gave_them(tmp_path, capsys, labe
 def test_the_dev_evaluation_shows_a_progress_bar_over_its_batches(tmp_path, monkeypatch, capsys):
     import tqdm.auto
 
-    from ctxemb.finetuning import outputs
-    from ctxemb.finetuning.features import model_inputs
-    from ctxemb.loading import load_tokenizer
+    from ctxemb.tasks import outputs
+    from ctxemb.tasks.sequence.features import model_inputs
+    from ctxemb.modeling.loading import load_tokenizer
     from ctxemb.modeling.sequence_classification import EncoderForSequenceClassification
     from ctxemb.training.data import EvalBatches
 
@@ -272,9 +272,9 @@ def test_the_readme_command_learns_a_dozen_rows_with_its_defaults(tmp_path, caps
 
 
 def test_a_taggers_dev_decoding_shows_a_bar_over_its_sentences(tmp_path, monkeypatch):
-    from ctxemb.finetuning import outputs
-    from ctxemb.finetuning.tagging import TaggingCollator, encode_tagged
-    from ctxemb.loading import load_tokenizer
+    from ctxemb.tasks import outputs
+    from ctxemb.tasks.token.features import TaggingCollator, encode_tagged
+    from ctxemb.modeling.loading import load_tokenizer
     from ctxemb.modeling.token_classification import EncoderForTokenClassification
     from ctxemb.training.data import EvalBatches
 

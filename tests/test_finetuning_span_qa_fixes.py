@@ -17,11 +17,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from ctxemb.finetuning.conll import write_conll
-from ctxemb.finetuning.tagging import (TaggingCollator, bio_to_entities, decode_spans, encode_tagged,
+from ctxemb.tasks.token.conll import write_conll
+from ctxemb.tasks.token.features import (TaggingCollator, bio_to_entities, decode_spans, encode_tagged,
                                        entities_to_bio, enumerate_spans, score_spans)
-from ctxemb.finetuning.token_tasks import TokenFinetuneConfig, run_token_finetuning
-from ctxemb.loading import load_tokenizer
+from ctxemb.tasks.token.task import TokenFinetuneConfig, run_token_finetuning
+from ctxemb.modeling.loading import load_tokenizer
 from ctxemb.modeling.encoder import Encoder
 from ctxemb.modeling.span_classification import EncoderForSpanClassification
 from ctxemb.training.loop import TrainConfig
@@ -114,7 +114,7 @@ def test_null_weight_is_a_weighted_cross_entropy_over_real_spans():
 
 def test_the_span_head_gets_its_own_learning_rate_scale(four_type_fixture, tmp_path):
     """The span classifier's parameter groups get ``span_lr_scale``, the encoder's keep 1."""
-    import ctxemb.finetuning.token_tasks as tt
+    import ctxemb.tasks.token.task as tt
 
     model, path, _ = four_type_fixture
     config = TokenFinetuneConfig(task="conll-file", model=str(model), head="span", train_file=str(path),
@@ -202,7 +202,7 @@ def test_one_hot_span_scores_decode_back_to_the_gold_bio_tags():
 
 def _qa_config_from_cli(monkeypatch, tmp_path, *flags):
     """Run ``ctxemb finetune xquad ...`` up to the point where training would start; return the config."""
-    import ctxemb.finetuning.token_tasks as token_tasks
+    import ctxemb.tasks.token.task as token_tasks
     from ctxemb.cli import main
     captured = {}
 
@@ -220,8 +220,8 @@ def test_xquad_with_no_flags_takes_its_recipe_windows(monkeypatch, tmp_path):
     config = _qa_config_from_cli(monkeypatch, tmp_path)  # the default recipe: 256-token windows, the QA stride
     assert (config.head, config.max_length, config.doc_stride, config.max_query_length) == ("qa", 256, 128, 64)
     tok = load_tokenizer(config.model)  # and these windows are what encode_qa accepts for the default model
-    from ctxemb.finetuning.qa import encode_qa
-    from ctxemb.finetuning.squad import QAExample
+    from ctxemb.tasks.qa.features import encode_qa
+    from ctxemb.tasks.qa.squad import QAExample
     ex = QAExample("q", "t", "word " * 600, "what word?", (("word", 0),))
     feats = encode_qa(tok, [ex], max_length=config.max_length, doc_stride=config.doc_stride,
                       max_query_length=config.max_query_length)
@@ -243,7 +243,7 @@ def test_explicit_qa_windows_win_and_inconsistent_ones_are_refused(monkeypatch, 
 
 
 def test_tagging_tasks_keep_max_length_128(monkeypatch, tmp_path):
-    import ctxemb.finetuning.token_tasks as token_tasks
+    import ctxemb.tasks.token.task as token_tasks
     from ctxemb.cli import main
     captured = {}
     monkeypatch.setattr(token_tasks, "run_token_finetuning",
@@ -261,7 +261,7 @@ def test_tagging_tasks_keep_max_length_128(monkeypatch, tmp_path):
 def test_a_piece_cut_inside_an_entity_gives_the_crf_a_legal_gold_path(minilm_tokenizer):
     """A sentence split inside an entity: the second piece's word labels start with B-X (a BIO-constrained CRF
     cannot start with I-X: its log-likelihood was ~-1e4 there), the softmax's subword labels keep I-X."""
-    from ctxemb.finetuning.conll import NER_LABELS
+    from ctxemb.tasks.token.conll import NER_LABELS
     from ctxemb.modeling.token_classification import EncoderForTokenClassification
     words = ["she"] + ["the"] * 40 + ["money", "plant"]
     tags = ["B-PER"] + ["O"] * 40 + ["B-ORG", "I-ORG"]

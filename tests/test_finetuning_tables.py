@@ -11,10 +11,10 @@ import re
 import pytest
 import torch
 
-from ctxemb.finetuning.features import model_inputs
-from ctxemb.finetuning.readers import read_table
-from ctxemb.finetuning.tables import open_rows, parse_columns, resolve_columns
-from ctxemb.loading import load_tokenizer
+from ctxemb.tasks.sequence.features import model_inputs
+from ctxemb.tasks.sequence.data import read_table
+from ctxemb.io.tables import open_rows, parse_columns, resolve_columns
+from ctxemb.modeling.loading import load_tokenizer
 from tests.helpers import write_tiny_model
 
 pd = pytest.importorskip("pandas")
@@ -81,7 +81,7 @@ def test_a_classlabel_column_gives_its_names_and_files_keep_line_ids(tmp_path):
     features = datasets.Features({"s": datasets.Value("string"), "y": datasets.ClassLabel(names=["no", "yes"])})
     ds = datasets.Dataset.from_dict({"s": ["a bank", "the river"], "y": [1, 0]}, features=features)
     ds.to_parquet(str(tmp_path / "c.parquet"))
-    from ctxemb.finetuning.tables import class_names
+    from ctxemb.io.tables import class_names
 
     assert class_names(ds, "y") == ("no", "yes") == class_names(tmp_path / "c.parquet", "y")
     assert [e.label for e in read_table(ds, text_a="s", label="y")] == [1, 0]
@@ -172,8 +172,8 @@ def test_missing_optional_packages_name_the_extra(tmp_path, monkeypatch):
 
 
 def test_tagged_tables_read_like_the_conll_file(tmp_path):
-    from ctxemb.finetuning.conll import read_conll, write_conll
-    from ctxemb.finetuning.tagged_tables import read_tagged_table
+    from ctxemb.tasks.token.conll import read_conll, write_conll
+    from ctxemb.tasks.token.tagged_tables import read_tagged_table
 
     words = [["Jane", "Doe", "sat"], ["on", "the", "River", "Bank"]]
     tags = [["I-PER", "I-PER", "O"], ["O", "O", "B-LOC", "I-LOC"]]  # IOB1 in the first: converted to BIO
@@ -234,7 +234,7 @@ def test_finetune_from_csv_parquet_and_a_saved_dataset_gives_the_tsvs_model(tabl
 
 
 def test_python_api_trains_from_a_list_and_a_dataset_and_records_them(tables_dir):
-    from ctxemb.finetuning.tasks import FinetuneConfig, run_finetuning
+    from ctxemb.tasks.sequence.task import FinetuneConfig, run_finetuning
     from ctxemb.training.config import TrainConfig
 
     d, train, dev = tables_dir
@@ -282,8 +282,8 @@ def _squad_rows(squad):
 
 
 def test_qa_tables_read_like_squad_json(tmp_path):
-    from ctxemb.finetuning.qa_tables import read_qa_table
-    from ctxemb.finetuning.squad import read_squad
+    from ctxemb.tasks.qa.tables import read_qa_table
+    from ctxemb.tasks.qa.squad import read_squad
 
     squad = _squad(6, 0)
     (tmp_path / "s.json").write_text(json.dumps(squad))
@@ -312,7 +312,7 @@ def test_token_and_qa_tasks_train_the_same_model_from_tables(tables_dir, tmp_pat
     from safetensors.torch import load_file
 
     from ctxemb.cli import main
-    from ctxemb.finetuning.conll import write_conll
+    from ctxemb.tasks.token.conll import write_conll
 
     d = tables_dir[0]
     rng = random.Random(5)
@@ -345,7 +345,7 @@ def test_token_and_qa_tasks_train_the_same_model_from_tables(tables_dir, tmp_pat
 
 
 def test_lines_are_read_lazily_with_any_line_end_and_named_errors(tmp_path):
-    from ctxemb.finetuning.tables import iter_lines
+    from ctxemb.io.tables import iter_lines
 
     path = tmp_path / "l.txt"
     path.write_bytes("\ufeffa\rb\r\n\r\nc\n\n \n".encode("utf-8"))
@@ -394,7 +394,7 @@ MALFORMED_CSV = [  # (name, bytes, the line named, the message after "FILE line 
 
 @pytest.mark.parametrize("name, content, line, message", MALFORMED_CSV, ids=[c[0] for c in MALFORMED_CSV])
 def test_a_malformed_csv_is_refused_naming_its_line_never_read_short(tmp_path, name, content, line, message):
-    from ctxemb.finetuning.tables import MalformedFileError
+    from ctxemb.io.tables import MalformedFileError
 
     path = tmp_path / f"{name}.csv"
     path.write_bytes(content)
@@ -411,7 +411,7 @@ def _echo_predictor():
     """A registered task's predictor that predicts each row's review length: predict_file without a model."""
     from types import SimpleNamespace
 
-    from ctxemb.finetuning.predictor import TaskPredictor
+    from ctxemb.tasks.predictor import TaskPredictor
 
     task = SimpleNamespace(predict=lambda model, tokenizer, rows, saved: [len(r["review"]) for r in rows])
     return TaskPredictor(task, torch.nn.Identity(), None, {})
@@ -420,8 +420,8 @@ def _echo_predictor():
 @pytest.mark.parametrize("name, content, line, message", MALFORMED_CSV, ids=[c[0] for c in MALFORMED_CSV])
 def test_predict_over_a_malformed_csv_stops_and_writes_nothing_even_skipping_bad_rows(tmp_path, name, content, line,
                                                                                       message):
-    from ctxemb.finetuning.predict_files import predict_file
-    from ctxemb.finetuning.tables import MalformedFileError
+    from ctxemb.tasks.predict_files import predict_file
+    from ctxemb.io.tables import MalformedFileError
 
     path, out = tmp_path / f"{name}.csv", tmp_path / "out.jsonl"
     path.write_bytes(content.replace(b"text,label", b"review,stars"))
@@ -432,7 +432,7 @@ def test_predict_over_a_malformed_csv_stops_and_writes_nothing_even_skipping_bad
 
 
 def test_wrong_field_counts_are_named_in_training_and_reported_when_predict_skips_them(tmp_path):
-    from ctxemb.finetuning.predict_files import predict_file
+    from ctxemb.tasks.predict_files import predict_file
 
     path, out = tmp_path / "f.csv", tmp_path / "out.jsonl"
     path.write_text('review,stars\ngreat,good\nawful,bad,extra\n"two\nlines",good,x\nfine,good\n,\n')

@@ -9,10 +9,10 @@ import random
 import numpy as np
 import pytest
 
-from ctxemb.finetuning.features import encode_examples
-from ctxemb.finetuning.readers import TextExample
-from ctxemb.finetuning.tasks import FinetuneConfig, build_model, load_task_data, run_finetuning, task_metrics
-from ctxemb.loading import load_tokenizer
+from ctxemb.tasks.sequence.features import encode_examples
+from ctxemb.tasks.sequence.data import TextExample
+from ctxemb.tasks.sequence.task import FinetuneConfig, build_model, load_task_data, run_finetuning, task_metrics
+from ctxemb.modeling.loading import load_tokenizer
 from ctxemb.training.loop import TrainConfig
 from tests.helpers import write_tiny_model
 
@@ -78,8 +78,8 @@ def test_a_planted_task_is_learned_and_evaluated_each_epoch(finetuned):
 
 def test_saved_model_predicts_the_same_and_feeds_the_embedder(finetuned, capsys):
     from ctxemb.cli import main
-    from ctxemb.embedding import Embedder
-    from ctxemb.finetuning.predict import SequencePredictor
+    from ctxemb.embedding.embedder.embedder import Embedder
+    from ctxemb.tasks.sequence.predict import SequencePredictor
 
     d, result = finetuned
     texts = ["he sat on the bank", "she sat on a plant"]
@@ -154,8 +154,8 @@ def test_a_cosent_bi_encoder_learns_scored_pairs(tmp_path):
 
 
 def test_a_cosine_bi_encoder_learns_scored_pairs_and_saves_a_plain_encoder(tmp_path):
-    from ctxemb.embedding import Embedder
-    from ctxemb.finetuning.predict import SequencePredictor
+    from ctxemb.embedding.embedder.embedder import Embedder
+    from ctxemb.tasks.sequence.predict import SequencePredictor
 
     config = _scored_pairs_config(tmp_path, head="cosine", epochs=4)
     result = run_finetuning(config)
@@ -187,7 +187,7 @@ def test_a_cosine_bi_encoder_learns_scored_pairs_and_saves_a_plain_encoder(tmp_p
 
 
 def test_a_bce_cross_encoder_learns_scored_pairs_and_predicts_in_score_units(tmp_path):
-    from ctxemb.finetuning.predict import SequencePredictor
+    from ctxemb.tasks.sequence.predict import SequencePredictor
 
     config = _scored_pairs_config(tmp_path, head="mean", regression_loss="bce", epochs=3)
     result = run_finetuning(config)
@@ -208,7 +208,7 @@ def test_a_bce_cross_encoder_learns_scored_pairs_and_predicts_in_score_units(tmp
 
 
 def test_both_orders_doubles_symmetric_pairs_and_refuses_directed_ones(tmp_path):
-    from ctxemb.finetuning.tasks import SequenceTask
+    from ctxemb.tasks.sequence.task import SequenceTask
 
     config = _scored_pairs_config(tmp_path, head="mean", both_orders=True)
     plain = SequenceTask("custom").read(_scored_pairs_config(tmp_path, head="mean"))

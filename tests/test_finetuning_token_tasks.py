@@ -8,11 +8,11 @@ import random
 import numpy as np
 import pytest
 
-from ctxemb.finetuning.conll import read_conll, write_conll
-from ctxemb.finetuning.tagging import (ScoredSpan, TaggingCollator, calibrate_threshold, decode_spans,
+from ctxemb.tasks.token.conll import read_conll, write_conll
+from ctxemb.tasks.token.features import (ScoredSpan, TaggingCollator, calibrate_threshold, decode_spans,
                                        encode_tagged, enumerate_spans, stitch_words)
-from ctxemb.finetuning.token_tasks import TokenFinetuneConfig, run_token_finetuning
-from ctxemb.loading import load_tokenizer
+from ctxemb.tasks.token.task import TokenFinetuneConfig, run_token_finetuning
+from ctxemb.modeling.loading import load_tokenizer
 from ctxemb.modeling.token_classification import IGNORE_INDEX
 from ctxemb.training.loop import TrainConfig
 from tests.helpers import WORDS, write_tiny_model
@@ -155,8 +155,8 @@ def _run(conll_files, head, **kw):
 
 @pytest.mark.parametrize("head", ["softmax", "crf", "span"])
 def test_each_head_learns_planted_entities_and_predicts_the_same_after_loading(conll_files, head):
-    from ctxemb.embedding import Embedder
-    from ctxemb.finetuning.token_predict import TokenPredictor
+    from ctxemb.embedding.embedder.embedder import Embedder
+    from ctxemb.tasks.token.predict import TokenPredictor
 
     result = _run(conll_files, head)
     assert len(result.eval_history) == (8 if head == "span" else 3)  # once per epoch (span: NULL dominates, slower)
@@ -209,7 +209,7 @@ def _write_squad(path, n, seed):
 
 
 def test_qa_learns_a_planted_answer_and_predicts_offsets(conll_files, tmp_path):
-    from ctxemb.finetuning.token_predict import QAPredictor
+    from ctxemb.tasks.token.predict import QAPredictor
 
     model, _, _, d = conll_files
     config = TokenFinetuneConfig(

@@ -1,4 +1,4 @@
-"""Several runs of one task: the grid search on dev and repeated seeds (ctxemb.finetuning.trials), with a fake
+"""Several runs of one task: the grid search on dev and repeated seeds (ctxemb.training.trials), with a fake
 trainer for the bookkeeping and one real tiny run through the command line."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from ctxemb.finetuning.registry import get_task
-from ctxemb.finetuning.tasks import FinetuneConfig
-from ctxemb.finetuning.trials import (apply_overrides, parse_grid, run_grid, run_seeds, setting_name,
+from ctxemb.training.registry import get_task
+from ctxemb.tasks.sequence.task import FinetuneConfig
+from ctxemb.training.trials import (apply_overrides, parse_grid, run_grid, run_seeds, setting_name,
                                      summarize_seeds)
 from ctxemb.training.config import TrainConfig
 from tests.helpers import write_tiny_model

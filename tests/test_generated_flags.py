@@ -14,12 +14,12 @@ import pytest
 
 from ctxemb.cli import build_parser
 from ctxemb.cli._common import add_dataclass_flags, dataclass_overrides
-from ctxemb.config import field_help
-from ctxemb.finetuning.config import FinetuneRunConfig
-from ctxemb.finetuning.tasks import FinetuneConfig
-from ctxemb.finetuning.token_tasks import TokenFinetuneConfig
-from ctxemb.pretraining.config import PretrainConfig, PretrainMaskingConfig
-from ctxemb.wsd.sense_config import SenseTrainConfig
+from ctxemb.models.encoder_config import field_help
+from ctxemb.training.task_config import FinetuneRunConfig
+from ctxemb.tasks.sequence.task import FinetuneConfig
+from ctxemb.tasks.token.task import TokenFinetuneConfig
+from ctxemb.tasks.pretraining.config import PretrainConfig, PretrainMaskingConfig
+from ctxemb.tasks.sense.inventory import SenseTrainConfig
 
 
 def _subparser(parser, *path):

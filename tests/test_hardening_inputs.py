@@ -17,9 +17,9 @@ import numpy as np
 import pytest
 import torch
 
-from ctxemb._validation import CorruptFileError, check_string_batch, unit_rows
-from ctxemb.config import EncoderConfig
-from ctxemb.embedding import Embedder, EmbedderConfig
+from ctxemb.core.validation import CorruptFileError, check_string_batch, unit_rows
+from ctxemb.models.encoder_config import EncoderConfig
+from ctxemb.embedding.embedder.embedder import Embedder, EmbedderConfig
 from ctxemb.geometry import (
     AllButTheTop,
     MeanCenterer,
@@ -32,7 +32,7 @@ from ctxemb.geometry import (
     load_postprocessor,
     rogue_dimensions,
 )
-from ctxemb.loading import load_encoder, load_tokenizer
+from ctxemb.modeling.loading import load_encoder, load_tokenizer
 from ctxemb.modeling.checkpoint import CheckpointError
 from ctxemb.wsd.corpus import read_gold_keys, read_raganato
 from tests.helpers import write_tiny_model
@@ -81,7 +81,7 @@ def test_text_with_no_token_is_rejected_like_an_empty_one(emb, text):
 
 
 def test_no_token_error_names_the_index_in_the_callers_batch(emb, monkeypatch, tmp_path):
-    import ctxemb.embedding as embedding
+    import ctxemb.embedding.embedder.embedder as embedding
 
     monkeypatch.setattr(embedding, "_CHUNK", 2)  # texts are tokenized in chunks: the index must still be global
     with pytest.raises(ValueError, match=r"texts\[3\] has no token"):
@@ -125,7 +125,7 @@ def test_geometry_is_scale_invariant_where_squares_would_overflow(scale):
 
 
 def test_vectors_below_the_zero_threshold_are_named_as_such():
-    # The zero-row policy (ctxemb._validation): a norm <= 1e-12 has no reliable direction; the error says so.
+    # The zero-row policy (ctxemb.core.validation): a norm <= 1e-12 has no reliable direction; the error says so.
     X = np.random.default_rng(0).normal(size=(5, 3)) * 1e-150
     with pytest.raises(ValueError, match=r"5 zero-length vectors \(norm <= 1e-12; first at row 0\)"):
         anisotropy(X)

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ctxemb.atomic import atomic_path, atomic_write
+from ctxemb.core.atomic import atomic_path, atomic_write
 from tests.helpers import write_tiny_model
 
 posix_only = pytest.mark.skipif(os.name != "posix", reason="permission bits and symbolic links of POSIX")
@@ -135,7 +135,7 @@ def test_a_dangling_link_creates_its_target_and_a_loop_is_refused(tmp_path):
 @posix_only
 def test_a_predicted_output_keeps_a_private_mode_and_its_link(tmp_path):
     """What ``ctxemb predict --input X --output Y`` writes (``predict_file``) goes through the atomic writer."""
-    from ctxemb.finetuning.predict_files import predict_file
+    from ctxemb.tasks.predict_files import predict_file
 
     class Upper:  # a predictor of rows as they are (the generic path)
         def predict(self, rows):
@@ -168,8 +168,8 @@ def tiny3(tmp_path_factory):
 def _st_with_dense(out, base, *, layers=(-1,)):
     import torch
 
-    from ctxemb.sentence_transformers_format import DenseLayer, LayerNormStep
-    from ctxemb.sentence_transformers_writer import save_sentence_transformers
+    from ctxemb.embedding.embedder.st_format import DenseLayer, LayerNormStep
+    from ctxemb.embedding.embedder.st_writer import save_sentence_transformers
 
     torch.manual_seed(0)
     steps = [DenseLayer(torch.randn(16, 32) * 0.3, torch.zeros(16)), LayerNormStep(torch.ones(16), torch.zeros(16))]
@@ -191,8 +191,8 @@ def _dense_weights(folder, n_out, n_in):
 
 
 def test_a_dense_layer_that_does_not_take_the_pooled_size_is_named_at_load(tmp_path, tiny3):
-    from ctxemb._validation import CorruptFileError
-    from ctxemb.embedding import Embedder
+    from ctxemb.core.validation import CorruptFileError
+    from ctxemb.embedding.embedder.embedder import Embedder
 
     path = _st_with_dense(tmp_path / "st", tiny3)
     assert Embedder.from_pretrained(path).embed_sentences("the bank", show_progress_bar=False).shape == (16,)
@@ -207,8 +207,8 @@ def test_a_dense_layer_that_does_not_take_the_pooled_size_is_named_at_load(tmp_p
 
 
 def test_a_layer_norm_after_a_resized_dense_is_named(tmp_path, tiny3):
-    from ctxemb._validation import CorruptFileError
-    from ctxemb.sentence_transformers_format import read_sentence_transformers
+    from ctxemb.core.validation import CorruptFileError
+    from ctxemb.embedding.embedder.st_format import read_sentence_transformers
 
     path = _st_with_dense(tmp_path / "st", tiny3)
     dense = path / "2_Dense"
@@ -224,8 +224,8 @@ def test_a_weighted_layer_pooling_for_another_depth_is_named_at_load(tmp_path, t
     import torch
     from safetensors.torch import save_file
 
-    from ctxemb._validation import CorruptFileError
-    from ctxemb.embedding import Embedder
+    from ctxemb.core.validation import CorruptFileError
+    from ctxemb.embedding.embedder.embedder import Embedder
 
     path = _st_with_dense(tmp_path / "st", tiny3, layers=(-2, -1))
     wlp = path / "1_WeightedLayerPooling"
@@ -244,8 +244,8 @@ def test_weighted_layer_pooling_weights_of_the_wrong_count_name_the_files(tmp_pa
     import torch
     from safetensors.torch import save_file
 
-    from ctxemb._validation import CorruptFileError
-    from ctxemb.sentence_transformers_format import read_sentence_transformers
+    from ctxemb.core.validation import CorruptFileError
+    from ctxemb.embedding.embedder.st_format import read_sentence_transformers
 
     path = _st_with_dense(tmp_path / "st", tiny3, layers=(-2, -1))
     wlp = path / "1_WeightedLayerPooling"
@@ -261,7 +261,7 @@ def test_weighted_layer_pooling_weights_of_the_wrong_count_name_the_files(tmp_pa
     ([-2, -1], "mean", None), ([-1], "mean", None), ([0, 2], "weighted", [1.0, 3.0])])
 def test_a_two_layer_model_saved_by_ctxemb_loads_back_with_the_same_vectors(tmp_path, layers, layer_pooling,
                                                                             layer_weights):
-    from ctxemb.embedding import Embedder
+    from ctxemb.embedding.embedder.embedder import Embedder
 
     base = write_tiny_model(tmp_path / "two", num_hidden_layers=2)
     emb = Embedder.from_pretrained(base, layers=layers, layer_pooling=layer_pooling, layer_weights=layer_weights,
@@ -281,8 +281,8 @@ def test_a_two_layer_model_saved_by_ctxemb_loads_back_with_the_same_vectors(tmp_
 
 
 def test_a_recorded_configuration_that_does_not_fit_is_named(tmp_path):
-    from ctxemb._validation import CorruptFileError
-    from ctxemb.embedding import Embedder
+    from ctxemb.core.validation import CorruptFileError
+    from ctxemb.embedding.embedder.embedder import Embedder
 
     base = write_tiny_model(tmp_path / "two", num_hidden_layers=2)
     saved = Embedder.from_pretrained(base, layers=[-1]).save_pretrained(tmp_path / "saved")
@@ -302,8 +302,8 @@ def test_a_recorded_configuration_that_does_not_fit_is_named(tmp_path):
 
 @pytest.fixture(scope="module")
 def minilm():
-    from ctxemb.embedding import Embedder
-    from ctxemb.registry import resolve_model_dir
+    from ctxemb.embedding.embedder.embedder import Embedder
+    from ctxemb.models.hub import resolve_model_dir
 
     try:
         path = resolve_model_dir("all-MiniLM-L6-v2")
@@ -343,7 +343,7 @@ def test_an_empty_text_with_a_prompt_is_the_prompt_alone(minilm):
 
 @pytest.mark.parametrize("bad", [np.nan, np.inf])
 def test_a_shard_with_non_finite_vectors_is_refused_at_merge(tmp_path, bad):
-    from ctxemb._validation import CorruptFileError
+    from ctxemb.core.validation import CorruptFileError
     from ctxemb.search import IVFPQParams, SemanticIndex
     from ctxemb.search.sharded import add_shard, merge_shards, read_partial, train_ivfpq
 
@@ -408,7 +408,7 @@ def test_bm25_matches_texts_spelled_in_other_unicode_forms(tmp_path, monkeypatch
 
 def test_bm25_mining_matches_texts_spelled_in_other_unicode_forms():
     pytest.importorskip("bm25s")
-    from ctxemb.finetuning.contrastive_mining import bm25_candidates
+    from ctxemb.tasks.contrastive.mining import bm25_candidates
 
     corpus = [d for d, _ in SPELLINGS] + ["nothing to see here"]
     ranked = bm25_candidates([q for _, q in SPELLINGS], corpus, 1)

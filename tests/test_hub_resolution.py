@@ -27,8 +27,8 @@ import pytest
 import torch
 
 from ctxemb import Embedder
-from ctxemb.loading import load_model
-from ctxemb.registry import HUB_FILES, hub_cache_dir, resolve_model_dir
+from ctxemb.modeling.loading import load_model
+from ctxemb.models.hub import HUB_FILES, hub_cache_dir, resolve_model_dir
 from tests.helpers import write_tiny_model
 
 hf_constants = pytest.importorskip("huggingface_hub.constants")

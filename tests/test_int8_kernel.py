@@ -1,4 +1,4 @@
-"""The int8 kernel (ctxemb.quantization) against its formula in float64, fused (Inductor) and unfused; its outlier
+"""The int8 kernel (ctxemb.runtime.int8) against its formula in float64, fused (Inductor) and unfused; its outlier
 calibration and the cache of it; independence of a text's vectors from its batch-mates."""
 
 import json
@@ -9,12 +9,14 @@ import numpy as np
 import pytest
 import torch
 
-from ctxemb import backends, quantization
-from ctxemb.kernels import int8_vnni_cpu, int8_vnni_ops
-from ctxemb.embedding import Embedder, EmbedderConfig
-from ctxemb.loading import load_encoder, load_tokenizer
+from ctxemb.runtime import backends
+
+from ctxemb.runtime import int8 as quantization
+from ctxemb.runtime.kernels import int8_vnni_cpu, int8_vnni_ops
+from ctxemb.embedding.embedder.embedder import Embedder, EmbedderConfig
+from ctxemb.modeling.loading import load_encoder, load_tokenizer
 from ctxemb.modeling.encoder import Layer
-from ctxemb.quantization import (Int8Calibration, Int8Linear, Int8ResidualNorm, Int8SelfAttention,
+from ctxemb.runtime.int8 import (Int8Calibration, Int8Linear, Int8ResidualNorm, Int8SelfAttention,
                                  calibrate_outliers, quantize_int8)
 from tests.helpers import write_tiny_model
 
@@ -101,7 +103,7 @@ def test_int8_linear_matches_its_float64_formula(mode, outliers, activation):
 @pytest.mark.parametrize("mode", MODES)
 def test_fused_blocks_match_the_float64_formula(mode):
     """Q/K/V as one product and the residual + LayerNorm epilogue equal the float64 formula of their Linears."""
-    from ctxemb.config import EncoderConfig
+    from ctxemb.models.encoder_config import EncoderConfig
 
     torch.manual_seed(1)
     cfg = EncoderConfig(vocab_size=50, hidden_size=32, num_hidden_layers=1, num_attention_heads=4,

@@ -7,8 +7,8 @@ import pytest
 import torch
 from torch import nn
 
-from ctxemb.finetuning.tasks import FinetuneConfig, run_finetuning
-from ctxemb.loading import load_encoder
+from ctxemb.tasks.sequence.task import FinetuneConfig, run_finetuning
+from ctxemb.modeling.loading import load_encoder
 from ctxemb.training.config import TrainConfig
 from ctxemb.training.interpolation import (check_alphas, choose_interpolation, interpolated_module,
                                            set_interpolation, snapshot)
@@ -117,7 +117,7 @@ def test_a_finetuning_run_saves_the_chosen_interpolation(data, tmp_path):
 
 
 def test_interpolation_needs_an_evaluator(tmp_path, data):
-    from ctxemb.pretraining.recipe import PretrainConfig, run_pretraining_recipe
+    from ctxemb.tasks.pretraining.recipe import PretrainConfig, run_pretraining_recipe
 
     config = PretrainConfig(train_corpus=[str(data["corpus"])], eval_corpus=[str(data["corpus"])], eval_batches=2,
                             max_length=24, batch_size=8, init_from=str(data["model"]),

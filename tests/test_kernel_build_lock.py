@@ -1,4 +1,4 @@
-"""The native kernel's build lock (ctxemb.kernels.build_lock): a build killed while it holds the lock (and torch's own
+"""The native kernel's build lock (ctxemb.runtime.kernels.build_lock): a build killed while it holds the lock (and torch's own
 lock file) never blocks later loads; a live build is waited for, with a warning naming the lock file and the process,
 and only up to ``BUILD_WAIT`` seconds.
 
@@ -23,7 +23,7 @@ import pytest
 import torch.utils.cpp_extension
 from torch.utils.file_baton import FileBaton
 
-from ctxemb import kernels
+from ctxemb.runtime import kernels
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -45,7 +45,7 @@ def load(name, sources, build_directory, **kwargs):
 
 
 torch.utils.cpp_extension.load = load
-from ctxemb import kernels
+from ctxemb.runtime import kernels
 
 kernels._load_int8_vnni()
 """
@@ -101,7 +101,7 @@ def test_a_build_killed_while_holding_the_locks_does_not_block_the_next_load(tmp
         assert lock_file.read_text().strip() == str(child.pid)  # the holder is recorded
         # while the build is alive: a warning names the lock file and the process, and the wait has an end
         monkeypatch.setattr(kernels, "BUILD_WAIT", 0.5)
-        caplog.set_level(logging.WARNING, logger="ctxemb.kernels")
+        caplog.set_level(logging.WARNING, logger="ctxemb.runtime.kernels")
         with pytest.raises(TimeoutError, match=rf"gave up waiting 0.5 s for .* by process {child.pid} \(lock file "
                                                rf"{lock_file}\)"):
             kernels._load_int8_vnni()
@@ -148,7 +148,7 @@ def test_a_load_waits_for_a_live_build_and_proceeds_when_it_ends(build, caplog):
     try:
         assert held.wait(30)
         threading.Timer(0.3, release.set).start()
-        caplog.set_level(logging.WARNING, logger="ctxemb.kernels")
+        caplog.set_level(logging.WARNING, logger="ctxemb.runtime.kernels")
         kernels._load_int8_vnni()
     finally:
         release.set()
@@ -167,7 +167,7 @@ def test_int8_falls_back_with_a_warning_naming_the_lock_when_the_wait_runs_out(b
     monkeypatch.setattr(kernels, "int8_vnni_ops", functools.lru_cache(maxsize=1)(kernels.int8_vnni_ops.__wrapped__))
     build_dir.mkdir(parents=True)
     with kernels.build_lock(build_dir, "another build"):
-        caplog.set_level(logging.WARNING, logger="ctxemb.kernels")
+        caplog.set_level(logging.WARNING, logger="ctxemb.runtime.kernels")
         assert kernels.int8_vnni_ops() is None  # no hang: the int8 path runs without the kernel
     assert load.calls == 0
     assert any("TimeoutError" in r.getMessage() and str(build_dir / ".ctxemb.lock") in r.getMessage()

@@ -8,8 +8,8 @@ import json
 import numpy as np
 import pytest
 
-from ctxemb._validation import CorruptFileError
-from ctxemb.locks import DirectoryLock, DirectoryLockedError, lock_file_beside
+from ctxemb.core.validation import CorruptFileError
+from ctxemb.core.locks import DirectoryLock, DirectoryLockedError, lock_file_beside
 from ctxemb.search.late import (LateInteractionConfig, LateInteractionEncoder, LateInteractionIndex, MaxSimReranker,
                                 ResidualCodec, maxsim)
 from ctxemb.search.late.codec import default_centroids

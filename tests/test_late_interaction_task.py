@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 import torch
 
-from ctxemb.finetuning.late_interaction import beir_rows
-from ctxemb.finetuning.registry import get_task
-from ctxemb.finetuning.runner import run_task
+from ctxemb.tasks.late_interaction.task import beir_rows
+from ctxemb.training.registry import get_task
+from ctxemb.training.runner import run_task
 from ctxemb.training.config import TrainConfig
 
 WORDS = "the river bank sat on a money plant of cells and bats mouse die".split()
@@ -48,8 +48,8 @@ def test_beir_rows_never_draw_a_relevant_document_as_a_negative(beir):
 
 
 def test_a_run_trains_saves_and_the_search_encoder_gives_the_models_vectors(beir, tmp_path):
-    from ctxemb.finetuning.late_interaction import _vectors
-    from ctxemb.loading import load_tokenizer
+    from ctxemb.tasks.late_interaction.task import _vectors
+    from ctxemb.modeling.loading import load_tokenizer
     from ctxemb.search.late import LateInteractionEncoder
     from tests.helpers import write_tiny_model
 

@@ -8,7 +8,7 @@ import types
 
 import pytest
 
-from ctxemb._lazy import lazy_exports
+from ctxemb.core.lazy import lazy_exports
 
 LAZY_PACKAGES = ("ctxemb", "ctxemb.search", "ctxemb.search.late", "ctxemb.geometry", "ctxemb.evaluation.similarity",
                  "ctxemb.training")

@@ -1,4 +1,4 @@
-"""ctxemb.loading.load_model: one name resolution, one read of config.json here, the same encoder, tokenizer and
+"""ctxemb.modeling.loading.load_model: one name resolution, one read of config.json here, the same encoder, tokenizer and
 training run as the separate loaders."""
 
 import builtins
@@ -7,9 +7,9 @@ import json
 import pytest
 import torch
 
-import ctxemb.loading as loading
-from ctxemb._validation import CorruptFileError
-from ctxemb.loading import LoadedModel, load_encoder, load_model, load_tokenizer
+import ctxemb.modeling.loading as loading
+from ctxemb.core.validation import CorruptFileError
+from ctxemb.modeling.loading import LoadedModel, load_encoder, load_model, load_tokenizer
 from ctxemb.modeling.checkpoint import TRAINING_RUN_KEY, read_training_run, stamp_training_run
 from tests.helpers import write_tiny_model
 

@@ -5,10 +5,10 @@ import json
 import pytest
 import torch
 
-from ctxemb.config import EncoderConfig
-from ctxemb.loading import load_encoder, load_tokenizer
+from ctxemb.models.encoder_config import EncoderConfig
+from ctxemb.modeling.loading import load_encoder, load_tokenizer
 from ctxemb.modeling.checkpoint import CheckpointError, load_encoder_dir
-from ctxemb.registry import resolve_model_dir
+from ctxemb.models.hub import resolve_model_dir
 from tests.helpers import write_tiny_model
 
 

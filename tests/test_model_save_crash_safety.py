@@ -20,11 +20,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ctxemb import _exchange
-from ctxemb.embedding import Embedder
-from ctxemb.loading import load_model
-from ctxemb.registry import resolve_model_dir
-from ctxemb.sentence_transformers_writer import save_sentence_transformers
+from ctxemb.core import exchange as _exchange
+from ctxemb.embedding.embedder.embedder import Embedder
+from ctxemb.modeling.loading import load_model
+from ctxemb.models.hub import resolve_model_dir
+from ctxemb.embedding.embedder.st_writer import save_sentence_transformers
 from tests.helpers import write_tiny_model
 
 REPO = Path(__file__).resolve().parent.parent
@@ -33,8 +33,8 @@ TEXTS = ["the river bank", "she sat on a money plant", "bats"]
 CHILD = """
 import json, os, signal, sys
 
-from ctxemb import _exchange
-from ctxemb.embedding import Embedder
+from ctxemb.core import exchange as _exchange
+from ctxemb.embedding.embedder.embedder import Embedder
 
 spec = json.loads(sys.argv[1])
 emb = Embedder.from_pretrained(spec["model"])
@@ -225,7 +225,7 @@ def test_the_next_save_restores_a_model_a_save_left_missing_before_refusing_to_o
 
 
 def test_the_leftovers_of_the_earlier_s_t_writer_are_restored_and_removed(tmp_path, models, vectors, dead_pid):
-    # what ctxemb's s-t writer left when killed between its two renames, before it saved through ctxemb.atomic:
+    # what ctxemb's s-t writer left when killed between its two renames, before it saved through ctxemb.core.atomic:
     # the previous model in .<name>.old-<pid>, the new one (complete, but nothing says so) in .<name>.partial-<rand>
     _, refs = models
     target = tmp_path / "model"

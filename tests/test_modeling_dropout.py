@@ -38,7 +38,7 @@ def test_bad_probabilities_are_named(tmp_path):
 
 
 def test_finetune_dropout_is_applied_and_saved(tmp_path):
-    from ctxemb.finetuning.tasks import FinetuneConfig, run_finetuning
+    from ctxemb.tasks.sequence.task import FinetuneConfig, run_finetuning
     from ctxemb.training.loop import TrainConfig
 
     rows = ["sentence\tlabel"] + [f"{w} river bank\t{i % 2}" for i, w in enumerate(["the", "a", "he", "she"] * 4)]

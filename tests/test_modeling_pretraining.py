@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from ctxemb.config import EncoderConfig
+from ctxemb.models.encoder_config import EncoderConfig
 from ctxemb.modeling.encoder import Encoder
 from ctxemb.modeling.pretraining_heads import IGNORE_INDEX, EncoderForPretraining
 
@@ -167,7 +167,7 @@ def test_continued_pretraining_starts_a_fresh_head_on_a_bare_encoder(tmp_path, c
 def test_fill_mask_matches_transformers_pipeline_probabilities(tmp_path):
     from tests.helpers import VOCAB
 
-    from ctxemb.fill_mask import fill_mask
+    from ctxemb.embedding.embedder.fill_mask import fill_mask
 
     torch.manual_seed(6)
     cfg = transformers.BertConfig(vocab_size=len(VOCAB), hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
@@ -192,7 +192,7 @@ def test_fill_mask_matches_transformers_pipeline_probabilities(tmp_path):
 def test_fill_mask_refuses_a_bare_encoder(tmp_path):
     from tests.helpers import write_tiny_model
 
-    from ctxemb.fill_mask import fill_mask
+    from ctxemb.embedding.embedder.fill_mask import fill_mask
 
     write_tiny_model(tmp_path)
     with pytest.raises(ValueError, match="no masked-LM head"):
@@ -201,7 +201,7 @@ def test_fill_mask_refuses_a_bare_encoder(tmp_path):
 
 @pytest.mark.parity
 def test_xlm_roberta_layout_checkpoints_load(tmp_path):
-    from ctxemb.loading import load_encoder
+    from ctxemb.modeling.loading import load_encoder
 
     torch.manual_seed(7)
     cfg = transformers.XLMRobertaConfig(type_vocab_size=1, pad_token_id=1, layer_norm_eps=1e-5, **TINY)

@@ -9,8 +9,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from ctxemb.config import EncoderConfig
-from ctxemb.loading import load_encoder
+from ctxemb.models.encoder_config import EncoderConfig
+from ctxemb.modeling.loading import load_encoder
 from ctxemb.modeling.checkpoint import save_pretrained
 from ctxemb.modeling.encoder import Encoder
 from ctxemb.modeling.sequence_classification import EncoderForSequenceClassification, mean_pool
@@ -338,7 +338,7 @@ def test_bce_cross_encoder_loads_in_sentence_transformers_with_the_sigmoid(tmp_p
     for f in ("vocab.txt",):
         (out / f).write_text((base / f).read_text())
     pairs = [("the river bank", "a money plant"), ("old houses", "people talked")]
-    from ctxemb.finetuning.predict import SequencePredictor
+    from ctxemb.tasks.sequence.predict import SequencePredictor
     ours = [p.score for p in SequencePredictor.from_pretrained(out).predict([a for a, _ in pairs],
                                                                             [b for _, b in pairs])]
     theirs = st.CrossEncoder(str(out), device="cpu").predict(pairs)

@@ -89,7 +89,7 @@ def test_transformers_token_classifier_loads_here(tmp_path, transformers):
 
 @pytest.mark.parametrize("kind", ["softmax", "crf", "span-ffn-attention", "qa"])
 def test_save_load_gives_identical_outputs_and_the_encoder_loads_alone(tmp_path, kind):
-    from ctxemb.loading import load_encoder
+    from ctxemb.modeling.loading import load_encoder
     if kind in ("softmax", "crf"):
         model, cls = _tagger(crf=kind == "crf"), EncoderForTokenClassification
     elif kind == "qa":

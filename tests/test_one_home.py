@@ -1,6 +1,6 @@
 """One home per helper: grep ctxemb/ for second copies of helpers that have one home.
 
-- JSON files are read by :func:`ctxemb._validation.read_json_file` only: no other reader definition and no
+- JSON files are read by :func:`ctxemb.core.validation.read_json_file` only: no other reader definition and no
   ``json.load(f)`` / ``json.loads(path.read_text())`` on a file elsewhere (``json.loads`` of a string that is not a
   whole file, such as one JSONL line, is fine).
 - Integers are checked by ``_validation.is_int`` / ``check_int``: no ``def _is_int`` copies.

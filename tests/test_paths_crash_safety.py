@@ -1,4 +1,4 @@
-"""Crash-safe saves (ctxemb.paths): fault injection at every step of a save, recovery, leftovers, fsync, modes.
+"""Crash-safe saves (ctxemb.core.paths): fault injection at every step of a save, recovery, leftovers, fsync, modes.
 
 A save is interrupted in two ways: in this process, by making ``os.rename`` fail at its n-th call (and optionally
 at every later one, so that the rollback fails too, which leaves what a crash would); and for real, by a child
@@ -7,7 +7,7 @@ while it writes the files), for every n the save has. After each: the target loa
 exactly, and the next save (or load) leaves no temporary behind.
 
 A save over an existing directory swaps it with the new one in one step where the system can
-(``renameat2(RENAME_EXCHANGE)``, :mod:`ctxemb._exchange`), else does two renames. Tests run the two-rename path
+(``renameat2(RENAME_EXCHANGE)``, :mod:`ctxemb.core.exchange`), else does two renames. Tests run the two-rename path
 unless they ask for the swap (the ``swap`` fixture; ``exchange=True`` for a child), since it is the one with a window.
 """
 
@@ -32,9 +32,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ctxemb import _exchange
-from ctxemb import atomic as paths
-from ctxemb.atomic import (
+from ctxemb.core import exchange as _exchange
+from ctxemb.core import atomic as paths
+from ctxemb.core.atomic import (
     atomic_directory,
     atomic_path,
     atomic_write,
@@ -108,8 +108,8 @@ def hook(module, name):
 
 {helpers}
 
-from ctxemb import _exchange
-from ctxemb.atomic import atomic_directory, atomic_write
+from ctxemb.core import exchange as _exchange
+from ctxemb.core.atomic import atomic_directory, atomic_write
 if spec["kind"] == "sense_store":
     obj = make_store(spec["version"])
 elif spec["kind"] == "index":
@@ -170,7 +170,7 @@ def version_tree(tmp_path: Path, version: str) -> dict[str, bytes]:
 
 def others(target: Path) -> list[str]:
     """The names beside ``target`` in its folder (leftovers, since each test's folder holds only the target), but
-    for the target's lock file (``ctxemb.locks``: never deleted, by design)."""
+    for the target's lock file (``ctxemb.core.locks``: never deleted, by design)."""
     return sorted(n for n in os.listdir(target.parent) if n not in (target.name, ".%s.ctxemb.lock" % target.name))
 
 
@@ -487,7 +487,7 @@ def test_recovery_prefers_the_complete_new_version_then_the_old_one(tmp_path, de
     assert case({".store.%d-aaaaaaaa.old" % t: "old"}) == "old"
     assert case({".store.%d-aaaaaaaa.old" % t: "older", ".store.%d-bbbbbbbb.old" % t: "newer"}) == "newer"
     assert case({".store.abcdefgh.old": "legacy", ".store.abcdefgh.tmp": "legacy-tmp"}) == "legacy"
-    # the sentence-transformers writer's rename pair before it used ctxemb.atomic, killed between its renames: the
+    # the sentence-transformers writer's rename pair before it used ctxemb.core.atomic, killed between its renames: the
     # previous version is restored (the partial one has no completion marker)
     assert case({".store.partial-abcdefgh": "unmarked", ".store.old-%d" % t: "previous"}) == "previous"
     assert case({".store.partial-abcdefgh": "unmarked"}) is None
@@ -692,7 +692,7 @@ def _load_corpus_pass(d):
 
 
 def _open_token_shards(d):
-    from ctxemb.pretraining.shards import TokenShards
+    from ctxemb.tasks.pretraining.shards import TokenShards
 
     TokenShards.open(d)
 

@@ -8,13 +8,19 @@ import numpy as np
 import pytest
 import torch
 
-from ctxemb import autoprecision, backends, inference, quantization
-from ctxemb.autoprecision import available_precisions, choose_precision
-from ctxemb.backends import OnnxBackend, load_backend, onnx_model_path
-from ctxemb.embedding import Embedder, EmbedderConfig
-from ctxemb.inference import ACCURACY_BOUNDS, PRECISIONS, run_encoder
-from ctxemb.loading import load_encoder
-from ctxemb.protocols import embedder_config_dict
+from ctxemb.runtime import autoprecision
+
+from ctxemb.runtime import backends
+
+from ctxemb.runtime import engine as inference
+
+from ctxemb.runtime import int8 as quantization
+from ctxemb.runtime.autoprecision import available_precisions, choose_precision
+from ctxemb.runtime.backends import OnnxBackend, load_backend, onnx_model_path
+from ctxemb.embedding.embedder.embedder import Embedder, EmbedderConfig
+from ctxemb.runtime.engine import ACCURACY_BOUNDS, PRECISIONS, run_encoder
+from ctxemb.modeling.loading import load_encoder
+from ctxemb.core.protocols import embedder_config_dict
 from tests.helpers import write_tiny_model
 
 SENTS = [["the", "banks", "of", "the", "river"], ["she", "sat"], ["a", "mouse", "die", "bat", "cell", "plant", "the"],
@@ -180,7 +186,7 @@ def test_a_damaged_cache_file_is_probed_again(tiny, caplog):
     tok = Embedder.from_pretrained(tiny).tokenizer
     choice = choose_precision(enc, tok, layers=[-1], model_name="tiny", repeats=1)
     choice.cache_file.write_text("{ not json")
-    with caplog.at_level("WARNING", logger="ctxemb.autoprecision"):
+    with caplog.at_level("WARNING", logger="ctxemb.runtime.autoprecision"):
         again = choose_precision(enc, tok, layers=[-1], model_name="tiny", repeats=1)
     assert not again.from_cache and "probing again" in caplog.text
     assert json.loads(again.cache_file.read_text())["precision"] == again.precision
@@ -190,7 +196,7 @@ def test_a_probe_says_what_it_measures_and_records_its_noise(tiny, caplog):
     """(The cache's rules for busy and close probes: tests/test_autoprecision_cache.py, with faked timings.)"""
     enc = load_encoder(tiny)
     tok = Embedder.from_pretrained(tiny).tokenizer
-    with caplog.at_level("WARNING", logger="ctxemb.autoprecision"):
+    with caplog.at_level("WARNING", logger="ctxemb.runtime.autoprecision"):
         choice = autoprecision.probe_precisions(enc, tok, layers=[-1], candidates=["fp32", "int8"], model_name="tiny",
                                                 repeats=2)
     assert re.search(r"measuring fp32, int8 on this CPU for tiny \(about \d+ s; cached afterwards\)", caplog.text)
@@ -199,14 +205,14 @@ def test_a_probe_says_what_it_measures_and_records_its_noise(tiny, caplog):
 
 @pytest.mark.parametrize("native", [False, None])
 def test_bf16_is_never_probed_or_chosen_without_native_bf16(tiny, monkeypatch, native):
-    monkeypatch.setattr("ctxemb.precision.cpu_has_native_bf16", lambda: native)
+    monkeypatch.setattr("ctxemb.core.precision.cpu_has_native_bf16", lambda: native)
     candidates, skipped = available_precisions(torch.device("cpu"))
     assert "bf16" not in candidates and "bf16" in skipped
     enc = load_encoder(tiny)
     choice = choose_precision(enc, Embedder.from_pretrained(tiny).tokenizer, layers=[-1], use_cache=False, repeats=1)
     assert "bf16" not in choice.results and choice.precision != "bf16"
     # ...while a CPU with it gets bf16 probed (so the test above is not vacuous)
-    monkeypatch.setattr("ctxemb.precision.cpu_has_native_bf16", lambda: True)
+    monkeypatch.setattr("ctxemb.core.precision.cpu_has_native_bf16", lambda: True)
     assert "bf16" in available_precisions(torch.device("cpu"))[0]
 
 

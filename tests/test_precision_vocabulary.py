@@ -1,4 +1,4 @@
-"""One precision vocabulary (ctxemb.precision): the inference and training sets, their checks, what "auto" resolves
+"""One precision vocabulary (ctxemb.core.precision): the inference and training sets, their checks, what "auto" resolves
 to for training and why, and that inference, training and the CLI all read the same names."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from ctxemb import precision
-from ctxemb.embedder_config import EmbedderConfig
+from ctxemb.core import precision
+from ctxemb.embedding.embedder.config import EmbedderConfig
 from ctxemb.training.config import TrainConfig
 
 PACKAGE = Path(__file__).resolve().parent.parent / "ctxemb"
@@ -24,7 +24,9 @@ def test_the_two_sets_are_distinct_and_defined_once():
     assert precision.TRAINING_PRECISIONS == ("auto", "fp32", "bf16")
     assert set(precision.ACCURACY_BOUNDS) == set(precision.INFERENCE_PRECISIONS)
     # the modules that used to define their own read these very objects
-    from ctxemb import autoprecision, backends, inference
+    from ctxemb.runtime import autoprecision
+    from ctxemb.runtime import backends
+    from ctxemb.runtime import engine as inference
     from ctxemb.training import config, loop
 
     assert inference.PRECISIONS is precision.INFERENCE_PRECISIONS
@@ -73,11 +75,11 @@ def test_training_auto_resolves_by_the_hardware_with_its_reason(monkeypatch, nat
 
 
 def test_the_one_bf16_warning_is_logged_once_for_training_and_inference(monkeypatch, caplog):
-    from ctxemb.inference import precision_context
+    from ctxemb.runtime.engine import precision_context
 
     monkeypatch.setattr(precision, "cpu_has_native_bf16", lambda: False)
     precision.warn_emulated_bf16.cache_clear()
-    with caplog.at_level(logging.WARNING, logger="ctxemb.precision"):
+    with caplog.at_level(logging.WARNING, logger="ctxemb.core.precision"):
         assert precision.resolve_training_precision("bf16", CPU) == "bf16"
         with precision_context("bf16", CPU):
             pass

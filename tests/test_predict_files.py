@@ -11,8 +11,8 @@ import random
 import pytest
 
 from ctxemb.cli import main
-from ctxemb.finetuning.predict import SequencePredictor
-from ctxemb.finetuning.token_predict import QAPredictor, TokenPredictor
+from ctxemb.tasks.sequence.predict import SequencePredictor
+from ctxemb.tasks.token.predict import QAPredictor, TokenPredictor
 from tests.helpers import write_tiny_model
 
 WORDS = ["the", "river", "money", "sat", "on", "of", "he", "she", "a", "mouse", "cell", "plant", "bank"]

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 import torch
 
-from ctxemb.loading import load_tokenizer
-from ctxemb.pretraining.batches import MultilingualBatches, PretrainingBatches
-from ctxemb.pretraining.shards import build_token_shards
+from ctxemb.modeling.loading import load_tokenizer
+from ctxemb.tasks.pretraining.batches import MultilingualBatches, PretrainingBatches
+from ctxemb.tasks.pretraining.shards import build_token_shards
 from tests.helpers import write_token_corpus
 
 
@@ -154,7 +154,7 @@ def test_real_corpus_slice(shared_data, tmp_path, tok):
     flat = np.concatenate([sh.document(d).tokens for d in range(sh.n_documents)])
     assert flat.tolist() == [i for item in tok.tokenize(lines) for i in item.ids]
     try:
-        from ctxemb.pretraining.masking import Masker, MaskingConfig
+        from ctxemb.tasks.pretraining.masking import Masker, MaskingConfig
 
         masker = Masker(MaskingConfig(strategy="span"), vocab_size=sh.vocab_size, mask_token_id=sh.mask_token_id,
                         special_token_ids=sh.special_token_ids, replacement_weights=sh.unigram_counts)

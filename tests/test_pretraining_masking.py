@@ -1,4 +1,4 @@
-"""Tests of ctxemb.pretraining.masking: rates, the 80/10/10 split, replacement distribution, whole words, spans.
+"""Tests of ctxemb.tasks.pretraining.masking: rates, the 80/10/10 split, replacement distribution, whole words, spans.
 
 Statistical checks use a fixed seed and bounds of 5 standard errors (or chi-square p-values above 1e-4), so they
 are deterministic and would only fail on a real change of behaviour; each has a companion check that a wrong
@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 
-from ctxemb.pretraining.masking import (
+from ctxemb.tasks.pretraining.masking import (
     IGNORE_INDEX,
     MaskedBatch,
     Masker,
@@ -338,7 +338,7 @@ def test_default_replacements_are_uniform_over_non_special_tokens():
 
 def test_replacement_weights_on_specials_are_zeroed_with_a_warning(caplog):
     w = torch.ones(V)
-    with caplog.at_level(logging.WARNING, logger="ctxemb.pretraining.masking"):
+    with caplog.at_level(logging.WARNING, logger="ctxemb.tasks.pretraining.masking"):
         masker = make_masker(replacement_weights=w)
     assert "special" in caplog.text
     assert masker.replacement_probs[list(SPECIALS)].sum() == 0

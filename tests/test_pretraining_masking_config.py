@@ -10,8 +10,8 @@ import types
 import numpy as np
 import pytest
 
-from ctxemb.pretraining.masking import MaskingConfig
-from ctxemb.pretraining.recipe import (PretrainConfig, PretrainMaskingConfig, make_masker,
+from ctxemb.tasks.pretraining.masking import MaskingConfig
+from ctxemb.tasks.pretraining.recipe import (PretrainConfig, PretrainMaskingConfig, make_masker,
                                        nest_flat_masking_keys)
 from ctxemb.training.config import TrainConfig
 
@@ -38,7 +38,7 @@ def test_the_masking_table_strategy_shorthand_and_a_masking_config_give_one_conf
 
 
 def test_flat_keys_of_older_files_still_load_with_a_deprecation_warning(tmp_path, caplog):
-    with caplog.at_level(logging.WARNING, logger="ctxemb.pretraining.config"):
+    with caplog.at_level(logging.WARNING, logger="ctxemb.tasks.pretraining.config"):
         old = PretrainConfig.from_dict(_base(tmp_path, masking="token", mlm_probability=0.3, selection="exact",
                                              replacement="uniform"))
     assert "deprecated" in caplog.text and "masking.mlm_probability" in caplog.text

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from ctxemb.pretraining.recipe import PretrainConfig, run_pretraining
-from ctxemb.pretraining.vocab import train_vocabulary
+from ctxemb.tasks.pretraining.recipe import PretrainConfig, run_pretraining
+from ctxemb.tasks.pretraining.vocab import train_vocabulary
 from ctxemb.training.loop import TrainConfig
 
 DOCS = ["the cat sat on the mat .\nthe dog ran in the park .",
@@ -55,8 +55,8 @@ def test_tiny_model_overfits_a_tiny_corpus(trained):
 
 
 def test_checkpoint_feeds_embedder_fill_mask_and_transformers(trained):
-    from ctxemb.embedding import Embedder
-    from ctxemb.fill_mask import fill_mask
+    from ctxemb.embedding.embedder.embedder import Embedder
+    from ctxemb.embedding.embedder.fill_mask import fill_mask
 
     model_dir = trained[0] / "model"
     emb = Embedder.from_pretrained(model_dir, layers=[-1])

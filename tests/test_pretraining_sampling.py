@@ -3,7 +3,7 @@ import json
 import numpy as np
 import pytest
 
-from ctxemb.pretraining.sampling import MultilingualSampler, sampling_probabilities
+from ctxemb.tasks.pretraining.sampling import MultilingualSampler, sampling_probabilities
 
 # Characters per language of fortunes-multilingual (its README), so the test needs no data folder.
 FORTUNES_CHARS = {"en": 2.40e6, "de": 2.82e6, "es": 0.95e6, "it": 1.54e6, "pl": 1.88e6, "ru": 1.92e6,

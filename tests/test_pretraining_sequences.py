@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 import torch
 
-from ctxemb.loading import load_tokenizer
-from ctxemb.pretraining.batches import PretrainingBatches
-from ctxemb.pretraining.sequences import Instance, collate_instances
-from ctxemb.pretraining.shards import build_token_shards
+from ctxemb.modeling.loading import load_tokenizer
+from ctxemb.tasks.pretraining.batches import PretrainingBatches
+from ctxemb.tasks.pretraining.sequences import Instance, collate_instances
+from ctxemb.tasks.pretraining.shards import build_token_shards
 from tests.helpers import WORDS, write_token_corpus
 
 
@@ -165,7 +165,7 @@ def test_word_ids_follow_the_tokenizer(tmp_path, tok):
 
 
 def test_roberta_layout_pairs(tmp_path):
-    from ctxemb.pretraining.vocab import train_vocabulary
+    from ctxemb.tasks.pretraining.vocab import train_vocabulary
 
     (tmp_path / "c.txt").write_text("".join(f"{' '.join(random.Random(i).choices(WORDS, k=6))}.\n"
                                             + ("\n" if i % 4 == 3 else "") for i in range(40)), encoding="utf-8")

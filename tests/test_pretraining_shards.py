@@ -5,9 +5,9 @@ import json
 import numpy as np
 import pytest
 
-from ctxemb.loading import load_tokenizer
-from ctxemb.pretraining.shards import TokenShards, _token_dtype, build_token_shards
-from ctxemb.tokenization import Tokenizer, wordpiece_from_vocab
+from ctxemb.modeling.loading import load_tokenizer
+from ctxemb.tasks.pretraining.shards import TokenShards, _token_dtype, build_token_shards
+from ctxemb.models.tokenization import Tokenizer, wordpiece_from_vocab
 from tests.helpers import write_token_corpus
 
 

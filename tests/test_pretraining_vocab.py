@@ -3,8 +3,8 @@ import random
 
 import pytest
 
-from ctxemb.pretraining.vocab import SPECIAL_TOKENS, subword_fertility, train_vocabulary
-from ctxemb.tokenization import Tokenizer
+from ctxemb.tasks.pretraining.vocab import SPECIAL_TOKENS, subword_fertility, train_vocabulary
+from ctxemb.models.tokenization import Tokenizer
 
 WORDS = ("the river bank sat on a money plant of cells and bats while she was singing quietly near "
          "old houses where people talked about weather markets boats children evening").split()
@@ -54,7 +54,7 @@ def test_files_specials_and_our_loader(trained):
         vocab = (out / "vocab.txt").read_text(encoding="utf-8").splitlines()
         assert vocab[:5] == ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] and len(vocab) == tok.vocab_size
         # the vocab.txt alone (our WordPiece fallback) gives the same ids as tokenizer.json
-        from ctxemb.tokenization import wordpiece_from_vocab
+        from ctxemb.models.tokenization import wordpiece_from_vocab
         alone = Tokenizer(wordpiece_from_vocab(out / "vocab.txt", lowercase=True))
         assert [t.ids for t in alone.tokenize(SAMPLES)] == [t.ids for t in tok.tokenize(SAMPLES)]
     # a frequent word is one token (after a space: byte-level BPE's word-initial pieces start with one)

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import pytest
 
-from ctxemb.paths import shared_data_dir
+from ctxemb.core.paths import shared_data_dir
 
 ROOT = Path(__file__).resolve().parent.parent
 FILES = ("README.md", "docs/getting-started.md")

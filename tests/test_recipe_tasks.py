@@ -9,15 +9,15 @@ import argparse
 import pytest
 
 import ctxemb.wsd  # noqa: F401  (registers the sense tasks)
-from ctxemb.finetuning.registry import get_task, task_names
-from ctxemb.finetuning.runner import run_task
-from ctxemb.finetuning.task import Task
-from ctxemb.pretraining.config import PretrainConfig
-from ctxemb.pretraining.task import PretrainingTask, objectives, task_for_config
+from ctxemb.training.registry import get_task, task_names
+from ctxemb.training.runner import run_task
+from ctxemb.training.task import Task
+from ctxemb.tasks.pretraining.config import PretrainConfig
+from ctxemb.tasks.pretraining.task import PretrainingTask, objectives, task_for_config
 from ctxemb.training.config import TrainConfig
 from ctxemb.training.recipe import read_run_record
-from ctxemb.wsd.sense_config import SenseTrainConfig
-from ctxemb.wsd.sense_task import SenseTask
+from ctxemb.tasks.sense.inventory import SenseTrainConfig
+from ctxemb.tasks.sense.task import SenseTask
 from tests.helpers import write_corpus, write_tiny_model
 from tests.test_wsd_training import TRAIN, PlantedInventory
 from tests.test_wsd_training import config as sense_config
@@ -66,14 +66,14 @@ def test_finetune_does_not_offer_other_commands_tasks(capsys):
 def test_finetune_names_the_registrys_tasks_without_importing_them():
     """`ctxemb finetune --help` lists the built-in tasks from the settings modules (the registry imports every task,
     and torch): the two lists agree, in order."""
-    from ctxemb.finetuning.builtin_tasks import FINETUNE_TASKS
+    from ctxemb.tasks.catalog import FINETUNE_TASKS
 
     assert FINETUNE_TASKS == task_names(command="finetune")
 
 
 def test_finetune_accepts_a_task_registered_from_python(capsys):
     from ctxemb.cli import finetune
-    from ctxemb.finetuning.registry import register_task, unregister_task
+    from ctxemb.training.registry import register_task, unregister_task
 
     class Mine(Task):
         name = "my-task"
@@ -111,7 +111,7 @@ def test_a_pretraining_task_trains_saves_loads_and_predicts_through_run_task(dat
     assert record["metrics"]["primary_metric"] == "loss" and record["metrics"]["greater_is_better"] is False
     assert "loss" in record["metrics"]["final"]
     model = task.load(done.model_dir)
-    from ctxemb.tokenization import Tokenizer
+    from ctxemb.models.tokenization import Tokenizer
 
     fills = task.predict(model, Tokenizer.from_pretrained(done.model_dir), ["he sat [MASK] the river ."], {})
     assert len(fills) == 1 and len(fills[0]) == 1 and len(fills[0][0]) == 5  # one text, one mask, top 5

@@ -1,7 +1,7 @@
 import pytest
 
-from ctxemb.loading import load_encoder
-from ctxemb.registry import resolve_model_dir
+from ctxemb.modeling.loading import load_encoder
+from ctxemb.models.hub import resolve_model_dir
 from tests.helpers import write_tiny_model
 
 

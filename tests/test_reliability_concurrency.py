@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ctxemb.locks import DirectoryLock, DirectoryLockedError, ReadWriteLock, lock_file_beside, lock_file_inside
+from ctxemb.core.locks import DirectoryLock, DirectoryLockedError, ReadWriteLock, lock_file_beside, lock_file_inside
 from ctxemb.search import SemanticIndex
 from ctxemb.wsd.sense_store import SenseStore
 from tests.concurrency_workers import (
@@ -329,7 +329,7 @@ def test_a_second_writer_fails_at_once_or_waits_with_a_timeout(tmp_path):
 
 
 def test_a_killed_holder_releases_the_lock(tmp_path):
-    code = ("import sys, time; sys.path.insert(0, %r)\nfrom ctxemb.locks import DirectoryLock\n"
+    code = ("import sys, time; sys.path.insert(0, %r)\nfrom ctxemb.core.locks import DirectoryLock\n"
             "lock = DirectoryLock(%r, what='x').acquire(); print('held', flush=True); time.sleep(60)"
             % (str(REPO), str(tmp_path / "lock")))
     child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)

@@ -25,11 +25,11 @@ hypothesis = pytest.importorskip("hypothesis")
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from ctxemb.corpus_embedding import read_text_lines  # noqa: E402
+from ctxemb.embedding.embedder.corpus import read_text_lines  # noqa: E402
 from ctxemb.evaluation.similarity import data as sim  # noqa: E402
-from ctxemb.finetuning.conll import read_conll  # noqa: E402
-from ctxemb.finetuning.readers import read_table  # noqa: E402
-from ctxemb.finetuning.squad import read_squad  # noqa: E402
+from ctxemb.tasks.token.conll import read_conll  # noqa: E402
+from ctxemb.tasks.sequence.data import read_table  # noqa: E402
+from ctxemb.tasks.qa.squad import read_squad  # noqa: E402
 from ctxemb.wsd.corpus import read_gold_keys, read_raganato  # noqa: E402
 
 # Kept small for the default suite; CTXEMB_FUZZ_EXAMPLES=2000 fuzzes harder.
@@ -150,7 +150,7 @@ def test_a_csv_with_one_quote_lost_is_refused_never_read_short(rows, data):
     """Any one quote of a well-formed CSV file deleted (an unclosed field, a stray quote) leaves an odd number of
     quotes, which no well-formed file has: reading the rows stops with an error naming the file, never with rows
     lost (a record before the defect may be complete and come first, as a row or a bad row)."""
-    from ctxemb.finetuning.tables import MalformedFileError, open_rows
+    from ctxemb.io.tables import MalformedFileError, open_rows
 
     text = _csv_file(rows)
     quotes = [i for i, c in enumerate(text) if c == '"']

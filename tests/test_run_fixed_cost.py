@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 import torch
 
-from ctxemb.finetuning.features import encode_examples, Collator
-from ctxemb.finetuning.outputs import model_logits, predict_outputs
-from ctxemb.finetuning.readers import TextExample
-from ctxemb.finetuning.task import feature_lengths
-from ctxemb.finetuning.tasks import FinetuneConfig, run_finetuning
-from ctxemb.loading import load_tokenizer
+from ctxemb.tasks.sequence.features import encode_examples, Collator
+from ctxemb.tasks.outputs import model_logits, predict_outputs
+from ctxemb.tasks.sequence.data import TextExample
+from ctxemb.training.task import feature_lengths
+from ctxemb.tasks.sequence.task import FinetuneConfig, run_finetuning
+from ctxemb.modeling.loading import load_tokenizer
 from ctxemb.modeling.sequence_classification import EncoderForSequenceClassification
 from ctxemb.training.config import TrainConfig
 from ctxemb.training.data import EvalBatches, restore_order
@@ -95,7 +95,7 @@ def test_run_record_says_where_the_time_went(tmp_path):
 
 def test_the_finetune_command_starts_without_the_heavy_optional_modules():
     # sklearn and scipy.stats cost seconds to import; the metrics import them when first used
-    code = ("import sys, ctxemb.cli, ctxemb.cli.finetune, ctxemb.finetuning.registry, ctxemb.finetuning.runner, "
+    code = ("import sys, ctxemb.cli, ctxemb.cli.finetune, ctxemb.training.registry, ctxemb.training.runner, "
             "ctxemb.training.recipe; "
             "print(sorted(m for m in ('sklearn', 'scipy.stats', 'matplotlib', 'faiss', 'transformers', "
             "'sentence_transformers', 'pandas') if m in sys.modules))")

@@ -18,7 +18,7 @@ from torch import nn
 
 from ctxemb.training import Callback, DatasetBatches, TrainConfig, train
 from ctxemb.training.config import parse_report_to
-from ctxemb.training.distributed import DistributedContext
+from ctxemb.runtime.distributed import DistributedContext
 from ctxemb.training.logging import MetricWriters
 from ctxemb.training.recipe import BEST_FILE, RunData, RunSpec, read_run_record, run_training
 from ctxemb.training.state import (LEGACY_MODEL_FILE, MODEL_FILE, ResumeStateError, list_checkpoints,
@@ -349,7 +349,7 @@ def test_card_yaml_names_hub_models_and_datasets_and_keeps_odd_values():
 def test_a_bi_encoder_card_is_a_sentence_similarity_card(tmp_path):
     from huggingface_hub import ModelCard
 
-    from ctxemb.finetuning.tasks import FinetuneConfig, run_finetuning
+    from ctxemb.tasks.sequence.task import FinetuneConfig, run_finetuning
     from tests.helpers import write_tiny_model
     from tests.test_finetuning_tasks import _write_scored_pairs
 
@@ -379,7 +379,7 @@ def test_tensorboard_events_hold_the_logged_metrics(tmp_path):
 
 
 def test_keep_best_in_pretraining_records_the_best_evaluation(tmp_path):
-    from ctxemb.pretraining.recipe import PretrainConfig, run_pretraining_recipe
+    from ctxemb.tasks.pretraining.recipe import PretrainConfig, run_pretraining_recipe
     from tests.helpers import write_corpus, write_tiny_model
 
     write_corpus(tmp_path / "corpus.txt", 12, seed=0)

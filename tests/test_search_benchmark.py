@@ -51,7 +51,7 @@ def test_real_mode_end_to_end_and_from_the_cache(bench, shared_data, tmp_path, m
     assert "## Sentences" in md and "## Embedding cost" in md and "## Real vs synthetic" in md
 
     # A rerun finds the vectors in the cache and never embeds.
-    from ctxemb.embedding import Embedder
+    from ctxemb.embedding.embedder.embedder import Embedder
 
     def no_embedding(*args, **kwargs):
         raise AssertionError("embedded again despite the cache")

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ctxemb.locks import DirectoryLock, DirectoryLockedError, lock_file_beside
+from ctxemb.core.locks import DirectoryLock, DirectoryLockedError, lock_file_beside
 from ctxemb.search import CorruptFileError, IVFPQParams, SemanticIndex
 from ctxemb.search.sharded import (
     add_shard,

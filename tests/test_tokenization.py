@@ -1,9 +1,9 @@
 import pytest
 import torch
 
-from ctxemb.embedding import Embedder
-from ctxemb.loading import load_encoder, load_tokenizer
-from ctxemb.tokenization import plan_windows
+from ctxemb.embedding.embedder.embedder import Embedder
+from ctxemb.modeling.loading import load_encoder, load_tokenizer
+from ctxemb.models.tokenization import plan_windows
 from tests.helpers import write_tiny_model
 
 

@@ -7,9 +7,9 @@ import logging
 import pytest
 import torch
 
-from ctxemb import precision as loop  # the one precision module (resolve_precision was training.loop's)
+from ctxemb.core import precision as loop  # the one precision module (resolve_precision was training.loop's)
 from ctxemb.training.config import TrainConfig, epochs_to_steps
-from ctxemb.precision import resolve_training_precision as resolve_precision
+from ctxemb.core.precision import resolve_training_precision as resolve_precision
 
 
 def test_round_trip_through_json():
@@ -73,7 +73,7 @@ def test_auto_precision_follows_hardware_bf16(monkeypatch):
 def test_explicit_bf16_without_hardware_warns(monkeypatch, caplog):
     monkeypatch.setattr(loop, "cpu_has_native_bf16", lambda: False)
     loop.warn_emulated_bf16.cache_clear()
-    with caplog.at_level(logging.WARNING, logger="ctxemb.precision"):
+    with caplog.at_level(logging.WARNING, logger="ctxemb.core.precision"):
         assert resolve_precision("bf16", torch.device("cpu")) == "bf16"
     assert "emulated" in caplog.text
 

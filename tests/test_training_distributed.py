@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from ctxemb.training import DatasetBatches, EvalBatches, TrainConfig, train
-from ctxemb.training.distributed import (DistributedContext, all_reduce_mean, any_process, init_distributed,
+from ctxemb.runtime.distributed import (DistributedContext, all_reduce_mean, any_process, init_distributed,
                                          resolve_device, unwrap_model, wrap_model)
 from tests.training_scripts.tiny import make_examples, make_model
 

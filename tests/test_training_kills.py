@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from ctxemb.locks import DirectoryLock, DirectoryLockedError, lock_file_inside
+from ctxemb.core.locks import DirectoryLock, DirectoryLockedError, lock_file_inside
 from ctxemb.training import DatasetBatches, TrainConfig, train
 from ctxemb.training.faults import ENV, PHASES, kill_point
 from ctxemb.training.state import read_checkpoint_weights

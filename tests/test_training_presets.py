@@ -37,7 +37,7 @@ def test_finetune_presets_build_their_task_config(name, tmp_path):
             assert getattr(config, key) == value, key
     assert config.train.learning_rate == preset["train"]["learning_rate"] and config.train.seed == 3
     if config.intermediate:  # a preset's intermediate stage builds its own task's config, with the run's seed
-        from ctxemb.finetuning.intermediate import intermediate_run
+        from ctxemb.training.intermediate import intermediate_run
 
         _, stage = intermediate_run(config)
         assert stage.train.seed == 3 and stage.train.out_dir == str(tmp_path / "intermediate")
@@ -51,7 +51,7 @@ def _finetune_config(tmp_path, *argv):
 
 def test_a_task_with_a_shipped_recipe_uses_it_by_default(tmp_path, caplog):
     from ctxemb.cli._common import default_preset
-    from ctxemb.finetuning.registry import task_names
+    from ctxemb.training.registry import task_names
     with_recipe = [t for t in task_names() if default_preset("finetune", t)]
     assert {"sst2", "conll2003-ner", "xquad", "stsb", "mrpc", "rte"} <= set(with_recipe)
     with caplog.at_level(logging.INFO, logger="ctxemb.cli.finetune"):

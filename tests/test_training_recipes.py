@@ -9,14 +9,14 @@ import logging
 import pytest
 import torch
 
-from ctxemb.finetuning.tasks import FinetuneConfig, run_finetuning
-from ctxemb.finetuning.token_tasks import TokenFinetuneConfig, run_token_finetuning
+from ctxemb.tasks.sequence.task import FinetuneConfig, run_finetuning
+from ctxemb.tasks.token.task import TokenFinetuneConfig, run_token_finetuning
 from ctxemb.modeling.checkpoint import read_training_run
-from ctxemb.pretraining.recipe import PretrainConfig, run_pretraining_recipe
+from ctxemb.tasks.pretraining.recipe import PretrainConfig, run_pretraining_recipe
 from ctxemb.training.callbacks import BestWeights, EarlyStopping
 from ctxemb.training.config import TrainConfig
 from ctxemb.training.recipe import RUN_RECORD_FILE, SETTINGS_FILE, check_run_settings, read_run_record, resolve_steps
-from ctxemb.wsd.training import run_sense_training
+from ctxemb.tasks.sense.training import run_sense_training
 from tests.helpers import write_corpus, write_tiny_model
 from tests.test_finetuning_tasks import _write_task
 from tests.test_finetuning_token_tasks import _write_conll_file, _write_squad
@@ -119,7 +119,7 @@ def test_every_run_directory_has_one_shape_and_one_record(runs, name):
 
 
 def test_auto_precision_is_recorded_as_what_it_resolved_to(data, tmp_path, monkeypatch):
-    from ctxemb import precision
+    from ctxemb.core import precision
 
     monkeypatch.setattr(precision, "cpu_has_native_bf16", lambda: False)
     model_dir = run_finetuning(FinetuneConfig(task="custom", model=str(data["model"]), head="cls", batch_size=8,

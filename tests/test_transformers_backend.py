@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from ctxemb.embedding import Embedder
-from ctxemb.loading import choose_backend, load_encoder, load_tokenizer
+from ctxemb.embedding.embedder.embedder import Embedder
+from ctxemb.modeling.loading import choose_backend, load_encoder, load_tokenizer
 from ctxemb.modeling.encoder import Encoder
 from ctxemb.modeling.transformers_backend import TransformersEncoder, import_transformers
 from tests.helpers import write_tiny_model

@@ -1,7 +1,7 @@
 """Every head ctxemb saves, loaded in transformers (issue #46): the same predictions, or a refusal.
 
 Each model is built on a tiny random encoder and saved as ``ctxemb finetune`` saves it
-(:func:`ctxemb.finetuning.task.save_model_files`: weights, config.json, tokenizer files, finetune_config.json), then
+(:func:`ctxemb.training.task.save_model_files`: weights, config.json, tokenizer files, finetune_config.json), then
 loaded with the matching ``AutoModelFor*`` (and ``pipeline()`` for sequence and token classification):
 
 - (a) transformers' own class: the ``checkpoint`` sequence head, the softmax tagger, QA, multiple choice, MLM and
@@ -23,10 +23,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from ctxemb.finetuning.config import FinetuneRunConfig
-from ctxemb.finetuning.predictor import load_predictor, model_kind
-from ctxemb.finetuning.task import save_model_files
-from ctxemb.loading import load_encoder
+from ctxemb.training.task_config import FinetuneRunConfig
+from ctxemb.tasks.predictor import load_predictor, model_kind
+from ctxemb.training.task import save_model_files
+from ctxemb.modeling.loading import load_encoder
 from ctxemb.modeling.bi_encoder import EncoderForContrastive
 from ctxemb.modeling.checkpoint import load_encoder_dir
 from ctxemb.modeling.late_interaction import EncoderForLateInteraction
@@ -38,7 +38,7 @@ from ctxemb.modeling.sequence_classification import (EncoderForPairSimilarity, E
                                                      mean_pool)
 from ctxemb.modeling.span_classification import EncoderForSpanClassification
 from ctxemb.modeling.token_classification import EncoderForTokenClassification
-from ctxemb.tokenization import Tokenizer
+from ctxemb.models.tokenization import Tokenizer
 from ctxemb.training.config import TrainConfig
 from tests.helpers import write_tiny_model
 

@@ -1,11 +1,11 @@
-"""The one JSON/UTF-8 reader and the integer predicate of ctxemb._validation."""
+"""The one JSON/UTF-8 reader and the integer predicate of ctxemb.core.validation."""
 
 import json
 
 import numpy as np
 import pytest
 
-from ctxemb._validation import CorruptFileError, check_choice, check_int, is_int, read_json_file
+from ctxemb.core.validation import CorruptFileError, check_choice, check_int, is_int, read_json_file
 from ctxemb.evaluation.similarity.results import load_results_json
 
 

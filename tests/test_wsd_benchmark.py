@@ -28,7 +28,7 @@ def tiny_model(tmp_path_factory):
 
 
 def test_real_embedder_build_save_load_evaluate(tiny_model, tmp_path):
-    from ctxemb.embedding import Embedder
+    from ctxemb.embedding.embedder.embedder import Embedder
 
     emb = Embedder.from_pretrained(tiny_model, layers=(-2, -1))
     train = read_dataset(FIXTURES / "tiny_train")
@@ -74,7 +74,7 @@ def test_benchmark_script_end_to_end(tiny_model, tmp_path, monkeypatch):
     assert "| WordNet first sense |" in md and "## Cost" in md and "Best by mean F1" in md
 
     # A rerun from the cache never runs the encoder and scores exactly the same.
-    from ctxemb.embedding import Embedder
+    from ctxemb.embedding.embedder.embedder import Embedder
 
     def no_encoder(*args, **kwargs):
         raise AssertionError("the encoder ran although everything was cached")

@@ -127,8 +127,8 @@ def test_build_takes_the_store_settings_a_trained_model_records(tmp_path, monkey
     import argparse
 
     from ctxemb.cli import wsd as wsd_cli
-    from ctxemb.wsd.sense_config import STORE_DEFAULTS
-    from ctxemb.wsd.training import TRAINING_FILE, trained_store_defaults
+    from ctxemb.tasks.sense.inventory import STORE_DEFAULTS
+    from ctxemb.tasks.sense.training import TRAINING_FILE, trained_store_defaults
 
     model = tmp_path / "model"
     model.mkdir()

@@ -1,4 +1,4 @@
-"""Sense training (ctxemb.wsd.training, ctxemb.modeling.sense_heads) on a tiny model and a planted task: the pooling is
+"""Sense training (ctxemb.tasks.sense.training, ctxemb.modeling.sense_heads) on a tiny model and a planted task: the pooling is
 the Embedder's, the losses are what they say, both recipes learn a planted sense distinction, the saved encoder feeds
 the Embedder and the sense store, a store refuses queries from another training run, and resuming is exact."""
 
@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 import torch
 
-from ctxemb.embedding import Embedder
-from ctxemb.loading import load_encoder, load_tokenizer
+from ctxemb.embedding.embedder.embedder import Embedder
+from ctxemb.modeling.loading import load_encoder, load_tokenizer
 from ctxemb.modeling.checkpoint import read_training_run
 from ctxemb.modeling.sense_heads import (ContextGlossBiEncoder, SupConSenseEncoder, bem_loss, pool_in_length_chunks,
                                          supcon_loss)
@@ -23,7 +23,7 @@ from ctxemb.wsd.build import BuildConfig, build_sense_store
 from ctxemb.wsd.corpus import Corpus, Document, Instance, Sentence, regex_tokenize
 from ctxemb.wsd.disambiguate import Disambiguator
 from ctxemb.wsd.sense_store import SenseStore
-from ctxemb.wsd.training import (SETTINGS_FILE, TRAINING_FILE, SenseTrainConfig, build_features,
+from ctxemb.tasks.sense.training import (SETTINGS_FILE, TRAINING_FILE, SenseTrainConfig, build_features,
                                  check_held_out_documents, make_batch_source, run_sense_training,
                                  trained_embedder_options)
 from tests.helpers import write_tiny_model

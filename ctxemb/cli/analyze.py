@@ -8,8 +8,8 @@ from pathlib import Path
 
 from ctxemb.cli._common import UsageError, command_help, load_embedder, positive_int
 from ctxemb.geometry.options import DEFAULT_POSTPROCESSORS, DEFAULT_WORDS, POSTPROCESSOR_NAMES
-from ctxemb.precision import INFERENCE_PRECISION_CHOICES as PRECISION_CHOICES
-from ctxemb.registry import DEFAULT_MODEL
+from ctxemb.core.precision import INFERENCE_PRECISION_CHOICES as PRECISION_CHOICES
+from ctxemb.models.hub import DEFAULT_MODEL
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:

@@ -7,7 +7,7 @@ import argparse
 from pathlib import Path
 
 from ctxemb.cli._common import command_help, load_embedder
-from ctxemb.registry import DEFAULT_MODEL
+from ctxemb.models.hub import DEFAULT_MODEL
 
 BANK_SENTENCES = [
     ("river", "He sat on the bank of the river and watched the boats .".split(), 4),
@@ -84,7 +84,7 @@ def run_demo(args: argparse.Namespace) -> int:
 def _demo_wsd(emb, args: argparse.Namespace) -> None:
     """Nearest-sense WSD (J&M 11.3.1). A full SemCor store built with ``ctxemb wsd build`` is used if it exists at
     ``--store``; otherwise a small store is built from the SemCor sentences that hold the demo's lemmas."""
-    from ctxemb.paths import shared_data_dir
+    from ctxemb.core.paths import shared_data_dir
     from ctxemb.wsd import BuildConfig, Disambiguator, SenseStore, build_sense_store, read_dataset
     from ctxemb.wsd import wordnet as wnu
     from ctxemb.wsd.disambiguate import tokenize

@@ -4,7 +4,7 @@
     torchrun --nproc_per_node 2 -m ctxemb embed --model M --input texts.txt --output vectors.npy --threads 1
 
 Row i of ``vectors.npy`` ((N, H) float32) is the vector of line i + 1, the same bits with any number of processes
-(see :mod:`ctxemb.corpus_embedding`); ``vectors.npy.json`` beside it records the model, the embedder configuration,
+(see :mod:`ctxemb.embedding.embedder.corpus`); ``vectors.npy.json`` beside it records the model, the embedder configuration,
 the options, N, H, the number of processes and the time taken. Under torchrun only rank 0 logs, shows progress and
 reports; across machines the output must be on a filesystem all of them share.
 """
@@ -45,7 +45,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def run_embed(args: argparse.Namespace) -> int:
-    from ctxemb.training.distributed import DistributedContext
+    from ctxemb.runtime.distributed import DistributedContext
 
     main_rank = DistributedContext.from_env("cpu").is_main
     if not main_rank:  # rank 0 logs and reports, for all of them (it names any rank that failed)
@@ -63,9 +63,9 @@ def _embed(args: argparse.Namespace) -> int:
     import torch
 
     from ctxemb.cli._common import load_embedder
-    from ctxemb.corpus_embedding import embed_corpus_to_file
-    from ctxemb.protocols import embedder_config_dict
-    from ctxemb.training.distributed import call_on_every_rank, distributed_session
+    from ctxemb.embedding.embedder.corpus import embed_corpus_to_file
+    from ctxemb.core.protocols import embedder_config_dict
+    from ctxemb.runtime.distributed import call_on_every_rank, distributed_session
 
     output = Path(args.output)
     sidecar = output.with_name(output.name + ".json")

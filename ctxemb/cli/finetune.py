@@ -31,25 +31,25 @@ from ctxemb.cli._common import (UsageError, add_dataclass_flags, add_train_flags
                                 preset_errors, train_overrides)
 # the parser reads the settings modules only (no torch); the task registry, the tasks and the predictors are imported
 # by the functions that run a command
-from ctxemb.finetuning.builtin_tasks import FINETUNE_TASKS
-from ctxemb.finetuning.config import FinetuneRunConfig
-from ctxemb.finetuning.contrastive_config import ContrastiveConfig
-from ctxemb.finetuning.late_interaction_config import LateInteractionTaskConfig
-from ctxemb.finetuning.readers import TASKS
-from ctxemb.finetuning.sequence_config import HEADS, FinetuneConfig
-from ctxemb.finetuning.token_config import TASK_HEADS, TOKEN_HEADS, TOKEN_TASKS, TokenFinetuneConfig
+from ctxemb.tasks.catalog import FINETUNE_TASKS
+from ctxemb.training.task_config import FinetuneRunConfig
+from ctxemb.tasks.contrastive.config import ContrastiveConfig
+from ctxemb.tasks.late_interaction.config import LateInteractionTaskConfig
+from ctxemb.tasks.sequence.data import TASKS
+from ctxemb.tasks.sequence.config import HEADS, FinetuneConfig
+from ctxemb.tasks.token.config import TASK_HEADS, TOKEN_HEADS, TOKEN_TASKS, TokenFinetuneConfig
 from ctxemb.training.config import TrainConfig
 
 logger = logging.getLogger(__name__)
 
-_REGISTRY = "ctxemb.finetuning.registry"
+_REGISTRY = "ctxemb.training.registry"
 
 
 class _TaskChoices:
     """The ``choices`` of the task argument: the registered ``finetune`` tasks, without importing the registry (which
     imports every task, and torch) until a name beyond the built-in ones is given.
 
-    ``--help`` lists the built-in names (:data:`~ctxemb.finetuning.builtin_tasks.FINETUNE_TASKS`), or the registry's
+    ``--help`` lists the built-in names (:data:`~ctxemb.tasks.catalog.FINETUNE_TASKS`), or the registry's
     names once it is imported (a task registered from Python among them); a name that is not built in is looked up
     in the registry, so a registered task is accepted and an unknown one refused with the registered names.
     """
@@ -63,7 +63,7 @@ class _TaskChoices:
         if names is None and name in FINETUNE_TASKS:
             return True  # the registry registers every built-in task when it is imported
         if names is None:
-            from ctxemb.finetuning.registry import task_names
+            from ctxemb.training.registry import task_names
 
             names = task_names(command="finetune")
         return name in names
@@ -82,7 +82,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                               description=description(__doc__))
     p.add_argument("task", choices=_TaskChoices(),
                    help="a registered task: a shared one, 'custom' (TSV/JSONL), 'conll-file' or 'squad-file' with "
-                        "--train-file/--dev-file, or one registered with ctxemb.finetuning.registry.register_task")
+                        "--train-file/--dev-file, or one registered with ctxemb.training.registry.register_task")
     p.add_argument("--preset", default=None,
                    help="a TOML file of the run's settings ([train] for the loop's), or a preset shipped in "
                         "ctxemb/presets (e.g. 'stsb-bi-encoder' for finetune-stsb-bi-encoder.toml); flags override "
@@ -129,7 +129,7 @@ def finetune_config_from_args(args: argparse.Namespace):
     Raises:
         UsageError: a flag the task does not take, or no run directory.
     """
-    from ctxemb.finetuning.registry import get_task
+    from ctxemb.training.registry import get_task
 
     task = get_task(args.task)
     d: dict = {}
@@ -163,8 +163,8 @@ def finetune_config_from_args(args: argparse.Namespace):
 
 def _default_recipe(task, args: argparse.Namespace) -> tuple[str | None, str | None]:
     """The shipped recipe a task runs without --preset, and why: a custom task's by the size of its training
-    split (:func:`ctxemb.finetuning.tasks.custom_recipe`), another task's finetune-TASK.toml where one is shipped."""
-    from ctxemb.finetuning.tasks import SMALL_DATA_ROWS, custom_recipe
+    split (:func:`ctxemb.tasks.sequence.task.custom_recipe`), another task's finetune-TASK.toml where one is shipped."""
+    from ctxemb.tasks.sequence.task import SMALL_DATA_ROWS, custom_recipe
 
     if task.name == "custom" and getattr(args, "train_file", None) is not None:
         try:
@@ -257,8 +257,8 @@ def _config(args: argparse.Namespace, task, d: dict, train: dict):
 
 def train_task(task, config):
     """Train a task from its config: what ``ctxemb finetune`` runs (``benchmarks/finetune.py`` too), an intermediate
-    stage first if the config has one (:func:`ctxemb.finetuning.intermediate.train`)."""
-    from ctxemb.finetuning.intermediate import train
+    stage first if the config has one (:func:`ctxemb.training.intermediate.train`)."""
+    from ctxemb.training.intermediate import train
 
     return train(task, config)
 
@@ -280,7 +280,7 @@ def run_finetune(args: argparse.Namespace) -> int:
 
 
 def _run_trials(args: argparse.Namespace, task, config) -> int:
-    from ctxemb.finetuning.trials import parse_grid, run_grid, run_seeds
+    from ctxemb.training.trials import parse_grid, run_grid, run_seeds
 
     if args.search is not None and args.seeds is not None:
         raise UsageError("give either --search (a grid on dev) or --seeds K (one recipe, K seeds), not both")
@@ -310,13 +310,13 @@ def _run_trials(args: argparse.Namespace, task, config) -> int:
 
 def _model_kind(model_dir: str) -> str:
     """"sequence", "token" (taggers and span classifiers), "qa", or "task:<name>" (a registered task)."""
-    from ctxemb.finetuning.predictor import model_kind
+    from ctxemb.tasks.predictor import model_kind
 
     return model_kind(model_dir)
 
 
 def _predict_file(args: argparse.Namespace) -> int:
-    from ctxemb.finetuning.predict_files import predict_file
+    from ctxemb.tasks.predict_files import predict_file
 
     if args.output is None:
         raise UsageError("--input needs --output FILE (.jsonl or .csv) for the predictions")
@@ -370,7 +370,7 @@ def run_predict(args: argparse.Namespace) -> int:
             inputs = [json.loads(t) for t in args.text]
         except json.JSONDecodeError as e:
             raise UsageError(f"{args.model_dir} is a {kind[5:]!r} model: give each input as JSON ({e})") from None
-        from ctxemb.finetuning.predictor import load_predictor
+        from ctxemb.tasks.predictor import load_predictor
 
         for value, p in zip(inputs, load_predictor(args.model_dir, device=args.device).predict(inputs)):
             print(json.dumps({"input": value, "prediction": p}, ensure_ascii=False, default=str))
@@ -385,7 +385,7 @@ def run_predict(args: argparse.Namespace) -> int:
 
 
 def _predict_sequence(args: argparse.Namespace) -> int:
-    from ctxemb.finetuning.predict import SequencePredictor
+    from ctxemb.tasks.sequence.predict import SequencePredictor
 
     if args.pair is not None and len(args.pair) != len(args.text):
         raise UsageError(f"--pair needs one second sentence per text: {len(args.text)} texts, {len(args.pair)} pairs")
@@ -400,8 +400,8 @@ def _predict_sequence(args: argparse.Namespace) -> int:
 
 
 def _predict_tokens(args: argparse.Namespace) -> int:
-    from ctxemb.finetuning.conll import read_conll, write_conll
-    from ctxemb.finetuning.token_predict import TokenPredictor
+    from ctxemb.tasks.token.conll import read_conll, write_conll
+    from ctxemb.tasks.token.predict import TokenPredictor
 
     predictor = TokenPredictor.from_pretrained(args.model_dir, device=args.device)
     if args.conll is not None:
@@ -425,7 +425,7 @@ def _predict_tokens(args: argparse.Namespace) -> int:
 
 
 def _predict_qa(args: argparse.Namespace) -> int:
-    from ctxemb.finetuning.token_predict import QAPredictor
+    from ctxemb.tasks.token.predict import QAPredictor
 
     if args.question is None or len(args.question) != len(args.text):
         raise UsageError(f"a QA model needs one --question per passage: {len(args.text)} passages, "

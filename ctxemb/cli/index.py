@@ -26,7 +26,7 @@ from typing import Any
 
 from ctxemb.cli import index_shards
 from ctxemb.cli._common import add_option, command_help, load_embedder, non_negative_float, positive_float, positive_int
-from ctxemb.registry import DEFAULT_MODEL
+from ctxemb.models.hub import DEFAULT_MODEL
 # the parsers read these names only (no FAISS); the commands import the index modules when they run
 from ctxemb.search.fusion import FUSION_METHODS, SEARCH_MODES
 from ctxemb.search.params import INDEX_KINDS

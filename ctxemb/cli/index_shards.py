@@ -40,7 +40,7 @@ def non_negative_int(text: str) -> int:
 
 def _sidecar(vectors: Path) -> dict | None:
     """The ``<vectors>.json`` that ``ctxemb embed`` writes, or None."""
-    from ctxemb._validation import read_json_file
+    from ctxemb.core.validation import read_json_file
 
     path = vectors.with_name(vectors.name + ".json")
     return read_json_file(path, "embedding description") if path.is_file() else None

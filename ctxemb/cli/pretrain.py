@@ -13,8 +13,8 @@ from typing import Any
 
 from ctxemb.cli._common import (add_dataclass_flags, add_train_flags, command_help, dataclass_overrides, description,
                                 load_preset, preset_errors, train_overrides)
-# the parser reads the settings only (no torch); the run (ctxemb.pretraining.recipe) is imported by run_pretrain
-from ctxemb.pretraining.config import PretrainConfig, nest_flat_masking_keys
+# the parser reads the settings only (no torch); the run (ctxemb.tasks.pretraining.recipe) is imported by run_pretrain
+from ctxemb.tasks.pretraining.config import PretrainConfig, nest_flat_masking_keys
 from ctxemb.training.config import TrainConfig
 
 # the loop's defaults for pretraining where they differ from TrainConfig's
@@ -64,7 +64,7 @@ def _config_from(args: argparse.Namespace, preset: dict | None) -> PretrainConfi
 
 
 def run_pretrain(args: argparse.Namespace) -> int:
-    from ctxemb.pretraining.recipe import run_pretraining
+    from ctxemb.tasks.pretraining.recipe import run_pretraining
 
     config = config_from_args(args)
     result = run_pretraining(config)

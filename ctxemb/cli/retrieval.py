@@ -78,7 +78,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def run_pairs(args: argparse.Namespace) -> int:
-    from ctxemb.finetuning.late_interaction import beir_rows
+    from ctxemb.tasks.late_interaction.task import beir_rows
 
     if args.hard_negatives < 0:
         raise UsageError("--hard-negatives must be >= 0, got %d" % args.hard_negatives)

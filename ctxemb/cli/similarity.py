@@ -18,8 +18,8 @@ from pathlib import Path
 from ctxemb.cli._common import UsageError, comma_list, command_help, load_embedder, positive_int, write_text
 from ctxemb.evaluation.similarity.options import (DEFAULT_TASKS, FIT_ON, LAYER_MODES, POSTPROCESS_NAMES,
                                                   SENTENCE_POOLINGS, TASKS, WORD_SIM_TASKS)
-from ctxemb.precision import INFERENCE_PRECISION_CHOICES as PRECISION_CHOICES
-from ctxemb.registry import DEFAULT_MODEL
+from ctxemb.core.precision import INFERENCE_PRECISION_CHOICES as PRECISION_CHOICES
+from ctxemb.models.hub import DEFAULT_MODEL
 
 logger = logging.getLogger(__name__)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 
 from ctxemb.cli._common import UsageError, add_option, command_help, description, non_negative_float, positive_int
-from ctxemb.pretraining.vocab import VOCAB_KINDS, train_vocabulary
+from ctxemb.tasks.pretraining.vocab import VOCAB_KINDS, train_vocabulary
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:

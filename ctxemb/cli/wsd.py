@@ -47,7 +47,7 @@ from ctxemb.cli._common import (
 )
 # the parsers read only these light settings; the WSD stack (NumPy, FAISS, WordNet, torch) is imported by the
 # commands that run
-from ctxemb.wsd_options import (BACK_OFFS, GLOSS_MODES, INPUT_FORMATS, MULTIWORD_MODES, OUTPUT_FORMATS,
+from ctxemb.wsd.options import (BACK_OFFS, GLOSS_MODES, INPUT_FORMATS, MULTIWORD_MODES, OUTPUT_FORMATS,
                                 PROPAGATION_SCOPES, BuildConfig)
 
 logger = logging.getLogger(__name__)
@@ -201,7 +201,7 @@ def _add_tag_parser(sub) -> None:
 
 
 def _add_train_parser(sub) -> None:
-    from ctxemb.wsd_train_options import SenseTrainConfig  # (built only for `wsd train`)
+    from ctxemb.tasks.sense.config import SenseTrainConfig  # (built only for `wsd train`)
 
     r = sub.add_parser("train", help=SUBCOMMANDS["train"],
                        description="Train a sense-aware encoder on a sense-annotated corpus's training documents and "
@@ -235,7 +235,7 @@ def train_config_from_args(args: argparse.Namespace) -> SenseTrainConfig:
 
 def _train_config(args: argparse.Namespace, preset: dict | None) -> SenseTrainConfig:
     from ctxemb.training.config import TrainConfig
-    from ctxemb.wsd_train_options import SenseTrainConfig
+    from ctxemb.tasks.sense.config import SenseTrainConfig
 
     preset = dict(preset or {})
     train_fields = {**_WSD_TRAIN_DEFAULTS, **(preset.pop("train", {}) or {}), **train_overrides(args)}
@@ -246,7 +246,7 @@ def _train_config(args: argparse.Namespace, preset: dict | None) -> SenseTrainCo
 
 
 def run_train(args: argparse.Namespace) -> int:
-    from ctxemb.wsd.training import run_sense_training, trained_store_defaults
+    from ctxemb.tasks.sense.training import run_sense_training, trained_store_defaults
 
     config = train_config_from_args(args)
     result = run_sense_training(config)
@@ -283,7 +283,7 @@ def _add_common(p: argparse.ArgumentParser, *, device: bool = True) -> None:
 def run_build(args: argparse.Namespace) -> int:
     from ctxemb.wsd.build import build_sense_store
     from ctxemb.wsd.corpus import read_dataset, split_corpus_by_document, write_dataset
-    from ctxemb.wsd.training import check_held_out_documents, trained_store_defaults
+    from ctxemb.tasks.sense.training import check_held_out_documents, trained_store_defaults
     from ctxemb.wsd.wordnet_examples import wordnet_example_corpus
 
     # a model trained by `wsd train` records its recipe's store settings: they fill the flags not given

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from ctxemb._validation import check_int
+from ctxemb.core.validation import check_int
 from ctxemb.io.beir import BeirData, write_run
 from ctxemb.metrics.trec import DEFAULT_MEASURES, RunScores, evaluate_run
 from ctxemb.search.retrievers import Retriever

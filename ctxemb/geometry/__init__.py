@@ -11,7 +11,7 @@ The names below are imported on first use: reading the option names of :mod:`~ct
 
 from __future__ import annotations
 
-from ctxemb._lazy import lazy_exports
+from ctxemb.core.lazy import lazy_exports
 
 _EXPORTS = {
     "AllButTheTop": "ctxemb.geometry.postprocessing",

@@ -7,7 +7,7 @@ informativity of the cosine without them. It writes ``analysis.json`` and three 
 returns an :class:`~ctxemb.geometry.results.AnalysisResult`; :func:`format_analysis_table` turns it into a markdown
 table.
 
-The embedder (a :class:`ctxemb.protocols.EmbedderLike`) is used only through ``embed_words`` and ``num_layers``
+The embedder (a :class:`ctxemb.core.protocols.EmbedderLike`) is used only through ``embed_words`` and ``num_layers``
 (and ``config.to_dict()`` when present); this module never imports a model.
 
 Shape legend:
@@ -33,15 +33,15 @@ import numpy as np
 from sklearn.base import clone
 from tqdm.auto import tqdm
 
-from ctxemb._validation import check_bool, check_int, is_int
+from ctxemb.core.validation import check_bool, check_int, is_int
 from ctxemb.geometry.isotropy import _check_seed, anisotropy
 from ctxemb.geometry.options import DEFAULT_POSTPROCESSORS, DEFAULT_WORDS
 from ctxemb.geometry.plots import require_matplotlib, write_plots
 from ctxemb.geometry.postprocessing import POSTPROCESSORS, make_postprocessor
 from ctxemb.geometry.results import AnalysisResult, LayerGeometry, WordInstance
 from ctxemb.geometry.rogue import informativity, rogue_dimensions
-from ctxemb.paths import atomic_write
-from ctxemb.protocols import EmbedderLike, batch_size_kwargs
+from ctxemb.core.paths import atomic_write
+from ctxemb.core.protocols import EmbedderLike, batch_size_kwargs
 
 logger = logging.getLogger(__name__)
 
@@ -216,7 +216,7 @@ def analyze(
     Args:
         embedder: an object with ``num_layers`` (L) and ``embed_words(sentences, *, batch_size, show_progress_bar,
             layers, layer_pooling)`` returning one (W, L + 1, H) array per sentence for ``layer_pooling="stack"``
-            (see ``ctxemb.embedding.Embedder``).
+            (see ``ctxemb.embedding.embedder.embedder.Embedder``).
         corpus_sentences: sentences as strings (split on whitespace) or as lists of words; S >= 1, N >= 3.
         words: words whose instances are projected to 2-D (matched lower-cased, surrounding punctuation ignored).
         out_dir: folder for ``analysis.json`` and the PNGs (created if needed); None writes nothing.

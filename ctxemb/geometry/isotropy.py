@@ -27,7 +27,7 @@ import logging
 
 import numpy as np
 
-from ctxemb._validation import check_int, check_vectors, is_int, unit_rows
+from ctxemb.core.validation import check_int, check_vectors, is_int, unit_rows
 
 logger = logging.getLogger(__name__)
 

@@ -32,9 +32,9 @@ import numpy as np
 from sklearn.base import BaseEstimator, TransformerMixin
 from sklearn.utils.validation import check_is_fitted
 
-from ctxemb._validation import CorruptFileError, check_int, check_vectors
+from ctxemb.core.validation import CorruptFileError, check_int, check_vectors
 from ctxemb.geometry.options import POSTPROCESSOR_NAMES
-from ctxemb.paths import atomic_write
+from ctxemb.core.paths import atomic_write
 
 logger = logging.getLogger(__name__)
 

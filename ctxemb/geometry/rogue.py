@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ctxemb._validation import check_int, check_vectors
+from ctxemb.core.validation import check_int, check_vectors
 from ctxemb.geometry.isotropy import _check_seed, cosine_contributions, pair_cosines, row_norms, sample_distinct_pairs
 
 logger = logging.getLogger(__name__)

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Mapping
 
-from ctxemb._validation import CorruptFileError, check_int, decode_utf8
-from ctxemb.atomic import atomic_write
+from ctxemb.core.validation import CorruptFileError, check_int, decode_utf8
+from ctxemb.core.atomic import atomic_write
 from ctxemb.metrics.trec import trec_order
 
 Run = dict[str, dict[str, float]]

@@ -18,7 +18,7 @@ from typing import Collection, Hashable, Sequence
 
 import numpy as np
 
-from ctxemb._validation import check_int
+from ctxemb.core.validation import check_int
 
 
 def _check(ranked: Sequence[Sequence[Hashable]], relevant: Sequence[Collection[Hashable]], k: int

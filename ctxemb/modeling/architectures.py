@@ -2,7 +2,7 @@
 
 transformers names a task model ``<Family>For<Task>`` (``BertForSequenceClassification``, ``MPNetForMaskedLM``)
 and a bare encoder ``<Family>Model``; the bare names per ``model_type`` are
-:data:`ctxemb.config._ARCHITECTURE_NAMES` (where encoder families are added), the task suffixes are here.
+:data:`ctxemb.models.encoder_config._ARCHITECTURE_NAMES` (where encoder families are added), the task suffixes are here.
 :func:`architecture_name` writes a name, :func:`architecture_task` reads one back (what ``ctxemb predict``
 dispatches on).
 """
@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Literal, get_args
 
-from ctxemb._validation import check_choice
-from ctxemb.config import _ARCHITECTURE_NAMES
+from ctxemb.core.validation import check_choice
+from ctxemb.models.encoder_config import _ARCHITECTURE_NAMES
 
 ArchitectureTask = Literal["bare", "masked_lm", "pretraining", "sequence_classification", "token_classification",
                            "question_answering", "multiple_choice"]

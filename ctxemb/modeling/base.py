@@ -14,7 +14,7 @@ from typing import Mapping
 import torch
 from torch import nn
 
-from ctxemb.config import EncoderConfig
+from ctxemb.models.encoder_config import EncoderConfig
 from ctxemb.modeling.checkpoint import load_weights_into
 from ctxemb.modeling.encoder import Encoder
 from ctxemb.modeling.family_heads import ModernBertPredictionHead, check_modernbert_head_config

@@ -32,7 +32,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ctxemb._validation import read_json_file
+from ctxemb.core.validation import read_json_file
 from ctxemb.modeling.base import EncoderWithHeads
 from ctxemb.modeling.checkpoint import load_encoder_dir, save_pretrained
 from ctxemb.modeling.contrastive_loss import _check_scale, check_matryoshka, contrastive_loss, false_negative_mask

@@ -28,7 +28,7 @@ from typing import Literal
 import torch
 from torch import nn
 
-from ctxemb._validation import check_choice
+from ctxemb.core.validation import check_choice
 
 Reduction = Literal["mean", "sum", "none"]
 REDUCTIONS: tuple[str, ...] = ("mean", "sum", "none")

@@ -13,8 +13,8 @@ import dataclasses
 
 from torch import nn
 
-from ctxemb._validation import check_probability
-from ctxemb.config import EncoderConfig
+from ctxemb.core.validation import check_probability
+from ctxemb.models.encoder_config import EncoderConfig
 
 __all__ = ["set_dropout"]
 

@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ctxemb.config import EncoderConfig
+from ctxemb.models.encoder_config import EncoderConfig
 
 ACTIVATIONS = {
     "gelu": lambda x: F.gelu(x),

@@ -23,8 +23,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ctxemb._validation import check_choice
-from ctxemb.config import EncoderConfig
+from ctxemb.core.validation import check_choice
+from ctxemb.models.encoder_config import EncoderConfig
 
 #: ModernBERT's ``classifier_pooling`` values: the [CLS] vector or the mean over the non-padding tokens.
 MODERNBERT_POOLINGS: tuple[str, ...] = ("cls", "mean")

@@ -30,16 +30,16 @@ import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from ctxemb._validation import read_json_file
+from ctxemb.core.validation import read_json_file
 from ctxemb.modeling.base import EncoderWithHeads
 from ctxemb.modeling.checkpoint import load_encoder_dir, save_pretrained
 from ctxemb.modeling.contrastive_loss import false_negative_mask
 from ctxemb.modeling.encoder import Encoder
-from ctxemb.modeling_options import BERT_MARKERS, LateInteractionConfig, LongDocuments  # noqa: F401 (re-export)
+from ctxemb.models.head_options import BERT_MARKERS, LateInteractionConfig, LongDocuments  # noqa: F401 (re-export)
 
 DENSE_DIR = "1_Dense"
 LATE_CONFIG_KEY = "ctxemb_late_interaction"
-# BERT_MARKERS, LongDocuments and LateInteractionConfig live in ctxemb.modeling_options (the fine-tuning
+# BERT_MARKERS, LongDocuments and LateInteractionConfig live in ctxemb.models.head_options (the fine-tuning
 # configuration reads them without torch); importable from here as before
 
 
@@ -89,7 +89,7 @@ def document_pieces(tokenizer, ids: Sequence[int], config: LateInteractionConfig
     """The model inputs of one document: (input ids, first kept position, last kept + 1) per input. One input cut
     at ``document_length`` ("truncate", or a short document); overlapping windows whose kept ranges tile the
     document ("window")."""
-    from ctxemb.tokenization import plan_windows
+    from ctxemb.models.tokenization import plan_windows
 
     ids = list(ids)
     prefix = [tokenizer.cls_token_id] + ([markers[1]] if markers else [])
@@ -222,7 +222,7 @@ def load_projection(model_dir: str | os.PathLike) -> torch.Tensor | None:
         return None
     tensors = load_file(str(path))
     if "linear.weight" not in tensors:
-        from ctxemb._validation import CorruptFileError
+        from ctxemb.core.validation import CorruptFileError
 
         raise CorruptFileError(f"{path}: expected a tensor 'linear.weight', found {sorted(tensors)}", path)
     return tensors["linear.weight"].float()

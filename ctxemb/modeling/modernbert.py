@@ -10,7 +10,7 @@ away in the others; biases only where the configuration asks for them.
 Parameter names are those of transformers' ``ModernBertModel`` (``embeddings.tok_embeddings``, ``embeddings.norm``,
 ``layers.{i}.attn_norm``, ``layers.{i}.attn.Wqkv``, ``layers.{i}.attn.Wo``, ``layers.{i}.mlp_norm``,
 ``layers.{i}.mlp.Wi``, ``layers.{i}.mlp.Wo``, ``final_norm``), so its checkpoints load unchanged. Every projection is
-an ordinary ``nn.Linear``, so the int8 path (:func:`ctxemb.backends.quantize_int8`) applies as to BERT.
+an ordinary ``nn.Linear``, so the int8 path (:func:`ctxemb.runtime.backends.quantize_int8`) applies as to BERT.
 
 Shapes: B batch, T tokens, H hidden size, N heads, D head size (H = N * D), I intermediate size.
 ``hidden_states`` has L + 1 entries: index 0 is the embedding output, -1 the last layer after the final LayerNorm
@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ctxemb.config import EncoderConfig
+from ctxemb.models.encoder_config import EncoderConfig
 from ctxemb.modeling.encoder import ACTIVATIONS, Encoder
 
 

@@ -27,18 +27,18 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ctxemb._validation import check_choice, read_json_file
-from ctxemb.config import EncoderConfig
+from ctxemb.core.validation import check_choice, read_json_file
+from ctxemb.models.encoder_config import EncoderConfig
 from ctxemb.modeling.architectures import architecture_name
 from ctxemb.modeling.base import EncoderWithHeads
 from ctxemb.modeling.checkpoint import load_encoder_dir, load_weights_into, save_pretrained
 from ctxemb.modeling.encoder import ACTIVATIONS, Encoder
 from ctxemb.modeling.remote_code import remote_code_config, write_remote_code
-from ctxemb.modeling_options import NSP_INPUTS, NspInput  # noqa: F401 (re-export)
+from ctxemb.models.head_options import NSP_INPUTS, NspInput  # noqa: F401 (re-export)
 
 logger = logging.getLogger(__name__)
 
-# NspInput and NSP_INPUTS live in ctxemb.modeling_options (read by the pretraining configuration without torch)
+# NspInput and NSP_INPUTS live in ctxemb.models.head_options (read by the pretraining configuration without torch)
 # config.json key recording the NSP head's input when it is not transformers' ("pooled").
 NSP_INPUT_KEY = "ctxemb_nsp_input"
 NSP_REFUSAL = ("its next-sentence head reads the raw [CLS] vector, where transformers' BertForPreTraining reads the "
@@ -311,7 +311,7 @@ class EncoderForPretraining(EncoderWithHeads):
         """Load an encoder and whatever pretraining heads its checkpoint has; missing heads start fresh (logged).
 
         Args:
-            model_dir: an HF-format directory (resolve registry names first: ``ctxemb.registry.resolve_model_dir``).
+            model_dir: an HF-format directory (resolve registry names first: ``ctxemb.models.hub.resolve_model_dir``).
             nsp: add the NSP head; None adds it when the checkpoint has one.
             strict: refuse checkpoints whose encoder tensors do not match the configuration.
             missing_heads: ``"init"`` starts heads the checkpoint lacks fresh (continued pretraining of a bare
@@ -349,7 +349,7 @@ class EncoderForPretraining(EncoderWithHeads):
 
     def save_pretrained(self, out_dir: str | os.PathLike) -> Path:
         """Save encoder and heads: transformers' ``BertForPreTraining`` (with NSP) or ``*ForMaskedLM`` loads it,
-        and so do :func:`ctxemb.loading.load_encoder` and the ``Embedder``; a BERT NSP head on the raw [CLS] vector
+        and so do :func:`ctxemb.modeling.loading.load_encoder` and the ``Embedder``; a BERT NSP head on the raw [CLS] vector
         is saved with ``modeling_ctxemb.py`` instead (see the module docstring)."""
         mt = self.config.model_type
         extra: dict | None = None

@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ctxemb._validation import read_json_file
+from ctxemb.core.validation import read_json_file
 from ctxemb.modeling.architectures import architecture_name
 from ctxemb.modeling.base import EncoderWithHeads
 from ctxemb.modeling.checkpoint import load_encoder_dir, load_weights_into, save_pretrained

@@ -6,7 +6,7 @@ read when the type is unknown. A ``"mean"`` head saved under ``"model_type": "be
 and predicts something else. Such models are saved with:
 
 - ``"model_type": "ctxemb"``, which transformers does not know, the encoder's family under ``ctxemb_model_type``
-  (ctxemb's own readers go through :func:`ctxemb.config.encoder_model_type`);
+  (ctxemb's own readers go through :func:`ctxemb.models.encoder_config.encoder_model_type`);
 - ``modeling_ctxemb.py`` beside the weights (:mod:`ctxemb.modeling.modeling_ctxemb`, copied unchanged: it imports
   torch and transformers only) and ``auto_map`` entries naming its classes.
 
@@ -22,8 +22,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Mapping
 
-from ctxemb.config import CTXEMB_MODEL_TYPE, FAMILY_KEY
-from ctxemb.paths import atomic_write
+from ctxemb.models.encoder_config import CTXEMB_MODEL_TYPE, FAMILY_KEY
+from ctxemb.core.paths import atomic_write
 
 REMOTE_CODE_FILE = "modeling_ctxemb.py"
 #: config.json key holding why the head's Auto class refuses (read by modeling_ctxemb.py's refusing classes).

@@ -48,7 +48,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ctxemb._validation import check_choice, read_json_file
+from ctxemb.core.validation import check_choice, read_json_file
 from ctxemb.modeling.architectures import architecture_name
 from ctxemb.modeling.base import EncoderWithHeads
 from ctxemb.modeling.contrastive_loss import cosent_loss
@@ -58,7 +58,7 @@ from ctxemb.modeling.remote_code import remote_code_config, write_remote_code
 from ctxemb.modeling.family_heads import (ClassificationHead, check_modernbert_head_config,  # noqa: F401 (re-export)
                                           checkpoint_sequence_head, from_checkpoint_names, modernbert_head_config,
                                           sequence_head_names, to_checkpoint_names)
-from ctxemb.modeling_options import PAIR_SIMILARITY_LOSSES, REGRESSION_LOSSES  # noqa: F401 (re-export)
+from ctxemb.models.head_options import PAIR_SIMILARITY_LOSSES, REGRESSION_LOSSES  # noqa: F401 (re-export)
 
 logger = logging.getLogger(__name__)
 
@@ -75,7 +75,7 @@ HEAD_CONFIG_KEY = "ctxemb_classifier_head"
 REGRESSION_LOSS_KEY = "ctxemb_regression_loss"
 SCORE_SCALE_KEY = "ctxemb_score_scale"
 # REGRESSION_LOSSES (the cross-encoder's) and PAIR_SIMILARITY_LOSSES (the bi-encoder's) live in
-# ctxemb.modeling_options (read by the fine-tuning configuration without torch)
+# ctxemb.models.head_options (read by the fine-tuning configuration without torch)
 
 
 @dataclass
@@ -259,7 +259,7 @@ class EncoderForSequenceClassification(EncoderWithHeads):
         ``XLMRoberta``, ``MPNet``, ``DistilBert``, ``Electra``, ``ModernBert``), which transformers'
         ``AutoModelForSequenceClassification`` loads with equal logits; ``"cls"`` and ``"mean"`` heads are saved
         with ``modeling_ctxemb.py``, which it loads with equal logits under ``trust_remote_code=True`` (and refuses
-        to load otherwise). :meth:`from_pretrained` and :func:`ctxemb.loading.load_encoder` load either.
+        to load otherwise). :meth:`from_pretrained` and :func:`ctxemb.modeling.loading.load_encoder` load either.
         """
         mt = self.config.model_type
         heads = to_checkpoint_names({"classifier." + k: v for k, v in self.classifier.state_dict().items()},
@@ -286,7 +286,7 @@ class EncoderForSequenceClassification(EncoderWithHeads):
         passed here must agree. Otherwise the head is new: ``num_labels`` is required.
 
         Args:
-            model_dir: an HF-format directory (resolve registry names first: ``ctxemb.registry.resolve_model_dir``).
+            model_dir: an HF-format directory (resolve registry names first: ``ctxemb.models.hub.resolve_model_dir``).
             num_labels: C for a new head (default: the size of ``id2label``); checked against a saved one.
             problem: ``"classification"`` or ``"regression"``; for a new head, regression when ``num_labels`` is 1.
             head: ``"checkpoint"``, ``"cls"`` or ``"mean"``; None: the saved model's, or ``"checkpoint"``.
@@ -299,7 +299,7 @@ class EncoderForSequenceClassification(EncoderWithHeads):
         Raises:
             FileNotFoundError, CheckpointError: as for :func:`ctxemb.modeling.checkpoint.load_encoder_dir`.
             ValueError: ``num_labels`` missing for a new head, or an argument that contradicts the saved model
-                (to put a new head on a fine-tuned encoder, load it with :func:`ctxemb.loading.load_encoder` and
+                (to put a new head on a fine-tuned encoder, load it with :func:`ctxemb.modeling.loading.load_encoder` and
                 pass it to the constructor).
         """
         model_dir = Path(model_dir)
@@ -341,7 +341,7 @@ class EncoderForSequenceClassification(EncoderWithHeads):
             if given is not None and stored is not None and given != stored:
                 raise ValueError(
                     f"{name}={given!r} contradicts the fine-tuned model in {model_dir} ({name}={stored!r}); to put "
-                    "a new head on its encoder, load it with ctxemb.loading.load_encoder and pass it to "
+                    "a new head on its encoder, load it with ctxemb.modeling.loading.load_encoder and pass it to "
                     "EncoderForSequenceClassification"
                 )
         num_labels = num_labels or saved_labels

@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ctxemb._validation import check_choice
+from ctxemb.core.validation import check_choice
 from ctxemb.modeling.base import EncoderWithHeads
 from ctxemb.modeling.checkpoint import load_encoder_dir, load_weights_into, save_pretrained
 from ctxemb.modeling.encoder import Encoder

@@ -34,7 +34,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ctxemb._validation import check_choice, read_json_file
+from ctxemb.core.validation import check_choice, read_json_file
 from ctxemb.modeling.architectures import architecture_name
 from ctxemb.modeling.base import EncoderWithHeads
 from ctxemb.modeling.checkpoint import load_encoder_dir, load_weights_into, save_pretrained
@@ -42,14 +42,14 @@ from ctxemb.modeling.crf import LinearChainCRF, bio_transition_mask
 from ctxemb.modeling.encoder import Encoder
 from ctxemb.modeling.family_heads import modernbert_head_config
 from ctxemb.modeling.remote_code import remote_code_config, write_remote_code
-from ctxemb.modeling_options import (BOUNDARY_KINDS, SUMMARY_KINDS, WORD_DECODINGS, BoundaryKind,  # noqa: F401
+from ctxemb.models.head_options import (BOUNDARY_KINDS, SUMMARY_KINDS, WORD_DECODINGS, BoundaryKind,  # noqa: F401
                                      SummaryKind, WordDecoding)
 
 logger = logging.getLogger(__name__)
 
 IGNORE_INDEX = -100  # label of positions that take no loss (special tokens, padding, non-first subwords)
 NULL_LABEL = "NULL"
-# BoundaryKind, SummaryKind, WordDecoding and their choices live in ctxemb.modeling_options (read by the fine-tuning
+# BoundaryKind, SummaryKind, WordDecoding and their choices live in ctxemb.models.head_options (read by the fine-tuning
 # configuration without torch)
 
 _BIO_TAG = re.compile(r"^(O|[BI]-.+)$")

@@ -1,10 +1,10 @@
 """The transformers backend: any encoder that ``transformers.AutoModel`` loads from a local directory, behind the
 same interface as ctxemb's own :class:`~ctxemb.modeling.encoder.Encoder` (``forward`` giving
 :class:`~ctxemb.modeling.encoder.EncoderOutput` with every hidden state, ``resolve_layers``, ``num_layers``), so that
-the :class:`~ctxemb.embedding.Embedder` pools its layers and subwords exactly as it pools ours.
+the :class:`~ctxemb.embedding.embedder.embedder.Embedder` pools its layers and subwords exactly as it pools ours.
 
-ctxemb's own encoder is exact and faster where it exists (``ctxemb.config.SUPPORTED_MODEL_TYPES``);
-:func:`ctxemb.loading.load_encoder` chooses this backend for the other model types (DeBERTa-v2/v3, ALBERT, ...) or
+ctxemb's own encoder is exact and faster where it exists (``ctxemb.models.encoder_config.SUPPORTED_MODEL_TYPES``);
+:func:`ctxemb.modeling.loading.load_encoder` chooses this backend for the other model types (DeBERTa-v2/v3, ALBERT, ...) or
 when asked (``backend="transformers"``). It runs in fp32 or bf16; ctxemb's int8 and ONNX paths need ctxemb's own
 encoder. transformers is an optional dependency: ``pip install 'ctxemb[transformers]'``.
 
@@ -24,7 +24,7 @@ import torch
 from torch import nn
 
 from ctxemb.modeling.encoder import EncoderOutput, resolve_hidden_state_indices
-from ctxemb.tokenization import Tokenizer
+from ctxemb.models.tokenization import Tokenizer
 
 logger = logging.getLogger(__name__)
 
@@ -187,7 +187,7 @@ class TransformersEncoder(nn.Module):
 
 def tokenizer_from_transformers(model_dir: str | os.PathLike, *, max_length: int | None = None,
                                 max_tokens: int | None = None) -> Tokenizer:
-    """A ctxemb :class:`~ctxemb.tokenization.Tokenizer` from the tokenizer ``transformers.AutoTokenizer`` loads
+    """A ctxemb :class:`~ctxemb.models.tokenization.Tokenizer` from the tokenizer ``transformers.AutoTokenizer`` loads
     from a local directory (for model types ctxemb's own tokenizer loader does not know).
 
     Word-level pooling needs, for every subword token, the character offsets and the index of the word it belongs

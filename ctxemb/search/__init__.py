@@ -23,7 +23,7 @@ A corrupt, truncated or inconsistent saved file raises ``CorruptFileError`` (a `
 ``embedder_config_differences`` is the configuration comparison that indexes and the WSD sense store share.
 
 Concurrency: a save holds the directory's lock (a second writer gets ``DirectoryLockedError``, from
-``ctxemb.locks``, or waits with ``lock_timeout=``); loads see one complete save; an index is thread-safe (concurrent
+``ctxemb.core.locks``, or waits with ``lock_timeout=``); loads see one complete save; an index is thread-safe (concurrent
 searches, exclusive mutation). See docs/guide/reliability.md.
 
 Modules: ``params`` (index kinds and their parameter objects), ``index`` (``SemanticIndex``), ``inputs`` (argument
@@ -39,11 +39,11 @@ The names below are imported on first use: reading the option names of :mod:`~ct
 
 from __future__ import annotations
 
-from ctxemb._lazy import lazy_exports
+from ctxemb.core.lazy import lazy_exports
 
 _EXPORTS = {
     "CorruptFileError": "ctxemb.search.storage",
-    "DirectoryLockedError": "ctxemb.locks",
+    "DirectoryLockedError": "ctxemb.core.locks",
     "DocumentHit": "ctxemb.search.documents",
     "DocumentIndex": "ctxemb.search.documents",
     "FUSION_METHODS": "ctxemb.search.fusion",

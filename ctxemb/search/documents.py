@@ -34,14 +34,14 @@ from typing import Sequence
 
 import numpy as np
 
-from ctxemb._validation import check_int, check_probability, check_string_batch, read_json_file
-from ctxemb.atomic import atomic_directory, atomic_write, resolve_saved_directory
-from ctxemb.protocols import EmbedderLike, embedder_config_dict
+from ctxemb.core.validation import check_int, check_probability, check_string_batch, read_json_file
+from ctxemb.core.atomic import atomic_directory, atomic_write, resolve_saved_directory
+from ctxemb.core.protocols import EmbedderLike, embedder_config_dict
 from ctxemb.search.fusion import HybridParams, check_mode, fuse_batch, fusion_settings
 from ctxemb.search.index import SemanticIndex
 from ctxemb.search.storage import CorruptFileError
 from ctxemb.search.text import _embed_texts, _recipe, build_sentence_index
-from ctxemb.sentences import split_sentences
+from ctxemb.core.sentences import split_sentences
 
 __all__ = ["DEFAULT_PASSAGE_WEIGHT", "DocumentHit", "DocumentIndex", "build_document_index", "split_passages"]
 
@@ -58,7 +58,7 @@ def _check_weight(value) -> float:
 
 
 def split_passages(text: str, *, min_words: int = 4) -> list[str]:
-    """The sentences of ``text`` (:func:`ctxemb.sentences.split_sentences`), each as it appears there; a piece
+    """The sentences of ``text`` (:func:`ctxemb.core.sentences.split_sentences`), each as it appears there; a piece
     shorter than ``min_words`` words (a heading, a piece cut at an abbreviation such as "Dr.") is joined to the
     sentence after it (the last to the one before). A text without a sentence break is one passage; an empty text
     has none."""

@@ -28,7 +28,7 @@ from typing import Callable, Literal
 
 import numpy as np
 
-from ctxemb._validation import check_choice, check_int
+from ctxemb.core.validation import check_choice, check_int
 from ctxemb.search.params import check_float
 
 SearchMode = Literal["vector", "bm25", "hybrid"]
@@ -58,7 +58,7 @@ class HybridParams:
             default; ``"de"``, ``"fr"``, ...), or None to keep every word.
 
     Tokenisation is ``bm25s.tokenize``'s, of texts and queries brought to Unicode NFKC and case-folded first
-    (:mod:`ctxemb.lexical_text`: "ﬁle" and "file", "Ｆｕｌｌ" and "full", a composed and a decomposed "é", "Straße" and
+    (:mod:`ctxemb.core.lexical_text`: "ﬁle" and "file", "Ｆｕｌｌ" and "full", a composed and a decomposed "é", "Straße" and
     "STRASSE" are one term): lower-cased, words of two or more word characters (the regular expression
     ``(?u)\\b\\w\\w+\\b``, as scikit-learn's ``CountVectorizer``), stopwords removed, no stemming.
     """

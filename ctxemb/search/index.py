@@ -18,7 +18,7 @@ Each kind takes one frozen parameter object (``ctxemb.search.params``); ``params
 With ``metric="cosine"`` (the default) vectors and queries are L2-normalised on a copy (the caller's arrays are
 never modified) and scores are cosine similarities; ``metric="inner_product"`` uses the vectors as given. An
 all-zero vector stays zero under cosine (it scores 0 against everything; one warning is logged), as everywhere in
-ctxemb (``ctxemb._validation.unit_rows``).
+ctxemb (``ctxemb.core.validation.unit_rows``).
 
 Items have unique string ids and optional JSON metadata. ``add`` refuses ids already present (``upsert``
 replaces them); ``remove`` guarantees the id is never returned again: exact and on-disk indexes delete the vector,
@@ -57,8 +57,8 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 from tqdm.auto import tqdm
 
-from ctxemb._validation import check_int, unit_rows
-from ctxemb.locks import DirectoryLock, ReadWriteLock, reads, writes
+from ctxemb.core.validation import check_int, unit_rows
+from ctxemb.core.locks import DirectoryLock, ReadWriteLock, reads, writes
 from ctxemb.search._backends import Backend, live_selector, make_backend
 from ctxemb.search.fusion import HybridParams, resolve_hybrid, search_labels
 from ctxemb.search.inputs import (  # noqa: F401  (apply_layer_overrides, check_id_list: for ctxemb.search.text)

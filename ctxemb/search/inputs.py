@@ -12,7 +12,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from ctxemb._validation import check_choice, check_int
+from ctxemb.core.validation import check_choice, check_int
 from ctxemb.search.params import METRICS, IndexKind, IndexParams, resolve_params
 
 logger = logging.getLogger(__name__)
@@ -89,7 +89,7 @@ def embedder_config_differences(stored: Mapping | Any, given: Mapping | Any, *, 
     return diffs
 
 
-# Fields whose values give vectors equal up to a documented bound (ctxemb.inference.ACCURACY_BOUNDS).
+# Fields whose values give vectors equal up to a documented bound (ctxemb.runtime.engine.ACCURACY_BOUNDS).
 _NEAR_EQUAL_FIELDS = frozenset({"precision"})
 
 

@@ -2,7 +2,7 @@
 with ``bm25s`` (an optional dependency: ``pip install 'ctxemb[hybrid]'``).
 
 Texts are tokenised once, when added, by ``bm25s.tokenize`` (after Unicode NFKC and case folding,
-:mod:`ctxemb.lexical_text`, so that "ﬁle" and "file", "Ｆｕｌｌ" and "full", a composed and a decomposed "é" are one
+:mod:`ctxemb.core.lexical_text`, so that "ﬁle" and "file", "Ｆｕｌｌ" and "full", a composed and a decomposed "é" are one
 term; lower-cased, words of two or more word characters, the ``HybridParams.stopwords`` removed, no stemming), and
 queries alike. The tokens are kept as token ids per label, the labels of the vector
 index, so ids are shared and ``add``/``upsert``/``remove``/``compact`` keep both halves in step. BM25's statistics
@@ -31,8 +31,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ctxemb._validation import CorruptFileError
-from ctxemb.lexical_text import lexical_forms
+from ctxemb.core.validation import CorruptFileError
+from ctxemb.core.lexical_text import lexical_forms
 from ctxemb.search.fusion import HybridParams
 
 logger = logging.getLogger(__name__)

@@ -17,7 +17,7 @@ import numbers
 from dataclasses import dataclass
 from typing import ClassVar, Literal, Union
 
-from ctxemb._validation import check_choice, check_int
+from ctxemb.core.validation import check_choice, check_int
 
 IndexKind = Literal["flat", "hnsw", "ivfpq"]
 Metric = Literal["cosine", "inner_product"]

@@ -20,7 +20,7 @@ import logging
 import time
 from pathlib import Path
 
-from ctxemb.atomic import resolve_saved_directory
+from ctxemb.core.atomic import resolve_saved_directory
 from ctxemb.search.inputs import check_spec
 from ctxemb.search.lexical import BM25Index
 from ctxemb.search.storage import (

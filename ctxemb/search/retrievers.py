@@ -21,7 +21,7 @@ from typing import Mapping, Protocol, Sequence
 
 import numpy as np
 
-from ctxemb._validation import check_int
+from ctxemb.core.validation import check_int
 from ctxemb.search.fusion import HybridParams
 from ctxemb.search.late.index import LateInteractionIndex
 from ctxemb.search.late.scoring import MaxSimReranker, maxsim_concatenated
@@ -92,7 +92,7 @@ class DenseRetriever:
     A document scores as its best chunk.
 
     Args:
-        embedder: an :class:`~ctxemb.embedding.Embedder`.
+        embedder: an :class:`~ctxemb.embedding.embedder.embedder.Embedder`.
         corpus: {doc id: text}.
         vectors: the corpus's (N, H) vectors if already computed (``chunking=None`` only).
         chunking: None, "naive" or "late".

@@ -7,7 +7,7 @@ A **trained quantizer** directory (``train_ivfpq``) holds
   the name of the FAISS file;
 - ``trained.<token>.faiss``: the trained ``IndexIVFPQ`` with empty (in-memory) inverted lists.
 
-It is written as a whole (``ctxemb.atomic.atomic_directory``): a crash leaves the previous version or none.
+It is written as a whole (``ctxemb.core.atomic.atomic_directory``): a crash leaves the previous version or none.
 
 A **partial** directory (``add_shard``: one process's or machine's shard) holds
 
@@ -46,7 +46,7 @@ from typing import Any
 import faiss
 import numpy as np
 
-from ctxemb._validation import CorruptFileError, read_json_file
+from ctxemb.core.validation import CorruptFileError, read_json_file
 from ctxemb.search.params import IVFPQParams, Metric
 from ctxemb.search.storage import params_from_manifest, params_to_manifest, read_faiss_file
 

@@ -25,7 +25,7 @@
    that added the shards' vectors in that order would hold them, so the merged index answers every search exactly
    as that build does (the same ids, the same scores).
 
-The merged directory is written beside its target and renamed into place (``ctxemb.atomic.atomic_directory``) under
+The merged directory is written beside its target and renamed into place (``ctxemb.core.atomic.atomic_directory``) under
 a lock beside it (``.<name>.ctxemb.lock``): a crash mid-merge leaves no index at the target (the temporary is
 deleted by the next merge or load), a second merge into the same target gets ``DirectoryLockedError``.
 
@@ -51,9 +51,9 @@ import faiss
 import numpy as np
 from tqdm.auto import tqdm
 
-from ctxemb._validation import CorruptFileError, check_choice, check_int, unit_rows
-from ctxemb.atomic import atomic_directory, atomic_path, atomic_write, recover_folder
-from ctxemb.locks import DirectoryLock, lock_file_beside
+from ctxemb.core.validation import CorruptFileError, check_choice, check_int, unit_rows
+from ctxemb.core.atomic import atomic_directory, atomic_path, atomic_write, recover_folder
+from ctxemb.core.locks import DirectoryLock, lock_file_beside
 from ctxemb.search._backends import IVFPQBackend
 from ctxemb.search.index import SemanticIndex
 from ctxemb.search.inputs import (

@@ -9,11 +9,11 @@ A saved index is a directory holding
 - for hybrid indexes, ``lexical.<gen>-<token>.npz``: the items' BM25 tokens by label (``ctxemb.search.lexical``);
 - for on-disk IVF-PQ indexes, ``lists.<token>.ivfdata`` (the inverted lists) and ``vectors.f32`` (the raw vectors,
   one row per label, append-only);
-- ``.ctxemb.lock``: the lock file of the directory (``ctxemb.locks``), empty, never deleted.
+- ``.ctxemb.lock``: the lock file of the directory (``ctxemb.core.locks``), empty, never deleted.
 
 ``<gen>`` counts saves; ``<token>`` is eight random characters, so two saves never write one file name, even two
 writers that read the same generation. A save holds the directory's lock (a second writer gets
-:class:`~ctxemb.locks.DirectoryLockedError`, or waits when given a timeout), writes its new files, commits by
+:class:`~ctxemb.core.locks.DirectoryLockedError`, or waits when given a timeout), writes its new files, commits by
 replacing the manifest atomically, and then deletes every library-named generation file the new manifest does not
 name: the previous generation's, and the leftovers of saves that a crash interrupted (logged). A crash at any point
 leaves the previous save loadable. A reader takes no lock: it reads the manifest, then the files it names; if one
@@ -54,9 +54,9 @@ from typing import Any, Callable
 
 import faiss
 
-from ctxemb._validation import CorruptFileError, read_json_file
-from ctxemb.atomic import atomic_path, atomic_write, recover_folder
-from ctxemb.locks import DirectoryLock, lock_file_inside
+from ctxemb.core.validation import CorruptFileError, read_json_file
+from ctxemb.core.atomic import atomic_path, atomic_write, recover_folder
+from ctxemb.core.locks import DirectoryLock, lock_file_inside
 from ctxemb.search.fusion import HybridParams
 from ctxemb.search.params import HNSWParams, IndexKind, IndexParams, IVFPQParams, Metric, make_params
 

@@ -6,22 +6,22 @@ The names below are imported on first use: reading the loop's settings (:mod:`ct
 
 from __future__ import annotations
 
-from ctxemb._lazy import lazy_exports
+from ctxemb.core.lazy import lazy_exports
 
 _EXPORTS = {
     "BatchSource": "ctxemb.training.data",
     "Callback": "ctxemb.training.loop",
     "DatasetBatches": "ctxemb.training.data",
-    "DistributedContext": "ctxemb.training.distributed",
+    "DistributedContext": "ctxemb.runtime.distributed",
     "EvalBatches": "ctxemb.training.data",
     "PlannedBatches": "ctxemb.training.data",
     "ResumeStateError": "ctxemb.training.state",
     "TrainConfig": "ctxemb.training.loop",
     "TrainResult": "ctxemb.training.loop",
-    "distributed_session": "ctxemb.training.distributed",
+    "distributed_session": "ctxemb.runtime.distributed",
     "epochs_to_steps": "ctxemb.training.loop",
     "evaluate": "ctxemb.training.loop",
-    "init_distributed": "ctxemb.training.distributed",
+    "init_distributed": "ctxemb.runtime.distributed",
     "latest_checkpoint": "ctxemb.training.state",
     "linear_schedule": "ctxemb.training.optim",
     "load_checkpoint": "ctxemb.training.state",
@@ -30,8 +30,8 @@ _EXPORTS = {
     "param_groups": "ctxemb.training.optim",
     "save_checkpoint": "ctxemb.training.state",
     "train": "ctxemb.training.loop",
-    "unwrap_model": "ctxemb.training.distributed",
-    "wrap_model": "ctxemb.training.distributed",
+    "unwrap_model": "ctxemb.runtime.distributed",
+    "wrap_model": "ctxemb.runtime.distributed",
 }
 
 __all__ = list(_EXPORTS)

@@ -2,7 +2,7 @@
 the two hooks model selection needs: :class:`BestWeights` (keep the weights of the best evaluation) and
 :class:`EarlyStopping` (stop when the primary metric stops improving).
 
-A task declares its primary metric and whether greater is better (:class:`ctxemb.finetuning.registry.Task`);
+A task declares its primary metric and whether greater is better (:class:`ctxemb.training.registry.Task`);
 the run skeleton (:mod:`ctxemb.training.recipe`) builds these hooks from ``TrainConfig.keep_best`` and
 ``TrainConfig.early_stopping_patience``. Both are off by default.
 """

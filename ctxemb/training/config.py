@@ -13,9 +13,9 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
-from ctxemb._validation import check_choice, check_int
-from ctxemb.precision import TRAINING_PRECISIONS as PRECISIONS
-from ctxemb.precision import TrainingPrecision as Precision
+from ctxemb.core.validation import check_choice, check_int
+from ctxemb.core.precision import TRAINING_PRECISIONS as PRECISIONS
+from ctxemb.core.precision import TrainingPrecision as Precision
 
 
 def _int(value: Any, name: str, low: int) -> None:

@@ -10,8 +10,8 @@ Kill points. ``CTXEMB_TEST_KILL_AT=<phase>:<count>`` makes the process SIGKILL i
 
 Without the variable every point is a no-op (one dictionary lookup). Tests only: nothing else sets it.
 
-Run lock. :func:`lock_run_directory` holds ``<out_dir>/.ctxemb.lock`` (``ctxemb.locks``) for a training run, so a
-second run into the same ``out_dir`` fails at once with :class:`~ctxemb.locks.DirectoryLockedError` instead of both
+Run lock. :func:`lock_run_directory` holds ``<out_dir>/.ctxemb.lock`` (``ctxemb.core.locks``) for a training run, so a
+second run into the same ``out_dir`` fails at once with :class:`~ctxemb.core.locks.DirectoryLockedError` instead of both
 writing checkpoints and metrics there.
 """
 
@@ -23,7 +23,7 @@ import signal
 from pathlib import Path
 from typing import IO, Iterator
 
-from ctxemb.locks import DirectoryLock, lock_file_inside
+from ctxemb.core.locks import DirectoryLock, lock_file_inside
 
 ENV = "CTXEMB_TEST_KILL_AT"
 PHASES = ("between_steps", "checkpoint_write", "final_save", "metrics_line")

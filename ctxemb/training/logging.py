@@ -23,12 +23,12 @@ from typing import TYPE_CHECKING
 
 from tqdm.auto import tqdm
 
-from ctxemb.paths import atomic_path, atomic_write
+from ctxemb.core.paths import atomic_path, atomic_write
 from ctxemb.training import faults
 
 if TYPE_CHECKING:
     from ctxemb.training.config import TrainConfig
-    from ctxemb.training.distributed import DistributedContext
+    from ctxemb.runtime.distributed import DistributedContext
 
 logger = logging.getLogger(__name__)
 

@@ -22,10 +22,10 @@ import os
 from pathlib import Path
 from typing import Any, Mapping
 
-from ctxemb._validation import read_json_file
-from ctxemb.config import CTXEMB_MODEL_TYPE
+from ctxemb.core.validation import read_json_file
+from ctxemb.models.encoder_config import CTXEMB_MODEL_TYPE
 from ctxemb.modeling.remote_code import REFUSAL_KEY
-from ctxemb.registry import DEFAULT_MODEL
+from ctxemb.models.hub import DEFAULT_MODEL
 
 CARD_FILE = "README.md"
 
@@ -188,7 +188,7 @@ def _usage(record: Mapping[str, Any], model_dir: Path | None) -> list[str]:
                   "```", ""]
     if recipe.startswith("wsd"):
         lines += ["The layer pooling it was trained with is in `wsd_training.json`: "
-                  "`Embedder.from_pretrained(dir, **ctxemb.wsd.training.trained_embedder_options(dir))`.", ""]
+                  "`Embedder.from_pretrained(dir, **ctxemb.tasks.sense.training.trained_embedder_options(dir))`.", ""]
     auto = "AutoModel"
     refusal = config.get(REFUSAL_KEY)  # a head whose Auto class refuses: transformers gives the encoder only
     if arch and not arch.endswith("Model") and not refusal:
@@ -205,7 +205,7 @@ def _usage(record: Mapping[str, Any], model_dir: Path | None) -> list[str]:
                      else ".)"), ""]
     elif auto == "AutoModel" and recipe.startswith("finetune"):
         lines += [f"(transformers loads the encoder; the task head of this `{(record.get('settings') or {}).get('head')}`"
-                  " model is ctxemb's, so use `ctxemb predict` or `ctxemb.finetuning.predictor.load_predictor` for "
+                  " model is ctxemb's, so use `ctxemb predict` or `ctxemb.tasks.predictor.load_predictor` for "
                   "predictions.)", ""]
     if model_dir is not None and (model_dir / "modules.json").is_file():
         lines += ["With sentence-transformers (the directory has `modules.json`, so the pooling it was trained with "

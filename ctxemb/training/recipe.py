@@ -41,15 +41,15 @@ import numpy as np
 import torch
 from torch import nn
 
-from ctxemb._validation import read_json_file
+from ctxemb.core.validation import read_json_file
 from ctxemb._version import __version__
-from ctxemb.precision import cpu_info, explain_training_precision
+from ctxemb.core.precision import cpu_info, explain_training_precision
 from ctxemb.modeling.checkpoint import stamp_training_run
-from ctxemb.paths import atomic_directory, atomic_write
+from ctxemb.core.paths import atomic_directory, atomic_write
 from ctxemb.training.callbacks import BestWeights, Callback, EarlyStopping, TrainResult
 # MODEL_DIR lives in training.config (the fine-tuning configuration reads it without torch); importable from here
 from ctxemb.training.config import MODEL_DIR, TrainConfig, epochs_to_steps
-from ctxemb.training.distributed import DistributedContext, barrier, distributed_session
+from ctxemb.runtime.distributed import DistributedContext, barrier, distributed_session
 from ctxemb.training.interpolation import choose_interpolation, interpolated_module, snapshot
 from ctxemb.training.loop import check_fresh_out_dir, seed_everything, train
 from ctxemb.training.model_card import CARD_FILE, render_model_card

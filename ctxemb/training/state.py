@@ -40,10 +40,10 @@ from safetensors.torch import load_model as load_safetensors_model
 from safetensors.torch import save_model as save_safetensors_model
 from torch import nn
 
-from ctxemb._validation import read_json_file
-from ctxemb.paths import atomic_directory, recover_folder, resolve_saved_directory
+from ctxemb.core.validation import read_json_file
+from ctxemb.core.paths import atomic_directory, recover_folder, resolve_saved_directory
 from ctxemb.training import faults
-from ctxemb.training.distributed import DistributedContext, barrier, gather_to_main, unwrap_model
+from ctxemb.runtime.distributed import DistributedContext, barrier, gather_to_main, unwrap_model
 
 logger = logging.getLogger(__name__)
 

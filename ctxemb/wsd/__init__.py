@@ -9,8 +9,6 @@
 - :mod:`~ctxemb.wsd.build`: :class:`BuildConfig` and :func:`build_sense_store` / :func:`build_from_embeddings`.
 - :mod:`~ctxemb.wsd.prior`: the sense-frequency prior's weight (one number or one per POS) and its score term.
 - :mod:`~ctxemb.wsd.disambiguate`: :class:`Disambiguator` (nearest sense, first-sense back-off, raw-text tagging).
-- :mod:`~ctxemb.wsd.training`, :mod:`~ctxemb.wsd.sense_task`: sense training (BEM, SupCon) as tasks of the one
-  registry (``wsd-bem``, ``wsd-supcon``), run by the one run skeleton.
 - :mod:`~ctxemb.wsd.tag_files`: :func:`~ctxemb.wsd.tag_files.tag_file`, a store's predictions for a file (Raganato XML
   or a table of texts) to JSONL, CSV or a key file.
 
@@ -18,41 +16,30 @@ Scoring lives in :mod:`ctxemb.metrics.wsd` (``Scorer.java``-exact); running a di
 :mod:`ctxemb.evaluation.wsd`.
 """
 
-from ctxemb.wsd.build import BuildConfig, build_from_embeddings, build_sense_store
-from ctxemb.wsd.corpus import (
-    Corpus,
-    Document,
-    Instance,
-    Sentence,
-    read_dataset,
-    read_raganato,
-    split_corpus_by_document,
-    write_dataset,
-    write_raganato,
-)
-from ctxemb.wsd.corpus_pass import embed_corpus
-from ctxemb.wsd.disambiguate import Disambiguator, SensePrediction
-from ctxemb.wsd.sense_store import QueryTransform, SenseStore
-# sense training's tasks (wsd-bem, wsd-supcon) join the one task registry when the package is imported: the
-# registry sits below WSD and cannot import them itself
-from ctxemb.wsd import sense_task as _sense_task  # noqa: E402,F401
+from __future__ import annotations
 
-__all__ = [
-    "BuildConfig",
-    "Corpus",
-    "Disambiguator",
-    "Document",
-    "Instance",
-    "QueryTransform",
-    "SensePrediction",
-    "SenseStore",
-    "Sentence",
-    "build_from_embeddings",
-    "build_sense_store",
-    "embed_corpus",
-    "read_dataset",
-    "read_raganato",
-    "split_corpus_by_document",
-    "write_dataset",
-    "write_raganato",
-]
+from ctxemb.core.lazy import lazy_exports
+
+_EXPORTS = {
+    "BuildConfig": "ctxemb.wsd.options",
+    "build_from_embeddings": "ctxemb.wsd.build",
+    "build_sense_store": "ctxemb.wsd.build",
+    "Corpus": "ctxemb.wsd.corpus",
+    "Document": "ctxemb.wsd.corpus",
+    "Instance": "ctxemb.wsd.corpus",
+    "Sentence": "ctxemb.wsd.corpus",
+    "read_dataset": "ctxemb.wsd.corpus",
+    "read_raganato": "ctxemb.wsd.corpus",
+    "split_corpus_by_document": "ctxemb.wsd.corpus",
+    "write_dataset": "ctxemb.wsd.corpus",
+    "write_raganato": "ctxemb.wsd.corpus",
+    "embed_corpus": "ctxemb.wsd.corpus_pass",
+    "Disambiguator": "ctxemb.wsd.disambiguate",
+    "SensePrediction": "ctxemb.wsd.disambiguate",
+    "QueryTransform": "ctxemb.wsd.sense_store",
+    "SenseStore": "ctxemb.wsd.sense_store",
+}
+
+__all__ = sorted(_EXPORTS)
+
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

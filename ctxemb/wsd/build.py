@@ -41,13 +41,13 @@ from typing import Mapping
 
 import numpy as np
 
-from ctxemb.protocols import EmbedderLike
+from ctxemb.core.protocols import EmbedderLike
 from ctxemb.wsd.corpus import Corpus
 from ctxemb.wsd.corpus_pass import CorpusEmbeddings, add_example_contexts, copy_as_corpus_vectors, embed_corpus
 from ctxemb.wsd.glosses import combine_with_glosses
 from ctxemb.wsd.propagation import propagate_senses, propagation_targets
 from ctxemb.wsd.sense_store import QueryTransform, SenseStore
-from ctxemb.wsd_options import BuildConfig
+from ctxemb.wsd.options import BuildConfig
 
 logger = logging.getLogger(__name__)
 
@@ -145,7 +145,7 @@ def build_sense_store(
     Args:
         corpus: training corpus, e.g. ``read_dataset(".../Training_Corpora/SemCor")`` or the training part of
             :func:`~ctxemb.wsd.corpus.split_corpus_by_document`.
-        embedder: an :class:`~ctxemb.embedding.Embedder` (any :class:`~ctxemb.protocols.EmbedderLike` with ``dim``).
+        embedder: an :class:`~ctxemb.embedding.embedder.embedder.Embedder` (any :class:`~ctxemb.core.protocols.EmbedderLike` with ``dim``).
         config: the switches.
         examples: more contexts for the sense vectors but not for the prior's counts, e.g.
             :func:`~ctxemb.wsd.wordnet_examples.wordnet_example_corpus` (folded in by

@@ -28,8 +28,8 @@ from xml.sax.saxutils import escape
 
 import numpy as np
 
-from ctxemb._validation import CorruptFileError, decode_utf8
-from ctxemb.paths import atomic_write
+from ctxemb.core.validation import CorruptFileError, decode_utf8
+from ctxemb.core.paths import atomic_write
 
 logger = logging.getLogger(__name__)
 

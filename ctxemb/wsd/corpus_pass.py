@@ -27,13 +27,13 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from ctxemb._validation import check_choice, read_json_file
+from ctxemb.core.validation import check_choice, read_json_file
 from ctxemb.geometry.postprocessing import Standardizer
-from ctxemb.paths import atomic_directory, resolve_saved_directory
-from ctxemb.protocols import EmbedderLike, batch_size_kwargs, embedder_config_dict
+from ctxemb.core.paths import atomic_directory, resolve_saved_directory
+from ctxemb.core.protocols import EmbedderLike, batch_size_kwargs, embedder_config_dict
 from ctxemb.wsd.corpus import Corpus, Sentence
 from ctxemb.wsd.sense_store import SenseStore
-from ctxemb.wsd_options import MULTIWORD_MODES, MultiwordMode
+from ctxemb.wsd.options import MULTIWORD_MODES, MultiwordMode
 
 logger = logging.getLogger(__name__)
 
@@ -279,9 +279,9 @@ def embed_corpus(
 
     Args:
         corpus: the training corpus (or its sentences).
-        embedder: an :class:`~ctxemb.protocols.EmbedderLike` with ``dim``: ``embed_words(sentences,
+        embedder: an :class:`~ctxemb.core.protocols.EmbedderLike` with ``dim``: ``embed_words(sentences,
             batch_size=..., show_progress_bar=...)`` returns one (W, H) array per sentence; its configuration is
-            recorded (see :func:`~ctxemb.protocols.embedder_config_dict`).
+            recorded (see :func:`~ctxemb.core.protocols.embedder_config_dict`).
         multiword: one of :data:`MULTIWORD_MODES` (see :func:`embedder_words`).
         standardize: also fit standardisation statistics on all word vectors (cheap; needed for
             ``BuildConfig(standardize=True)``).

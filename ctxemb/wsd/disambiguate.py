@@ -25,15 +25,15 @@ from typing import Sequence
 
 import numpy as np
 
-from ctxemb._validation import check_choice
-from ctxemb.protocols import EmbedderLike, batch_size_kwargs, embedder_config_dict
+from ctxemb.core.validation import check_choice
+from ctxemb.core.protocols import EmbedderLike, batch_size_kwargs, embedder_config_dict
 from ctxemb.search.index import embedder_config_differences
 from ctxemb.wsd import wordnet as wnu
 from ctxemb.wsd.corpus import Corpus, Sentence, regex_tokenize
 from ctxemb.wsd.corpus_pass import check_word_vectors, embedder_words
 from ctxemb.wsd.prior import PriorWeight, check_prior_weight, prior_terms
 from ctxemb.wsd.sense_store import SenseStore
-from ctxemb.wsd_options import BACK_OFFS, MULTIWORD_MODES, BackOff, MultiwordMode
+from ctxemb.wsd.options import BACK_OFFS, MULTIWORD_MODES, BackOff, MultiwordMode
 
 logger = logging.getLogger(__name__)
 
@@ -159,7 +159,7 @@ class Disambiguator:
     Args:
         store: sense vectors; its ``query_transform`` is applied to every query embedding.
         embedder: the embedder the store was built with (same model, layers and pooling): an
-            :class:`~ctxemb.protocols.EmbedderLike` (``embed_words(sentences, batch_size=..., show_progress_bar=...)``).
+            :class:`~ctxemb.core.protocols.EmbedderLike` (``embed_words(sentences, batch_size=..., show_progress_bar=...)``).
             Its whole configuration (``config.to_dict()``) must equal the one the store records in
             ``metadata["embedder"]`` (compared as search indexes do, field by field); this is checked here and
             whenever ``embedder`` or ``store`` is replaced. A store that records none is used with a warning.

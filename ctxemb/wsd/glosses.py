@@ -20,13 +20,13 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from ctxemb._validation import check_choice, unit_rows
-from ctxemb.protocols import EmbedderLike, batch_size_kwargs
+from ctxemb.core.validation import check_choice, unit_rows
+from ctxemb.core.protocols import EmbedderLike, batch_size_kwargs
 from ctxemb.wsd import wordnet as wnu
 from ctxemb.wsd.corpus import regex_tokenize
 from ctxemb.wsd.corpus_pass import check_word_vectors
 from ctxemb.wsd.sense_store import SenseStore
-from ctxemb.wsd_options import GLOSS_MODES, GlossMode
+from ctxemb.wsd.options import GLOSS_MODES, GlossMode
 
 logger = logging.getLogger(__name__)
 

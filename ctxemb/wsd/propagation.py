@@ -15,10 +15,10 @@ from typing import Iterable
 
 import numpy as np
 
-from ctxemb._validation import check_choice
+from ctxemb.core.validation import check_choice
 from ctxemb.wsd import wordnet as wnu
 from ctxemb.wsd.sense_store import SenseStore
-from ctxemb.wsd_options import PROPAGATION_SCOPES, PropagationScope
+from ctxemb.wsd.options import PROPAGATION_SCOPES, PropagationScope
 
 logger = logging.getLogger(__name__)
 

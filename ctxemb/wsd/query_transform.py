@@ -10,7 +10,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from ctxemb._validation import check_finite_matrix, check_int, unit_rows
+from ctxemb.core.validation import check_finite_matrix, check_int, unit_rows
 
 __all__ = ["QueryTransform"]
 

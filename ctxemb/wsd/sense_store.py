@@ -45,9 +45,9 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from ctxemb._validation import check_choice, check_finite_matrix, check_int, check_string_batch, unit_rows
-from ctxemb.atomic import atomic_directory, resolve_saved_directory
-from ctxemb.locks import DirectoryLock, ReadWriteLock, lock_file_beside, reads, writes
+from ctxemb.core.validation import check_choice, check_finite_matrix, check_int, check_string_batch, unit_rows
+from ctxemb.core.atomic import atomic_directory, resolve_saved_directory
+from ctxemb.core.locks import DirectoryLock, ReadWriteLock, lock_file_beside, reads, writes
 from ctxemb.search.storage import CorruptFileError
 from ctxemb.wsd.query_transform import QueryTransform
 from ctxemb.wsd.sense_store_files import (  # noqa: F401  (directory_size: re-exported)
@@ -89,7 +89,7 @@ def _check_keys(keys, name: str = "keys") -> list[str]:
 
 
 def _unit(vectors, name: str) -> np.ndarray:
-    """(N, H) -> unit rows (N, H) float32 C-contiguous; zero rows stay zero (they score 0, see ctxemb._validation)."""
+    """(N, H) -> unit rows (N, H) float32 C-contiguous; zero rows stay zero (they score 0, see ctxemb.core.validation)."""
     return unit_rows(vectors, name, zero="keep", dtype=np.float32)
 
 

@@ -9,7 +9,7 @@ Two kinds of input:
   record per instance, in document order. With ``format="key"`` the output is a key file (``<instance id>
   <sense key>`` per answered instance) that ``Scorer.java`` and :func:`ctxemb.metrics.wsd.score_files` read.
 - **A table of texts** (JSONL, CSV, TSV, TXT with one text per line; JSON and Parquet too: any file
-  :func:`ctxemb.finetuning.tables.open_rows` reads): every content word of each row's ``text`` column is tagged as
+  :func:`ctxemb.io.tables.open_rows` reads): every content word of each row's ``text`` column is tagged as
   :meth:`~ctxemb.wsd.disambiguate.Disambiguator.tag` tags raw text. JSONL output: one line per input row, the input
   columns plus ``predictions`` (a list of prediction objects, in text order). CSV output: flattened, one record per
   tagged word, with ``row`` (the 0-based index of its input row; skipped rows count, so the index is the same with
@@ -42,15 +42,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from ctxemb._validation import check_choice, check_int
-from ctxemb.atomic import atomic_write
-from ctxemb.finetuning.predict_files import output_format
-from ctxemb.finetuning.tables import BadRow, open_rows, resolve_columns
+from ctxemb.core.validation import check_choice, check_int
+from ctxemb.core.atomic import atomic_write
+from ctxemb.tasks.predict_files import output_format
+from ctxemb.io.tables import BadRow, open_rows, resolve_columns
 from ctxemb.wsd.corpus import Corpus, read_raganato
 from ctxemb.wsd.disambiguate import Disambiguator, SensePrediction
 from ctxemb.wsd.sense_store import SenseStore
 from ctxemb.wsd.sense_store_files import STORE_FILES
-from ctxemb.wsd_options import INPUT_FORMATS, OUTPUT_FORMATS
+from ctxemb.wsd.options import INPUT_FORMATS, OUTPUT_FORMATS
 
 logger = logging.getLogger(__name__)
 
@@ -140,7 +140,7 @@ def load_disambiguator(store: str | os.PathLike | SenseStore, *, model: str | No
         FileNotFoundError: no store at ``store``.
         ValueError: the store records no embedder, or the embedder differs from the recorded one.
     """
-    from ctxemb.embedding import Embedder, EmbedderConfig
+    from ctxemb.embedding.embedder.embedder import Embedder, EmbedderConfig
 
     if not isinstance(store, SenseStore):
         store = SenseStore.load(store)

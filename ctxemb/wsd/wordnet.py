@@ -9,7 +9,7 @@ WordNet letters (``n``, ``v``, ``a``, ``s``, ``r``) and Penn Treebank tags (``NN
 ``None`` means "any part of speech"; a closed-class tag such as ``DET`` has no WordNet senses.
 
 WordNet is found on nltk's search path (``NLTK_DATA``). If it is not there, the ``nltk_data`` folder of ctxemb's
-shared data (see :func:`ctxemb.paths.shared_data_dir`) is tried before giving up with an error that says how to
+shared data (see :func:`ctxemb.core.paths.shared_data_dir`) is tried before giving up with an error that says how to
 get the data.
 
 Every lookup is memoised (``functools.lru_cache``): building from SemCor asks for the same few ten thousand
@@ -132,7 +132,7 @@ def get_wordnet():
     try:
         _find_wordnet()
     except WordNetNotFoundError:
-        from ctxemb.paths import shared_data_dir
+        from ctxemb.core.paths import shared_data_dir
 
         shared = shared_data_dir(required=False)
         candidate = shared / "nltk_data" if shared is not None else None

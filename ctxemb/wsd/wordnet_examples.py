@@ -22,7 +22,7 @@ import functools
 import logging
 from dataclasses import replace
 
-from ctxemb._validation import check_choice
+from ctxemb.core.validation import check_choice
 from ctxemb.wsd.corpus import Corpus, Document, Instance, Sentence, regex_tokenize
 from ctxemb.wsd.wordnet import base_forms, get_wordnet
 

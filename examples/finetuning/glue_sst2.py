@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 from ctxemb.cli import main as ctxemb
-from ctxemb.paths import shared_data_dir
+from ctxemb.core.paths import shared_data_dir
 
 
 def run(argv: list[str]) -> None:

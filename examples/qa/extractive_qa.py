@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 
 from ctxemb.cli import main as ctxemb
-from ctxemb.paths import shared_data_dir
+from ctxemb.core.paths import shared_data_dir
 
 PASSAGE = ("The Panthers defense gave up just 308 points, ranking sixth in the league, while also leading the NFL "
            "in interceptions with 24.")

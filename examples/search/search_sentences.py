@@ -17,7 +17,7 @@ import tempfile
 from pathlib import Path
 
 from ctxemb import Embedder
-from ctxemb.paths import shared_data_dir
+from ctxemb.core.paths import shared_data_dir
 from ctxemb.search import HNSWParams, SemanticIndex, build_sentence_index, build_word_index, query_sentences, query_words
 
 

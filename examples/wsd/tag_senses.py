@@ -17,7 +17,7 @@ from pathlib import Path
 
 from ctxemb import Embedder
 from ctxemb.evaluation.wsd import evaluate_wsd
-from ctxemb.paths import shared_data_dir
+from ctxemb.core.paths import shared_data_dir
 from ctxemb.wsd import BuildConfig, Disambiguator, build_sense_store, read_dataset
 
 TEXTS = ["He sat on the bank of the river and watched the boats.",

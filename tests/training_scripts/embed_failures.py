@@ -13,10 +13,10 @@ from pathlib import Path
 
 import torch
 
-import ctxemb.corpus_embedding as corpus_embedding
-from ctxemb.corpus_embedding import embed_corpus_to_file
-from ctxemb.embedding import Embedder
-from ctxemb.training.distributed import barrier, distributed_session
+import ctxemb.embedding.embedder.corpus as corpus_embedding
+from ctxemb.embedding.embedder.corpus import embed_corpus_to_file
+from ctxemb.embedding.embedder.embedder import Embedder
+from ctxemb.runtime.distributed import barrier, distributed_session
 
 WORDS = "the bank river money sat on of he she a mouse die cell plant bat".split()
 

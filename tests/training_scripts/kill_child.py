@@ -25,7 +25,7 @@ def prepare(recipe: str, work: Path) -> None:
     """The inputs a recipe reads (a tiny corpus and vocabulary, a tiny model, a task file), made once."""
     work.mkdir(parents=True, exist_ok=True)
     if recipe == "pretraining":
-        from ctxemb.pretraining.vocab import train_vocabulary
+        from ctxemb.tasks.pretraining.vocab import train_vocabulary
 
         (work / "corpus.txt").write_text("\n\n".join(DOCS) + "\n")
         train_vocabulary([str(work / "corpus.txt")], work / "vocab", kind="wordpiece", vocab_size=60, min_frequency=1)
@@ -62,7 +62,7 @@ def run(recipe: str, work: Path, out: Path, resume: bool) -> None:
         config.learning_rate = 0.05
         train(make_model(seed=0, dropout=0.3), DatasetBatches(make_examples(24), batch_size=4, seed=9), config)
     elif recipe == "pretraining":
-        from ctxemb.pretraining.recipe import PretrainConfig, run_pretraining
+        from ctxemb.tasks.pretraining.recipe import PretrainConfig, run_pretraining
 
         model = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
                      hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1)
@@ -70,7 +70,7 @@ def run(recipe: str, work: Path, out: Path, resume: bool) -> None:
                                        model=model, sequences="doc_sentences", max_length=16, batch_size=8,
                                        train=train_config(recipe, out, resume)))
     elif recipe == "finetuning":
-        from ctxemb.finetuning.tasks import FinetuneConfig, run_finetuning
+        from ctxemb.tasks.sequence.task import FinetuneConfig, run_finetuning
 
         run_finetuning(FinetuneConfig(task="custom", model=str(work / "tiny"), head="cls", epochs=1, batch_size=8,
                                       max_length=16, train_file=str(work / "train.tsv"),
@@ -78,7 +78,7 @@ def run(recipe: str, work: Path, out: Path, resume: bool) -> None:
                                       train=train_config(recipe, out, resume)))
     elif recipe == "sense":
         from tests.test_wsd_training import SMALL, PlantedInventory, config
-        from ctxemb.wsd.training import run_sense_training
+        from ctxemb.tasks.sense.training import run_sense_training
 
         cfg = config("bem", out, model=str(work / "tiny"), max_steps=STEPS[recipe], max_targets_per_sentence=1,
                      max_candidates=2, max_items_per_batch=4,

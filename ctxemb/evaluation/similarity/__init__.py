@@ -1,6 +1,6 @@
 """Similarity benchmarks for contextual embeddings: words in context, sentences, and words out of context.
 
-Every harness takes an embedder (:class:`ctxemb.protocols.EmbedderLike`), one or more post-processing choices, and
+Every harness takes an embedder (:class:`ctxemb.core.protocols.EmbedderLike`), one or more post-processing choices, and
 returns rows of :class:`SimilarityResult`. Scores are cosine similarities; every ``value`` is multiplied by 100
 (accuracy in %, correlations x 100).
 
@@ -25,7 +25,7 @@ The names below are imported on first use: reading the option names of :mod:`~ct
 
 from __future__ import annotations
 
-from ctxemb._lazy import lazy_exports
+from ctxemb.core.lazy import lazy_exports
 
 _EXPORTS = {
     "evaluate_wic": "ctxemb.evaluation.similarity.wic",

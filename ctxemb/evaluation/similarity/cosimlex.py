@@ -19,7 +19,7 @@ from ctxemb.evaluation.similarity.results import ResultCell, SimilarityResult
 from ctxemb.evaluation.similarity.scoring import paired_cosine, score_word_spans
 from ctxemb.evaluation.similarity.views import LayerMode
 from ctxemb.metrics.correlation import harmonic_mean, pearson, spearman, uncentered_pearson
-from ctxemb.protocols import EmbedderLike
+from ctxemb.core.protocols import EmbedderLike
 
 
 def evaluate_cosimlex(embedder: EmbedderLike, examples: Sequence[CoSimLexExample], *, postprocess="none",

@@ -15,7 +15,7 @@ from ctxemb.evaluation.similarity.results import ResultCell, SimilarityResult
 from ctxemb.evaluation.similarity.scoring import check_splits, paired_cosine, score_word_spans, split_correlations
 from ctxemb.evaluation.similarity.spans import unique_sentences
 from ctxemb.evaluation.similarity.views import LayerMode
-from ctxemb.protocols import EmbedderLike
+from ctxemb.core.protocols import EmbedderLike
 
 
 class GradedPair(Protocol):

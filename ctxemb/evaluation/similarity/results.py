@@ -16,8 +16,8 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from ctxemb._validation import CorruptFileError, read_json_file
-from ctxemb.paths import atomic_write
+from ctxemb.core.validation import CorruptFileError, read_json_file
+from ctxemb.core.paths import atomic_write
 
 logger = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ import os
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
-from ctxemb._validation import check_choice
+from ctxemb.core.validation import check_choice
 from ctxemb.evaluation.similarity.cosimlex import evaluate_cosimlex
 from ctxemb.evaluation.similarity.data import (
     corpus_label,
@@ -44,7 +44,7 @@ from ctxemb.evaluation.similarity.sentences import (
 from ctxemb.evaluation.similarity.views import LAYER_MODES, LayerMode, needs_fit, postprocess_options
 from ctxemb.evaluation.similarity.wic import evaluate_wic
 from ctxemb.evaluation.similarity.words import evaluate_word_similarity
-from ctxemb.protocols import EmbedderLike
+from ctxemb.core.protocols import EmbedderLike
 
 logger = logging.getLogger(__name__)
 
@@ -128,7 +128,7 @@ def run_similarity_tasks(embedder: EmbedderLike, tasks: Sequence[Task] = DEFAULT
     """Load the shared data and run the similarity harnesses by name (see the module docstring for what is scored).
 
     Args:
-        embedder: see :class:`ctxemb.protocols.EmbedderLike`.
+        embedder: see :class:`ctxemb.core.protocols.EmbedderLike`.
         tasks: names from ``TASKS``.
         options: how to score (default ``SimilarityOptions()``).
         on_task_done: called with (task, its rows) after each task, e.g. to save partial results.

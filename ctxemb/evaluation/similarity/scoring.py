@@ -37,7 +37,7 @@ from ctxemb.evaluation.similarity.views import (
     take_view,
 )
 from ctxemb.metrics.correlation import pearson, spearman
-from ctxemb.protocols import EmbedderLike, embedder_config_dict
+from ctxemb.core.protocols import EmbedderLike, embedder_config_dict
 
 # A task's scorer: the transformed (P, H) target rows of one cell -> that cell's result rows.
 ScoreFn = Callable[[np.ndarray, ResultCell], list[SimilarityResult]]
@@ -199,7 +199,7 @@ def score_word_spans(embedder: EmbedderLike, spans: Sequence[WordInContext], *, 
     with pooling "target".
 
     Args:
-        embedder: see :class:`ctxemb.protocols.EmbedderLike`.
+        embedder: see :class:`ctxemb.core.protocols.EmbedderLike`.
         spans: the target spans, in the order ``score`` expects its rows.
         task: recorded in the rows and named in fit errors, e.g. "wic".
         label: the data set's name in messages and the progress bar, e.g. "WiC".

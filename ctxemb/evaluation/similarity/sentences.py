@@ -15,7 +15,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from ctxemb._validation import check_choice
+from ctxemb.core.validation import check_choice
 from ctxemb.evaluation.similarity.options import SENTENCE_POOLINGS, SentencePooling
 from ctxemb.evaluation.similarity.records import SentencePair, WordInContext
 from ctxemb.evaluation.similarity.results import ResultCell, SimilarityResult
@@ -36,7 +36,7 @@ from ctxemb.evaluation.similarity.views import (
     needs_fit,
     postprocess_options,
 )
-from ctxemb.protocols import EmbedderLike, batch_size_kwargs
+from ctxemb.core.protocols import EmbedderLike, batch_size_kwargs
 
 
 

@@ -14,7 +14,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from ctxemb.evaluation.similarity.records import WordInContext
-from ctxemb.protocols import EmbedderLike, batch_size_kwargs
+from ctxemb.core.protocols import EmbedderLike, batch_size_kwargs
 
 _CHUNK_SENTENCES = 512  # unique sentences per embed_words call: bounds the memory of stacked outputs
 
@@ -28,7 +28,7 @@ def embed_spans(embedder: EmbedderLike, spans: Sequence[WordInContext], *, stack
     instead of returned one by one, so that many occurrences of a word cost no memory.
 
     Args:
-        embedder: see :class:`ctxemb.protocols.EmbedderLike`.
+        embedder: see :class:`ctxemb.core.protocols.EmbedderLike`.
         spans: the word spans.
         stack_layers: hidden states to stack (0 = embedding output ... L = last layer), or None for the embedder's
             own configuration (S = 1).

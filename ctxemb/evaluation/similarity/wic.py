@@ -21,7 +21,7 @@ from ctxemb.evaluation.similarity.scoring import paired_cosine, score_word_spans
 from ctxemb.evaluation.similarity.spans import unique_sentences
 from ctxemb.evaluation.similarity.views import LayerMode
 from ctxemb.metrics.classification import accuracy, best_threshold
-from ctxemb.protocols import EmbedderLike
+from ctxemb.core.protocols import EmbedderLike
 
 
 def evaluate_wic(embedder: EmbedderLike, train: Sequence[WicExample], dev: Sequence[WicExample], *,
@@ -37,7 +37,7 @@ def evaluate_wic(embedder: EmbedderLike, train: Sequence[WicExample], dev: Seque
     "same surface form" feature, trained on train.
 
     Args:
-        embedder: see :class:`ctxemb.protocols.EmbedderLike`.
+        embedder: see :class:`ctxemb.core.protocols.EmbedderLike`.
         train, dev: labelled WiC examples (:func:`ctxemb.evaluation.similarity.data.load_wic`).
         postprocess: a name in ``POSTPROCESS_NAMES``, an unfitted estimator, or a sequence of them.
         n_components: for "abtt" (directions removed) and "whiten" (dimensions kept); None: their defaults.

@@ -29,7 +29,7 @@ from ctxemb.evaluation.similarity.scoring import (
 from ctxemb.evaluation.similarity.spans import embed_spans, sample_fit_spans
 from ctxemb.evaluation.similarity.views import LayerMode, layer_setup, postprocess_options
 from ctxemb.metrics.correlation import spearman
-from ctxemb.protocols import EmbedderLike
+from ctxemb.core.protocols import EmbedderLike
 
 logger = logging.getLogger(__name__)
 
@@ -67,7 +67,7 @@ def decontextualized_word_vectors(embedder: EmbedderLike, words: Iterable[str], 
     text; its count is 0.
 
     Args:
-        embedder: see :class:`ctxemb.protocols.EmbedderLike`.
+        embedder: see :class:`ctxemb.core.protocols.EmbedderLike`.
         words: the vocabulary.
         corpus: sentences as word lists.
         max_occurrences: N, the most sentences averaged per word.

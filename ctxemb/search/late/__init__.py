@@ -12,7 +12,7 @@ The names below are imported on first use, so that a process that only searches 
 
 from __future__ import annotations
 
-from ctxemb._lazy import lazy_exports
+from ctxemb.core.lazy import lazy_exports
 
 _EXPORTS = {
     "LateInteractionConfig": "ctxemb.modeling.late_interaction",

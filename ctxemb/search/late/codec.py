@@ -18,7 +18,7 @@ import math
 
 import numpy as np
 
-from ctxemb._validation import check_choice, check_int
+from ctxemb.core.validation import check_choice, check_int
 
 NBITS = (1, 2, 4, 8)
 

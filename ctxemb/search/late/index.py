@@ -31,9 +31,9 @@ from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 
-from ctxemb._validation import CorruptFileError, check_int, read_json_file
-from ctxemb.atomic import atomic_directory, atomic_write, resolve_saved_directory
-from ctxemb.locks import DirectoryLock, lock_file_beside
+from ctxemb.core.validation import CorruptFileError, check_int, read_json_file
+from ctxemb.core.atomic import atomic_directory, atomic_write, resolve_saved_directory
+from ctxemb.core.locks import DirectoryLock, lock_file_beside
 from ctxemb.search.late.codec import ResidualCodec
 from ctxemb.search.late.scoring import maxsim_concatenated
 

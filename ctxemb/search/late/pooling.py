@@ -15,7 +15,7 @@ from typing import Sequence
 
 import numpy as np
 
-from ctxemb._validation import check_int
+from ctxemb.core.validation import check_int
 
 
 def pool_tokens(vectors: np.ndarray, pool_factor: int) -> np.ndarray:

@@ -8,7 +8,7 @@ import os
 import re
 from pathlib import Path
 
-from ctxemb.paths import shared_data_dir
+from ctxemb.core.paths import shared_data_dir
 
 PathLike = str | os.PathLike
 

@@ -10,7 +10,7 @@ import logging
 import re
 from pathlib import Path
 
-from ctxemb._validation import check_choice
+from ctxemb.core.validation import check_choice
 from ctxemb.evaluation.similarity.data._files import (
     PathLike,
     parse_float,

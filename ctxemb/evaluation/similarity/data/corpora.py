@@ -7,9 +7,9 @@ import random
 from pathlib import Path
 from typing import Iterable
 
-from ctxemb._validation import check_choice
+from ctxemb.core.validation import check_choice
 from ctxemb.evaluation.similarity.data._files import PathLike, read_lines, require_file
-from ctxemb.paths import shared_data_dir
+from ctxemb.core.paths import shared_data_dir
 
 logger = logging.getLogger(__name__)
 

@@ -3,7 +3,7 @@ the ``read_*`` / ``load_*`` convention)."""
 
 from __future__ import annotations
 
-from ctxemb._validation import check_choice
+from ctxemb.core.validation import check_choice
 from ctxemb.evaluation.similarity.data._files import (
     PathLike,
     parse_float,

@@ -1,0 +1,21 @@
+"""The embedding API: :class:`Embedder` (layer and subword pooling over an encoder's hidden states), its settings,
+a corpus embedded into one array (one process, torchrun), fill-mask, and the sentence-transformers directory format
+(read, checked against its encoder, written).
+
+The names below are imported on first use, so that reading :mod:`ctxemb.embedding.embedder.config` loads no torch.
+"""
+
+from __future__ import annotations
+
+from ctxemb.core.lazy import lazy_exports
+
+_EXPORTS = {
+    "Embedder": "ctxemb.embedding.embedder.embedder",
+    "EmbedderConfig": "ctxemb.embedding.embedder.config",
+    "PlannedBatch": "ctxemb.embedding.embedder.embedder",
+    "SENTENCE_POOLINGS": "ctxemb.embedding.embedder.st_format",
+}
+
+__all__ = list(_EXPORTS)
+
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -1,1 +1,0 @@
-"""Fine-tuning recipes: readers, features, tasks, prediction."""

@@ -1,0 +1,461 @@
+"""The int8 path's kernel: an encoder whose matrix products run in int8, fused, with outlier features fixed per model.
+
+Scheme (one Linear, y = x W^T + b, x (M, K) with M = B * T tokens):
+
+- weights: int8, symmetric, one scale per output channel, s_w[o] = max|W[o]| / L, quantized once, with L = 127
+  where the CPU multiplies int8 exactly and L = 63 where it does not (:func:`weight_levels`: CPUs without
+  AVX512-VNNI or AMX);
+- activations: int8, asymmetric, one scale and one integer zero point per token over the inlier features I:
+  s_x[t] = (max(x[t, I], 0) - min(x[t, I], 0)) / 255, z[t] = round(-min(x[t, I], 0) / s_x[t]) - 128 (in
+  [-128, 127]), q(x[t]) = clamp(round(x[t] / s_x[t]) + z[t], -128, 127), so x[t] ~ s_x[t] (q(x[t]) - z[t]): the
+  whole 256-value grid spans the token's own range (half the step of a symmetric grid for one-sided inputs such as
+  GELU outputs) and 0 stays exact;
+- the products of the inlier features are summed exactly in int32 (``torch._int_mm``), and the zero point comes
+  off through the weights' column sums c = sum_k q(W)[:, k], also in int32;
+- the *outlier features* O (a fixed set of input features per Linear, found once per model on calibration text by
+  :func:`calibrate_outliers`) are multiplied in float32 with the original weights (the mixed-precision decomposition
+  of LLM.int8(), Dettmers et al. 2022, with the set fixed instead of found per call):
+
+      y[t] = s_x[t] * s_w * (q(x[t, ~O]) @ q(W[:, ~O]).T - z[t] * c) + x[t, O] @ W[:, O].T + b
+
+Every quantity of a token depends on that token alone (its own scale; O is fixed), so a text's vectors do not depend
+on the rest of its batch, and the int32 sums are exact, so the int8 products are bitwise the same in any batch.
+
+Kernels (:func:`kernel_mode`), in order of preference:
+
+- "vnni", on CPUs with AVX512-VNNI: the native kernel of :mod:`ctxemb.runtime.kernels` (C++, compiled on first use). One
+  call quantizes a Linear's input (to uint8, u = q + 128, zero point z + 128: the same integers), one computes the
+  product with ``vpdpbusd`` on weights packed once, and applies dequantization, bias, outlier features and the
+  activation (or residual add and LayerNorm) to each output tile while it is in registers, so the (M, N) output is
+  written once, in float32, and never read back for an epilogue.
+- "inductor": each quantized module's computation is one function run through ``torch.compile`` (Inductor, CPU):
+  the per-token scale, the rounding and the cast to int8 become one pass over the input (with the gather of the
+  outlier features), ``torch._int_mm`` and the small outlier product are library calls, and dequantization, bias,
+  the activation or the residual add and LayerNorm become one pass over the output.
+- "eager": the same functions unfused (no C++ compiler here; a warning says so).
+
+Q, K and V are one product of the concatenated weights, so their shared input is quantized once. Attention itself
+stays float32 (:func:`ctxemb.modeling.attention.inference_attention`).
+
+The quantized copy is for inference: dropout is left out.
+
+Shapes: M tokens (rows), K input features, N output features, |O| outlier features, B batch, T tokens, H hidden.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import logging
+from typing import Callable, Mapping, NamedTuple, Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ctxemb.runtime.int8_calibration import (CALIBRATION_SENTENCES, CALIBRATION_VERSION,  # noqa: F401 (re-exported)
+                                     DEFAULT_MAX_OUTLIER_FRACTION, DEFAULT_OUTLIER_THRESHOLD, Int8Calibration,
+                                     calibrate_outliers)
+from ctxemb.runtime.kernels import int8_vnni_ops
+from ctxemb.modeling.attention import inference_attention
+from ctxemb.modeling.encoder import ACTIVATIONS, AttentionOutput, Intermediate, Output, SelfAttention
+
+logger = logging.getLogger(__name__)
+
+_TINY = torch.finfo(torch.float32).tiny
+# Up to this many outlier features are summed inside the fused dequantization, more by a matrix product.
+_FUSED_OUTLIERS = 16
+# Activations the fused feed-forward epilogue knows, by the encoder config's ``hidden_act``.
+_ACTIVATION_NAMES = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "relu": "relu"}
+
+# ---- the fused functions ---------------------------------------------------------------------------------------
+# Pure functions of tensors (the weights are arguments), so that one compiled graph serves every layer.
+def _quantize(x: torch.Tensor, keep: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(M, K) float -> (M, K) int8 q, (M, 1) per-token scale s and (M, 1) int32 zero point z over the kept (inlier)
+    features, with x ~ s (q - z) (see the module docstring)."""
+    if keep is not None:
+        x = x * keep
+    low = x.amin(dim=1, keepdim=True).clamp_max(0.0)
+    scale = (x.amax(dim=1, keepdim=True).clamp_min(0.0) - low).clamp_min(_TINY) / 255
+    zero = torch.round(-low / scale) - 128
+    # times the reciprocal, not divided by the scale: the native kernel does the same (a division per element cost
+    # it a tenth of the down-projection's time), so every mode rounds to the same integers
+    return torch.clamp(torch.round(x * (1.0 / scale)) + zero, -128, 127).to(torch.int8), scale, zero.to(torch.int32)
+
+
+def _product(x: torch.Tensor, weight_int8: torch.Tensor, weight_sum: torch.Tensor, weight_scale: torch.Tensor,
+             bias: torch.Tensor, keep: torch.Tensor | None, outlier_index: torch.Tensor | None,
+             outlier_weight: torch.Tensor | None) -> torch.Tensor:
+    """The dequantized product plus bias, (M, N) float32 (see the module docstring)."""
+    x = x.float()
+    q, scale, zero = _quantize(x, keep)
+    # exact in int32: |z * c| <= 128 * 127 * K
+    y = (torch._int_mm(q, weight_int8) - zero * weight_sum).float() * scale * weight_scale + bias
+    if outlier_index is not None:
+        xo = x.index_select(1, outlier_index)  # (M, |O|)
+        if torch.compiler.is_compiling() and outlier_weight.shape[0] <= _FUSED_OUTLIERS:
+            # a sum Inductor fuses into the dequantization pass; as a matrix product, a few outlier features cost a
+            # full extra pass over the (M, N) output (measured: as much as the int8 product itself for one feature)
+            y = y + (xo[:, :, None] * outlier_weight[None]).sum(1)
+        else:
+            y = y + torch.mm(xo, outlier_weight)
+    return y
+
+
+# One function per activation, not one with the activation as an argument: torch.compile keeps its compiled variants
+# per function (a handful each: with and without outlier features, grad modes), so they do not crowd one cache.
+def linear_kernel(x, weight_int8, weight_sum, weight_scale, bias, keep, outlier_index, outlier_weight):
+    """x W^T + b in int8: (M, K) -> (M, N)."""
+    return _product(x, weight_int8, weight_sum, weight_scale, bias, keep, outlier_index, outlier_weight)
+
+
+def linear_gelu_kernel(x, weight_int8, weight_sum, weight_scale, bias, keep, outlier_index, outlier_weight):
+    """GELU(x W^T + b) with the product in int8."""
+    return F.gelu(_product(x, weight_int8, weight_sum, weight_scale, bias, keep, outlier_index, outlier_weight))
+
+
+def linear_gelu_tanh_kernel(x, weight_int8, weight_sum, weight_scale, bias, keep, outlier_index, outlier_weight):
+    """GELU (tanh approximation) of x W^T + b with the product in int8."""
+    return F.gelu(_product(x, weight_int8, weight_sum, weight_scale, bias, keep, outlier_index, outlier_weight),
+                  approximate="tanh")
+
+
+def linear_relu_kernel(x, weight_int8, weight_sum, weight_scale, bias, keep, outlier_index, outlier_weight):
+    """ReLU(x W^T + b) with the product in int8."""
+    return F.relu(_product(x, weight_int8, weight_sum, weight_scale, bias, keep, outlier_index, outlier_weight))
+
+
+_LINEAR_KERNELS = {"none": linear_kernel, "gelu": linear_gelu_kernel, "gelu_tanh": linear_gelu_tanh_kernel,
+                   "relu": linear_relu_kernel}
+# The native kernel's activation codes (int8_vnni.cpp, enum Activation).
+_NATIVE_ACTIVATIONS = {"none": 0, "gelu": 1, "gelu_tanh": 2, "relu": 3}
+
+
+def residual_norm_kernel(x, weight_int8, weight_sum, weight_scale, bias, keep, outlier_index, outlier_weight,
+                         residual, norm_weight, norm_bias, eps: float):
+    """LayerNorm(residual + x W^T + b) with the product in int8: (M, K), (M, N) -> (M, N)."""
+    y = _product(x, weight_int8, weight_sum, weight_scale, bias, keep, outlier_index, outlier_weight) + residual
+    return F.layer_norm(y, (y.shape[-1],), norm_weight, norm_bias, eps)
+
+
+# Compiled variants per kernel function: each (K, N) shape pair of a model's layers, with and without outlier
+# features, is one (torch._int_mm's lowering fixes K and N), so two models in one process pass dynamo's default of 8;
+# beyond the limit dynamo would run the function unfused.
+_RECOMPILE_LIMIT = 64
+
+
+@functools.lru_cache(maxsize=None)
+def _compiled(fn: Callable) -> Callable:
+    compiled = torch.compile(fn, dynamic=True, backend="inductor")
+
+    @functools.wraps(fn)
+    def run(*args):
+        with torch._dynamo.config.patch(recompile_limit=_RECOMPILE_LIMIT):
+            return compiled(*args)
+    return run
+
+
+@functools.lru_cache(maxsize=1)
+def weight_levels() -> int:
+    """The largest int8 weight magnitude L (127 or 63) for which ``torch._int_mm`` multiplies exactly on this CPU;
+    probed once per process on random matrices against an int64 product.
+
+    Why: ``torch._int_mm`` runs on oneDNN, whose s8 x s8 kernel on CPUs without AVX512-VNNI or AMX (AVX2, plain
+    AVX-512) multiplies byte pairs with ``vpmaddubsw``, whose 16-bit pair sums saturate: full-range products come out
+    wrong (measured with oneDNN limited to AVX2: off by 10^5 at K = 384, in eager and compiled calls alike). Weights in
+    [-63, 63] keep every pair sum below 2^15 and the products exact (FBGEMM's "reduce_range", for the same reason), at
+    the cost of one bit of weight resolution.
+
+    Raises:
+        RuntimeError: neither range multiplies exactly (the int8 path cannot be trusted here).
+    """
+    gen = torch.Generator().manual_seed(0)
+    a = torch.randint(-128, 128, (16, 256), dtype=torch.int8, generator=gen)
+    for levels in (127, 63):
+        b = torch.randint(-levels, levels + 1, (256, 32), dtype=torch.int8, generator=gen)
+        if torch.equal(torch._int_mm(a, b).long(), a.long() @ b.long()):
+            if levels < 127:
+                logger.info("torch._int_mm is exact on this CPU for weights in [-%d, %d] only; int8 weights use that "
+                            "range", levels, levels)
+            return levels
+    raise RuntimeError("torch._int_mm gives wrong int8 products on this CPU even with 7-bit weights; the int8 path "
+                       "cannot run here (use precision 'fp32' or 'bf16')")
+
+
+@functools.lru_cache(maxsize=1)
+def inductor_works() -> bool:
+    """Whether ``torch.compile`` with Inductor can build a CPU kernel in this process (it needs a C++ compiler);
+    tried once per process on a tiny function."""
+    try:
+        with torch.inference_mode():
+            x = torch.randn(4, 8)
+            torch.testing.assert_close(torch.compile(lambda t: (t * 2).amax(1), backend="inductor")(x), (x * 2).amax(1))
+        return True
+    except Exception as e:  # noqa: BLE001  (any failure means: no compiled kernels here)
+        logger.warning("torch.compile (Inductor, CPU) does not work here (%s: %s); the int8 path runs its kernel "
+                       "unfused, several times slower", type(e).__name__, str(e).splitlines()[0] if str(e) else "")
+        return False
+
+
+def kernel_mode(fused: bool | None = None) -> str:
+    """"vnni" (the native kernel of :mod:`ctxemb.runtime.kernels`: quantization, product and epilogue in one C++ call per
+    Linear, on CPUs with AVX512-VNNI), "inductor" (the functions below fused by ``torch.compile``) or "eager" (the
+    same functions, unfused).
+
+    Args:
+        fused: True requires a fused mode (raises if neither works), False runs eagerly, None: the first of "vnni",
+            "inductor" that works here (a warning if neither does).
+    """
+    if fused is False:
+        return "eager"
+    if int8_vnni_ops() is not None:
+        return "vnni"
+    if inductor_works():
+        return "inductor"
+    if fused is True:
+        raise RuntimeError("fused=True needs the native int8 kernel (an AVX512-VNNI CPU) or torch.compile with "
+                           "Inductor on the CPU, and neither works here (a C++ compiler is required); pass "
+                           "fused=False or None")
+    return "eager"
+
+
+# ---- the quantized modules -------------------------------------------------------------------------------------
+class QuantizedRows(NamedTuple):
+    """A Linear's input in the "vnni" kernel's form: u = q + 128 (M, K) uint8, the per-token scale (M,) float32,
+    zero point z + 128 (M,) int32, and the outlier features (M, |O|) float32 (None without outlier features)."""
+
+    u: torch.Tensor
+    scale: torch.Tensor
+    zero: torch.Tensor
+    outliers: torch.Tensor | None
+
+
+class Int8Linear(nn.Module):
+    """``activation(x W^T + b)`` in int8 (see the module docstring for the scheme).
+
+    Args:
+        weight: (N, K) float weights (of one Linear, or Q, K and V concatenated).
+        bias: (N,) or None.
+        outliers: the outlier input features (float32 path).
+        activation: "none", "gelu", "gelu_tanh" or "relu", fused into the dequantization.
+        mode: "vnni", "inductor" or "eager" (:func:`kernel_mode`). "vnni" needs N a multiple of 16 and K of 4 (the
+            kernel's panels); a Linear of another shape takes the next mode that works here.
+
+    Shapes: x (..., K) float -> (..., N) float32.
+    """
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, outliers: Sequence[int] = (), *,
+                 activation: str = "none", mode: str = "eager"):
+        super().__init__()
+        if activation not in _LINEAR_KERNELS:
+            raise ValueError(f"activation must be 'none', 'gelu', 'gelu_tanh' or 'relu', got {activation!r}")
+        if mode not in ("vnni", "inductor", "eager"):
+            raise ValueError(f"mode must be 'vnni', 'inductor' or 'eager', got {mode!r}")
+        weight = weight.detach().float()
+        self.out_features, self.in_features = weight.shape
+        if mode == "vnni" and (self.out_features % 16 or self.in_features % 4 or int8_vnni_ops() is None):
+            mode = "inductor" if inductor_works() else "eager"
+        outliers = sorted({int(i) for i in outliers})
+        if outliers and not (0 <= outliers[0] and outliers[-1] < self.in_features):
+            raise ValueError(f"outlier features must be in 0..{self.in_features - 1}, got {outliers}")
+        self.activation, self.mode = activation, mode
+        index = torch.tensor(outliers, dtype=torch.long)
+        inliers = weight.index_fill(1, index, 0.0) if outliers else weight
+        levels = weight_levels()
+        scale = inliers.abs().amax(dim=1).clamp_min(_TINY) / levels
+        weight_int8 = torch.round(inliers / scale[:, None]).to(torch.int8)  # (N, K)
+        self.register_buffer("weight_sum", weight_int8.sum(dim=1, dtype=torch.int32))  # (N,): c
+        if mode == "vnni":  # the kernel's panels of 64 output channels
+            self.register_buffer("weight_packed", int8_vnni_ops().pack_weights(weight_int8))
+            self.weight_int8 = None
+        else:  # (K, N) contiguous: the layout torch._int_mm multiplies fastest as its right operand
+            self.register_buffer("weight_int8", weight_int8.t().contiguous())
+            self.weight_packed = None
+        self.register_buffer("weight_scale", scale)
+        self.register_buffer("bias", torch.zeros(self.out_features) if bias is None else bias.detach().float().clone())
+        if outliers:
+            keep = torch.ones(self.in_features).index_fill_(0, index, 0.0)
+            self.register_buffer("keep", keep)
+            self.register_buffer("outlier_index", index)
+            self.register_buffer("outlier_weight", weight.index_select(1, index).t().contiguous())  # (|O|, N)
+        else:
+            self.keep = self.outlier_index = self.outlier_weight = None
+
+    @classmethod
+    def from_linear(cls, linear: nn.Linear, outliers: Sequence[int] = (), **kwargs) -> "Int8Linear":
+        return cls(linear.weight, linear.bias, outliers, **kwargs)
+
+    @property
+    def outliers(self) -> list[int]:
+        return [] if self.outlier_index is None else self.outlier_index.tolist()
+
+    def _args(self, rows: torch.Tensor) -> tuple:
+        return (rows, self.weight_int8, self.weight_sum, self.weight_scale, self.bias, self.keep, self.outlier_index,
+                self.outlier_weight)
+
+    def _fn(self, fn: Callable) -> Callable:
+        return _compiled(fn) if self.mode == "inductor" else fn
+
+    def quantize_input(self, rows: torch.Tensor) -> QuantizedRows:
+        """The "vnni" mode's quantized form of this Linear's input rows (M, K)."""
+        u, scale, zero, xo = int8_vnni_ops().quantize_rows(rows.float().contiguous(), self.keep, self.outlier_index)
+        return QuantizedRows(u, scale, zero, None if self.outlier_index is None else xo)
+
+    def _native_args(self, q: QuantizedRows, activation: str) -> tuple:
+        return (q.u, q.scale, q.zero, self.weight_packed, self.weight_sum, self.weight_scale, self.bias, q.outliers,
+                self.outlier_weight, _NATIVE_ACTIVATIONS[activation])
+
+    def _native(self, rows: torch.Tensor | QuantizedRows, activation: str = "none",
+                residual: torch.Tensor | None = None, norm: nn.LayerNorm | None = None) -> torch.Tensor:
+        """The "vnni" mode: (M, K) rows, or their quantized form, -> (M, N) float32 (two native calls: quantize;
+        product with its epilogue)."""
+        q = rows if isinstance(rows, QuantizedRows) else self.quantize_input(rows)
+        return int8_vnni_ops().linear(*self._native_args(q, activation), residual,
+                                      None if norm is None else norm.weight, None if norm is None else norm.bias,
+                                      0.0 if norm is None else float(norm.eps))
+
+    def quantized_output(self, x: torch.Tensor, consumer: Int8Linear) -> QuantizedRows:
+        """The "vnni" mode: this Linear's output (with its activation), quantized for ``consumer`` inside the product's
+        epilogue, so the float32 output is never written out: x (..., K) -> rows (M, N) in ``consumer``'s form."""
+        q = self.quantize_input(x.reshape(-1, self.in_features))
+        u, scale, zero, xo = int8_vnni_ops().linear_quantized(*self._native_args(q, self.activation), consumer.keep,
+                                                              consumer.outlier_index)
+        return QuantizedRows(u, scale, zero, None if consumer.outlier_index is None else xo)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        rows = x.reshape(-1, self.in_features)
+        if self.mode == "vnni":
+            y = self._native(rows, self.activation)
+        else:
+            y = self._fn(_LINEAR_KERNELS[self.activation])(*self._args(rows))
+        return y.reshape(*x.shape[:-1], self.out_features)
+
+    def extra_repr(self) -> str:
+        return (f"in_features={self.in_features}, out_features={self.out_features}, activation={self.activation}, "
+                f"outliers={len(self.outliers)}, mode={self.mode}")
+
+
+class Int8SelfAttention(nn.Module):
+    """:class:`~ctxemb.modeling.encoder.SelfAttention` with Q, K and V as one int8 product (their shared input
+    quantized once); attention itself stays float32."""
+
+    def __init__(self, attention: SelfAttention, outliers: Sequence[int] = (), mode: str = "eager"):
+        super().__init__()
+        self.num_heads, self.head_size = attention.num_heads, attention.head_size
+        parts = (attention.query, attention.key, attention.value)
+        self.qkv = Int8Linear(torch.cat([p.weight for p in parts]), torch.cat([p.bias for p in parts]), outliers,
+                              mode=mode)
+
+    def forward(self, x: torch.Tensor, attn_mask: torch.Tensor) -> torch.Tensor:
+        B, T, H = x.shape
+        qkv = self.qkv(x).view(B, T, 3, self.num_heads, self.head_size)
+        q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # each (B, N, T, D)
+        y = inference_attention(q, k, v, attn_mask)
+        return y.transpose(1, 2).reshape(B, T, H)
+
+
+class Int8Intermediate(nn.Module):
+    """:class:`~ctxemb.modeling.encoder.Intermediate` (up-projection and activation) with the activation fused into
+    the int8 product's dequantization."""
+
+    def __init__(self, intermediate: Intermediate, activation: str, outliers: Sequence[int] = (), mode: str = "eager"):
+        super().__init__()
+        self.dense = Int8Linear.from_linear(intermediate.dense, outliers, activation=activation, mode=mode)
+        self._consumer: tuple[Int8Linear, ...] = ()  # a tuple: not a submodule of this one
+
+    def feed(self, consumer: Int8Linear) -> None:
+        """Quantize the output for ``consumer`` (the block's down-projection) inside the product, where both run the
+        "vnni" kernel: :meth:`forward` then returns :class:`QuantizedRows`, which :class:`Int8ResidualNorm` takes."""
+        if self.dense.mode == "vnni" and consumer.mode == "vnni" and consumer.in_features == self.dense.out_features:
+            self._consumer = (consumer,)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor | QuantizedRows:
+        if self._consumer:
+            return self.dense.quantized_output(x, self._consumer[0])
+        return self.dense(x)
+
+
+class Int8ResidualNorm(nn.Module):
+    """:class:`~ctxemb.modeling.encoder.AttentionOutput` or :class:`~ctxemb.modeling.encoder.Output`:
+    LayerNorm(residual + dense(h)), with the residual add and the LayerNorm fused into the int8 product's
+    dequantization."""
+
+    def __init__(self, block: AttentionOutput | Output, outliers: Sequence[int] = (), mode: str = "eager"):
+        super().__init__()
+        self.dense = Int8Linear.from_linear(block.dense, outliers, mode=mode)
+        self.LayerNorm = copy.deepcopy(block.LayerNorm)
+
+    def forward(self, h: torch.Tensor | QuantizedRows, residual: torch.Tensor) -> torch.Tensor:
+        """h (..., K) float, or already quantized for this block's Linear (:meth:`Int8Intermediate.feed`);
+        residual (..., N) -> (..., N)."""
+        d = self.dense
+        ln = self.LayerNorm
+        rows = h if isinstance(h, QuantizedRows) else h.reshape(-1, d.in_features)
+        flat = residual.reshape(-1, d.out_features).float()
+        if d.mode == "vnni":
+            y = d._native(rows, residual=flat.contiguous(), norm=ln)
+        else:
+            y = d._fn(residual_norm_kernel)(*d._args(rows), flat, ln.weight, ln.bias, float(ln.eps))
+        return y.reshape(*residual.shape[:-1], d.out_features)
+
+
+def quantize_int8(encoder: nn.Module, outliers: Mapping[str, Sequence[int]] | Int8Calibration | None = None, *,
+                  fused: bool | None = None) -> nn.Module:
+    """A copy of ``encoder`` (eval mode, CPU) with every ``nn.Linear`` in int8; the original is not changed.
+
+    The BERT-family blocks of :mod:`ctxemb.modeling.encoder` get the fused modules (Q/K/V as one product; GELU, or
+    residual and LayerNorm, fused into the dequantization); any other Linear (the pooler, other architectures) a
+    plain :class:`Int8Linear`. Embeddings, LayerNorm, softmax and the attention products stay float32.
+
+    Args:
+        encoder: the encoder (or a lone ``nn.Linear``, which gives an :class:`Int8Linear`).
+        outliers: each Linear's outlier features by name (``encoder.named_modules()``), or an
+            :class:`Int8Calibration`; None: no outlier features.
+        fused: see :func:`kernel_mode`.
+
+    Raises:
+        KeyError: ``outliers`` names a module that is not a Linear of ``encoder``.
+    """
+    if isinstance(outliers, Int8Calibration):
+        outliers = outliers.features
+    outliers = dict(outliers or {})
+    mode = kernel_mode(fused)
+    if isinstance(encoder, nn.Linear):
+        return Int8Linear.from_linear(encoder, outliers.get("", ()), mode=mode).eval()
+    linear_names = {name for name, m in encoder.named_modules() if isinstance(m, nn.Linear)}
+    unknown = sorted(set(outliers) - linear_names)
+    if unknown:
+        raise KeyError(f"outliers name modules that are not Linear layers of this encoder: {unknown[:5]}")
+    was_training = encoder.training
+    encoder.eval()
+    try:
+        quantized = copy.deepcopy(encoder)
+    finally:
+        encoder.train(was_training)
+    hidden_act = getattr(getattr(encoder, "config", None), "hidden_act", None)
+    activation = _ACTIVATION_NAMES.get(hidden_act) if hidden_act in ACTIVATIONS else None
+
+    def features(*names: str) -> list[int]:
+        return sorted(set().union(*(outliers.get(n, ()) for n in names)))
+
+    replaced: dict[str, nn.Module] = {}
+    for name, m in quantized.named_modules():
+        if any(name.startswith(p + ".") for p in replaced):
+            continue  # inside a block already replaced
+        prefix = name + "." if name else ""
+        if type(m) is SelfAttention:
+            replaced[name] = Int8SelfAttention(m, features(prefix + "query", prefix + "key", prefix + "value"), mode)
+        elif type(m) is Intermediate and activation is not None and m.act is ACTIVATIONS[hidden_act]:
+            replaced[name] = Int8Intermediate(m, activation, features(prefix + "dense"), mode)
+        elif type(m) in (AttentionOutput, Output):
+            replaced[name] = Int8ResidualNorm(m, features(prefix + "dense"), mode)
+        elif isinstance(m, nn.Linear):
+            replaced[name] = Int8Linear.from_linear(m, features(name), mode=mode)
+    for name, module in replaced.items():
+        parent_name, _, child = name.rpartition(".")
+        setattr(quantized.get_submodule(parent_name) if parent_name else quantized, child, module)
+    for m in quantized.modules():  # a block's up-projection quantizes its output for the down-projection
+        up, down = getattr(m, "intermediate", None), getattr(m, "output", None)
+        if isinstance(up, Int8Intermediate) and isinstance(down, Int8ResidualNorm):
+            up.feed(down.dense)
+    return quantized.eval()

@@ -1,0 +1,166 @@
+"""Native CPU kernels, compiled from their C++ source on first use and cached.
+
+One kernel today: the int8 Linear for CPUs with AVX512-VNNI (``int8_vnni.cpp``): per-token quantization of the
+activations to uint8, and a u8 x s8 product (``vpdpbusd``) whose dequantization, bias, outlier features and
+activation (or residual add and LayerNorm) are applied to each output tile while it is still in registers, instead
+of in separate passes over the (M, N) output. The scheme is :mod:`ctxemb.runtime.int8`'s; the integer sums are the
+same, exact ones as ``torch._int_mm``'s.
+
+The build (``torch.utils.cpp_extension``, about 30 s; needs a C++ compiler and ninja) goes to
+``$CTXEMB_CACHE/kernels/ctxemb_int8_vnni_<key>``, keyed by the source, the compiler flags and the torch version (so
+a new version builds beside an old one instead of over it). The kernel is compiled for AVX-512 and is only loaded on a
+CPU whose ``/proc/cpuinfo`` flags say it has those instructions (a CPU without them would fault).
+
+Concurrent processes build it once: each loads it holding the build directory's lock (:func:`build_lock`, an
+``flock`` on ``<build directory>/.ctxemb.lock``, which the system releases when its holder dies in any way, SIGKILL
+included). A process that finds another one building logs a warning naming the lock file and that process, and waits
+up to :data:`BUILD_WAIT` seconds (past that, the int8 path runs without the kernel, and its warning names the lock
+file and the process). torch's own lock (the file ``lock`` in the build directory, which torch waits for
+without end) outlives a build that was killed; under the build lock such a file can only be such a leftover, and is
+deleted.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import hashlib
+import logging
+import os
+from pathlib import Path
+from typing import Iterator
+
+import torch
+
+from ctxemb.core.locks import DirectoryLock, DirectoryLockedError, lock_file_inside
+from ctxemb.core.precision import cpu_info
+from ctxemb.models.hub import cache_dir
+
+logger = logging.getLogger(__name__)
+
+#: Seconds a process waits for another process's build of a kernel (about 30 s, minutes on a busy machine) before
+#: giving up: the int8 path then runs without the kernel, and the warning names the lock file.
+BUILD_WAIT = 900.0
+#: torch.utils.cpp_extension's lock in a build directory (its ``FileBaton``): created by a build, deleted after it.
+TORCH_BUILD_LOCK = "lock"
+
+#: What the int8 kernel is compiled for; each must be among the CPU's flags.
+INT8_VNNI_FLAGS = ("avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_vnni", "fma")
+_COMPILE_FLAGS = ["-O3", "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mavx512vnni", "-mfma",
+                  # ATen's vectorized math (erf, tanh of the fused GELU) in its AVX-512 form
+                  "-DCPU_CAPABILITY_AVX512", "-DCPU_CAPABILITY=AVX512", "-fopenmp"]
+_SOURCE = Path(__file__).with_name("int8_vnni.cpp")
+
+
+def int8_vnni_cpu() -> tuple[bool, str]:
+    """Whether this CPU can run the int8 VNNI kernel, and why not if it cannot. Limits set for torch's own kernels
+    count too: ``ATEN_CPU_CAPABILITY`` below avx512, or ``ONEDNN_MAX_CPU_ISA`` below AVX-512 (how
+    ``scripts/test_avx2.sh`` runs this machine as an AVX2-only one) keep it off."""
+    aten = os.environ.get("ATEN_CPU_CAPABILITY", "").strip().lower()
+    if aten and not aten.startswith("avx512"):
+        return False, f"ATEN_CPU_CAPABILITY={aten} limits torch to instructions below AVX-512"
+    onednn = os.environ.get("ONEDNN_MAX_CPU_ISA", "").strip().upper()
+    if onednn and onednn != "ALL" and not onednn.startswith(("AVX512", "AVX10")) and "AMX" not in onednn:
+        return False, f"ONEDNN_MAX_CPU_ISA={onednn} limits oneDNN to instructions below AVX-512"
+    flags = cpu_info().flags
+    if not flags:
+        return False, "the CPU's instruction-set flags are unknown (no /proc/cpuinfo)"
+    missing = [f for f in INT8_VNNI_FLAGS if f not in flags]
+    if missing:
+        return False, f"the CPU lacks {', '.join(missing)}"
+    return True, "the CPU has AVX512-VNNI"
+
+
+def int8_vnni_build_dir() -> Path:
+    """The int8 kernel's build directory, ``$CTXEMB_CACHE/kernels/ctxemb_int8_vnni_<key>``: one per source, flags and
+    torch version, so a process never rebuilds (overwrites) a library another process, running another version of
+    ctxemb, has loaded."""
+    key = hashlib.sha256("\n".join([_SOURCE.read_text(encoding="utf-8"), *_COMPILE_FLAGS, torch.__version__])
+                         .encode()).hexdigest()[:16]
+    return cache_dir() / "kernels" / f"ctxemb_int8_vnni_{key}"
+
+
+def _load_int8_vnni():
+    from torch.utils.cpp_extension import load
+
+    build = int8_vnni_build_dir()
+    build.mkdir(parents=True, exist_ok=True)
+    with build_lock(build, "the build of the int8 VNNI kernel"):
+        load(name=build.name, sources=[str(_SOURCE)], extra_cflags=_COMPILE_FLAGS, extra_ldflags=["-fopenmp"],
+             build_directory=str(build), is_python_module=False, verbose=False)
+    return torch.ops.ctxemb_int8
+
+
+@contextlib.contextmanager
+def build_lock(build: Path, what: str) -> Iterator[None]:
+    """Hold the lock of the kernel build directory ``build`` while the block builds or loads the kernel.
+
+    The lock is an ``flock`` on ``build/.ctxemb.lock`` that records its holder's process id: the system releases it
+    when the holder dies, however it dies, so a killed build never blocks later ones. While another live process
+    holds it, a warning names the lock file and that process, and the wait lasts up to :data:`BUILD_WAIT` seconds.
+    Once it is held, torch's own lock in ``build`` (:data:`TORCH_BUILD_LOCK`, which torch would wait for without end)
+    can only be the leftover of a build that was killed, since every build runs under this lock: it is deleted.
+
+    Args:
+        build: the build directory (it exists). what: what is built, for messages.
+
+    Raises:
+        TimeoutError: another process held the lock for :data:`BUILD_WAIT` seconds; the message names the lock file
+            and the process.
+    """
+    lock = DirectoryLock(lock_file_inside(build), what=f"{what} in {build}", record_holder=True)
+    try:
+        lock.acquire(timeout=0)
+    except DirectoryLockedError:
+        pid = lock.holder_pid()
+        holder = f"process {pid}" if pid is not None else "another process"
+        logger.warning("waiting for %s by %s to finish (lock file %s; giving up after %g s)", what, holder,
+                       lock.lock_file, BUILD_WAIT)
+        try:
+            lock.acquire(timeout=BUILD_WAIT)
+        except DirectoryLockedError:
+            raise TimeoutError(
+                f"gave up waiting {BUILD_WAIT:g} s for {what} by {holder} (lock file {lock.lock_file}): if that "
+                "process is stuck, end it; the lock is released when its holder ends") from None
+    try:
+        baton = build / TORCH_BUILD_LOCK
+        if os.path.lexists(baton):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(baton)
+            logger.warning("deleted torch's build lock %s, left by a build that was killed (torch would wait for it "
+                           "without end)", baton)
+        yield
+    finally:
+        lock.release()
+
+
+@functools.lru_cache(maxsize=1)
+def int8_vnni_ops():
+    """The int8 VNNI kernel's ops (``torch.ops.ctxemb_int8``: ``pack_weights``, ``quantize_rows``, ``linear``,
+    ``linear_quantized``), built on first use; None where this CPU lacks the instructions or the build fails (logged
+    once, with the reason)."""
+    ok, why = int8_vnni_cpu()
+    if not ok:
+        logger.info("int8 VNNI kernel not used: %s", why)
+        return None
+    try:
+        ops = _load_int8_vnni()
+        _check(ops)
+        return ops
+    except Exception as e:  # noqa: BLE001  (any failure to build or load means: not here; the caller falls back)
+        logger.warning("the int8 VNNI kernel could not be built or loaded here (%s: %s); the int8 path uses "
+                       "torch._int_mm instead", type(e).__name__, str(e).strip().splitlines()[-1] if str(e) else "")
+        return None
+
+
+def _check(ops) -> None:
+    """One product against an int64 product, so a miscompiled kernel is never used (raises if it differs)."""
+    gen = torch.Generator().manual_seed(0)
+    M, K, N = 13, 72, 80  # a partial micro-tile, a partial panel, K not a multiple of 16
+    u = torch.randint(0, 256, (M, K), dtype=torch.uint8, generator=gen)
+    w = torch.randint(-127, 128, (N, K), dtype=torch.int8, generator=gen)
+    ones, zeros = torch.ones(M), torch.zeros(M, dtype=torch.int32)
+    y = ops.linear(u, ones, zeros, ops.pack_weights(w), torch.zeros(N, dtype=torch.int32), torch.ones(N),
+                   torch.zeros(N), None, None, 0, None, None, None, 0.0)
+    if not torch.equal(y.double(), (u.long() @ w.long().T).double()):
+        raise RuntimeError("the int8 VNNI kernel's product differs from an int64 product")

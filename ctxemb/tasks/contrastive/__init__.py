@@ -1,0 +1,1 @@
+"""Contrastive training of sentence embedders: data, hard-negative mining, settings, the task."""

@@ -1,0 +1,1 @@
+"""Training a late-interaction (ColBERT-style) retriever from BEIR qrels or pair tables."""

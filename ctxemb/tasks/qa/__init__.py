@@ -1,0 +1,1 @@
+"""Extractive question answering's data and features: SQuAD-format files, QA tables, cloze questions."""
