@@ -14,8 +14,8 @@ from ctxemb.core.lazy import lazy_exports
 from ctxemb._version import __version__  # noqa: F401  (re-exported: ctxemb.__version__)
 
 _EXPORTS = {
-    "Embedder": "ctxemb.embedding.embedder.embedder",
-    "EmbedderConfig": "ctxemb.embedding.embedder.config",
+    "Embedder": "ctxemb.embedding.embedder",
+    "EmbedderConfig": "ctxemb.embedding.config",
     "load_model": "ctxemb.modeling.loading",
     "LoadedModel": "ctxemb.modeling.loading",
     "load_encoder": "ctxemb.modeling.loading",

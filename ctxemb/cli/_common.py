@@ -10,7 +10,7 @@ import math
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from ctxemb.core.paths import atomic_write
+from ctxemb.core.atomic import atomic_write
 from ctxemb.models.hub import DEFAULT_MODEL
 
 
@@ -109,7 +109,7 @@ def add_embedder_args(parser: argparse.ArgumentParser, *, model_default: str | N
                       pooling: bool = True) -> None:
     """``--model``, ``--device``, ``--precision`` and (with ``pooling``) ``--layers``/``--layer-pooling``/
     ``--subword-pooling``; None defaults mean "the embedder's own default" (or a store's/index's recorded one)."""
-    from ctxemb.embedding.embedder.config import SUBWORD_POOLINGS  # (not ctxemb.embedding.embedder.embedder: that loads torch)
+    from ctxemb.embedding.config import SUBWORD_POOLINGS  # (not ctxemb.embedding.embedder: that loads torch)
     from ctxemb.core.precision import INFERENCE_PRECISION_CHOICES as PRECISION_CHOICES
 
     g = parser.add_argument_group("embedder")
@@ -135,7 +135,7 @@ def embedder_overrides(args: argparse.Namespace) -> dict[str, Any]:
 
 def load_embedder(model: str | None = None, *, device: str = "cpu", config: Mapping[str, Any] | None = None,
                   **overrides):
-    """An :class:`~ctxemb.embedding.embedder.embedder.Embedder`.
+    """An :class:`~ctxemb.embedding.embedder.Embedder`.
 
     Args:
         model: model name or path; None takes ``config["model"]`` (or the default model without a config).
@@ -144,11 +144,11 @@ def load_embedder(model: str | None = None, *, device: str = "cpu", config: Mapp
             with the same fields, so that its vectors match the recorded ones.
         overrides: embedder fields to set (e.g. ``layers``), applied over ``config``.
     """
-    from ctxemb.embedding.embedder.embedder import Embedder  # the model stack (torch) is loaded only by commands that embed
+    from ctxemb.embedding.embedder import Embedder  # the model stack (torch) is loaded only by commands that embed
 
     fields: dict[str, Any] = {}
     if config is not None:
-        from ctxemb.embedding.embedder.embedder import EmbedderConfig
+        from ctxemb.embedding.embedder import EmbedderConfig
 
         fields = dict(EmbedderConfig.from_dict(dict(config)).to_dict())  # validates the stored fields
     fields.update(overrides)

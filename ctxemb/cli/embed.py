@@ -4,7 +4,7 @@
     torchrun --nproc_per_node 2 -m ctxemb embed --model M --input texts.txt --output vectors.npy --threads 1
 
 Row i of ``vectors.npy`` ((N, H) float32) is the vector of line i + 1, the same bits with any number of processes
-(see :mod:`ctxemb.embedding.embedder.corpus`); ``vectors.npy.json`` beside it records the model, the embedder configuration,
+(see :mod:`ctxemb.embedding.corpus`); ``vectors.npy.json`` beside it records the model, the embedder configuration,
 the options, N, H, the number of processes and the time taken. Under torchrun only rank 0 logs, shows progress and
 reports; across machines the output must be on a filesystem all of them share.
 """
@@ -63,7 +63,7 @@ def _embed(args: argparse.Namespace) -> int:
     import torch
 
     from ctxemb.cli._common import load_embedder
-    from ctxemb.embedding.embedder.corpus import embed_corpus_to_file
+    from ctxemb.embedding.corpus import embed_corpus_to_file
     from ctxemb.core.protocols import embedder_config_dict
     from ctxemb.runtime.distributed import call_on_every_rank, distributed_session
 

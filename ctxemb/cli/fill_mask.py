@@ -24,7 +24,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def run_fill_mask(args: argparse.Namespace) -> int:
-    from ctxemb.embedding.embedder.fill_mask import MaskFiller
+    from ctxemb.embedding.fill_mask import MaskFiller
 
     filler = MaskFiller.from_pretrained(args.model, device=args.device)
     for text, masks in zip(args.text, filler(list(args.text), top_k=args.top_k)):

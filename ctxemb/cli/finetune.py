@@ -29,16 +29,11 @@ from pathlib import Path
 from ctxemb.cli._common import (UsageError, add_dataclass_flags, add_train_flags, command_help, dataclass_overrides,
                                 description, default_preset, load_preset, non_negative_float, positive_int,
                                 preset_errors, train_overrides)
-# the parser reads the settings modules only (no torch); the task registry, the tasks and the predictors are imported
-# by the functions that run a command
-from ctxemb.tasks.catalog import FINETUNE_TASKS
-from ctxemb.training.task_config import FinetuneRunConfig
-from ctxemb.tasks.contrastive.config import ContrastiveConfig
-from ctxemb.tasks.late_interaction.config import LateInteractionTaskConfig
-from ctxemb.tasks.sequence.data import TASKS
-from ctxemb.tasks.sequence.config import HEADS, FinetuneConfig
-from ctxemb.tasks.token.config import TASK_HEADS, TOKEN_HEADS, TOKEN_TASKS, TokenFinetuneConfig
+# the parsers read the settings modules only (no torch): the built-in tasks' names and settings classes come from
+# the catalog; the registry, the tasks and the predictors are imported by the functions that run a command
+from ctxemb.tasks.catalog import FINETUNE_TASKS, catalog
 from ctxemb.training.config import TrainConfig
+from ctxemb.training.task_config import FinetuneRunConfig, loop_settings
 
 logger = logging.getLogger(__name__)
 
@@ -49,9 +44,9 @@ class _TaskChoices:
     """The ``choices`` of the task argument: the registered ``finetune`` tasks, without importing the registry (which
     imports every task, and torch) until a name beyond the built-in ones is given.
 
-    ``--help`` lists the built-in names (:data:`~ctxemb.tasks.catalog.FINETUNE_TASKS`), or the registry's
-    names once it is imported (a task registered from Python among them); a name that is not built in is looked up
-    in the registry, so a registered task is accepted and an unknown one refused with the registered names.
+    ``--help`` lists the built-in names (:data:`~ctxemb.tasks.catalog.FINETUNE_TASKS`), or the registry's names once
+    it is imported (a task registered from Python among them); a name that is not built in is looked up in the
+    registry, so a registered task is accepted and an unknown one refused with the registered names.
     """
 
     def _registered(self) -> tuple[str, ...] | None:
@@ -61,7 +56,7 @@ class _TaskChoices:
     def __contains__(self, name: object) -> bool:
         names = self._registered()
         if names is None and name in FINETUNE_TASKS:
-            return True  # the registry registers every built-in task when it is imported
+            return True  # the registry registers every built-in task when it is first used
         if names is None:
             from ctxemb.training.registry import task_names
 
@@ -73,35 +68,47 @@ class _TaskChoices:
         return iter(FINETUNE_TASKS if names is None else names)
 
 
-# the fields every fine-tuning config shares (their flags come from FinetuneRunConfig, once)
-_SHARED = tuple(f.name for f in dataclasses.fields(FinetuneRunConfig))
-
-
 def add_parser(subparsers) -> argparse.ArgumentParser:
-    p = subparsers.add_parser("finetune", help=command_help("finetune"),
-                              description=description(__doc__))
+    p = subparsers.add_parser("finetune", help=command_help("finetune"), description=description(__doc__),
+                              epilog="Each task takes the flags of its own settings: `ctxemb finetune TASK --help` "
+                                     "lists them with the defaults the task runs with.")
     p.add_argument("task", choices=_TaskChoices(),
-                   help="a registered task: a shared one, 'custom' (TSV/JSONL), 'conll-file' or 'squad-file' with "
+                   help="a registered task: a shared one, 'custom' (a table), 'conll-file' or 'squad-file' with "
                         "--train-file/--dev-file, or one registered with ctxemb.training.registry.register_task")
+    p.add_argument("rest", nargs=argparse.REMAINDER, metavar="...",
+                   help="the task's flags (`ctxemb finetune TASK --help`)")
+    p.set_defaults(func=run_finetune)
+    return p
+
+
+def _config_class(name: str) -> type:
+    """A finetune task's settings class: from the catalog for a built-in task (no torch), else the registry's."""
+    entry = catalog().get(name)
+    if entry is not None:
+        return entry.config_class
+    from ctxemb.training.registry import get_task
+
+    return get_task(name).config_class
+
+
+def task_parser(name: str) -> argparse.ArgumentParser:
+    """The flags of ``ctxemb finetune NAME``: one per field of the task's settings class (a user's subclass included),
+    the loop's, and the run-level options (preset, search, seeds); the help shows the defaults the task runs with
+    (its shipped recipe over its settings' defaults)."""
+    cls = _config_class(name)
+    p = argparse.ArgumentParser(prog=f"ctxemb finetune {name}", description=f"ctxemb finetune {name}: "
+                                f"{cls.__name__} settings (a flag overrides the preset, which overrides the defaults)")
     p.add_argument("--preset", default=None,
                    help="a TOML file of the run's settings ([train] for the loop's), or a preset shipped in "
                         "ctxemb/presets (e.g. 'stsb-bi-encoder' for finetune-stsb-bi-encoder.toml); flags override "
-                        "it. Default: the task's tuned recipe finetune-TASK.toml where one is shipped; 'none' for "
-                        "the bare config defaults")
-    p.add_argument("--head", choices=HEADS + TOKEN_HEADS, default=None,
-                   help="sentence tasks: checkpoint (pooler / dense+tanh, what transformers computes; the default), "
-                        "cls (W_C on the raw [CLS]), mean (mean pooling), cosine (a bi-encoder for scored pairs, "
-                        "whose encoder then serves the Embedder); CoNLL: softmax (default), crf, span; QA: qa")
-    p.add_argument("--trainable-layers", type=int, default=None,
-                   help="train only the top K encoder layers and the head (0: the head only; default: all)")
-    # the recipe's flags, generated from the configs (help, type and spelling in the fields' metadata): the
-    # settings every task shares, then each built-in family's own (a flag a task's config lacks is refused)
-    add_dataclass_flags(p, FinetuneRunConfig)
-    add_train_flags(p, shown_defaults={"learning_rate": "2e-5 for sentence tasks, 5e-5 for token and span tasks",
-                                       "warmup_ratio": 0.1})
-    add_dataclass_flags(p.add_argument_group("a custom task (a table with named columns)"), FinetuneConfig,
-                        skip=_SHARED)
-    add_dataclass_flags(p.add_argument_group("token and span tasks"), TokenFinetuneConfig, skip=_SHARED)
+                        "it. Default: the task's recipe finetune-TASK.toml where one is shipped; 'none' for the "
+                        "bare defaults")
+    shown, shown_train = _recipe_defaults(name, cls)
+    add_dataclass_flags(p.add_argument_group(f"the task's settings ({cls.__name__})"), cls, shown_defaults=shown)
+    if "regime" in {f.name for f in dataclasses.fields(cls)}:
+        p.add_argument("--trainable-layers", type=int, default=None,
+                       help="train only the top K encoder layers and the head (0: the head only; default: all)")
+    add_train_flags(p, shown_defaults=shown_train)
     r = p.add_argument_group("several runs: a search on dev, repeated seeds")
     r.add_argument("--search", nargs="+", metavar="NAME=V1,V2", default=None,
                    help="run every combination of these settings (recipe or loop fields, e.g. learning-rate=2e-5,5e-5 "
@@ -113,52 +120,66 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     r.add_argument("--seeds", type=positive_int, default=None, metavar="K",
                    help="run the recipe with K seeds (--seed, --seed + 1, ...) and report each run's dev metrics "
                         "with their mean and standard deviation (seeds.json)")
-    add_dataclass_flags(p.add_argument_group("contrastive tasks (contrastive, allnli, xquad-retrieval)"),
-                        ContrastiveConfig, skip=_SHARED)
-    add_dataclass_flags(p.add_argument_group("late interaction (late-interaction)"), LateInteractionTaskConfig,
-                        skip=_SHARED + tuple(f.name for f in dataclasses.fields(ContrastiveConfig)))
-    p.set_defaults(func=run_finetune)
     return p
 
 
+def _recipe_defaults(name: str, cls: type) -> tuple[dict, dict]:
+    """The task's settings and loop settings as its default recipe (the shipped preset) sets them, for the help."""
+    preset_name = default_preset("finetune", name)
+    preset = dict(load_preset(preset_name, "finetune")) if preset_name else {}
+    train = {**cls.TRAIN_DEFAULTS, **(preset.pop("train", None) or {})}
+    return preset, train
+
+
+def _task_args(args: argparse.Namespace) -> argparse.Namespace:
+    """``args`` with the task's own flags (``args.rest``) parsed by :func:`task_parser` (once)."""
+    if getattr(args, "rest", None) is None:
+        return args
+    parsed = task_parser(args.task).parse_args(args.rest)
+    merged = argparse.Namespace(**{**vars(args), **vars(parsed)})
+    merged.rest = None
+    return merged
 
 
 def finetune_config_from_args(args: argparse.Namespace):
-    """The task's config: its defaults, then the preset (``--preset``), then the flags the user gave.
+    """The task and its config: the settings' defaults, then the preset (``--preset``, or the task's shipped
+    recipe), then the flags the user gave.
 
     Raises:
         UsageError: a flag the task does not take, or no run directory.
     """
     from ctxemb.training.registry import get_task
 
+    args = _task_args(args)
     task = get_task(args.task)
+    cls = task.config_class
     d: dict = {}
-    train: dict = {"learning_rate": task.default_learning_rate, "warmup_ratio": 0.1}
+    preset_train: dict = {}
     preset_name, why = (args.preset, "--preset") if args.preset is not None else _default_recipe(task, args)
     preset = None
     if preset_name and preset_name != "none":
         preset = load_preset(preset_name, "finetune")
-        train.update(preset.pop("train", {}) or {})
+        preset_train = dict(preset.pop("train", {}) or {})
         d.update(preset)
         d.pop("task", None)
-        if "recipe_preset" in {f.name for f in dataclasses.fields(task.config_class)}:  # in the run record
+        if "recipe_preset" in {f.name for f in dataclasses.fields(cls)}:  # in the run record
             d["recipe_preset"] = f"{preset_name} ({why})" if args.preset is not None else \
                 f"finetune-{preset_name}.toml ({why})"
         if args.preset is None and task.name == "custom" and "not counted" not in why:  # which recipe, why, what
             other = "custom" if preset_name == "custom-small" else "custom-small"
             args.recipe_line = (f"task custom: {why}: the recipe finetune-{preset_name}.toml "
-                                f"({_recipe_summary(task.config_class, d, train)}); --preset {other} for the other, "
-                                f"--preset none for the bare defaults")
+                                f"({_recipe_summary(cls, d, {**cls.TRAIN_DEFAULTS, **preset_train})}); "
+                                f"--preset {other} for the other, --preset none for the bare defaults")
             logger.info("%s", args.recipe_line)
         elif args.preset is None:
             logger.info("task %s: its default recipe finetune-%s.toml (--preset none for the bare defaults)",
                         task.name, task.name)
-    train.update(train_overrides(args))
-    if not train.get("out_dir"):
+    flags = train_overrides(args)
+    if not flags.get("out_dir") and not preset_train.get("out_dir"):
         raise UsageError("give the run directory: --out-dir DIR")
-    bare = {"learning_rate": task.default_learning_rate, "warmup_ratio": 0.1, **train_overrides(args)}
-    with _named_by_flags(), preset_errors(preset, lambda: _config(args, task, {}, dict(bare))):
-        return _config(args, task, d, train)  # a refused setting: named by its flag, or by its preset file
+    with _named_by_flags(cls), preset_errors(preset, lambda: _config(args, task, {}, loop_settings(cls, flags))):
+        return _config(args, task, d, loop_settings(cls, preset_train, flags))  # a refused setting: named by its
+        # flag, or by its preset file
 
 
 def _default_recipe(task, args: argparse.Namespace) -> tuple[str | None, str | None]:
@@ -191,19 +212,19 @@ def _recipe_summary(config_class, d: dict, train: dict) -> str:
 
 
 @contextlib.contextmanager
-def _named_by_flags():
+def _named_by_flags(config_class: type = FinetuneRunConfig):
     """A ``ValueError`` raised inside names the settings by the flags that set them (:func:`_in_flags`); its own
     subclasses (a usage error, a corrupt file) keep their class and message."""
     try:
         yield
     except ValueError as e:
-        text = _in_flags(str(e))
+        text = _in_flags(str(e), config_class)
         if type(e) is not ValueError or text == str(e):
             raise
         raise ValueError(text).with_traceback(e.__traceback__) from None  # --debug still shows where it was raised
 
 
-def _in_flags(message: str) -> str:
+def _in_flags(message: str, config_class: type = FinetuneRunConfig) -> str:
     """A config's error message with the settings it names as the flags that set them: ``train_file`` ->
     ``--train-file``, ``train.seed`` -> ``--seed``, ``regression=True`` -> ``--regression``, a leading ``columns``
     -> ``--columns``. Names without an underscore are words too (``head``, ``epochs``) and stay; so do quoted
@@ -211,8 +232,7 @@ def _in_flags(message: str) -> str:
     import re
 
     flags: dict[str, str] = {}
-    for cls, prefix in ((TrainConfig, "train."), (FinetuneRunConfig, ""), (FinetuneConfig, ""),
-                        (TokenFinetuneConfig, ""), (ContrastiveConfig, ""), (LateInteractionTaskConfig, "")):
+    for cls, prefix in ((TrainConfig, "train."), (config_class, "")):
         for f in dataclasses.fields(cls):
             if f.metadata.get("cli", True) is False:
                 continue
@@ -229,83 +249,68 @@ def _in_flags(message: str) -> str:
     return re.sub(r"^columns\b", "--columns", message)
 
 
-def _config(args: argparse.Namespace, task, d: dict, train: dict):
-    fields = {f.name for f in dataclasses.fields(task.config_class)}
-    given = {**dataclass_overrides(args, cls=FinetuneRunConfig), **dataclass_overrides(args, cls=FinetuneConfig),
-             **dataclass_overrides(args, cls=TokenFinetuneConfig), **dataclass_overrides(args, cls=ContrastiveConfig),
-             **dataclass_overrides(args, cls=LateInteractionTaskConfig)}
-    if args.head is not None:
-        given["head"] = args.head
-    for name, value in given.items():
-        if name not in fields:
-            raise UsageError(f"--{name.replace('_', '-')} does not apply to task {args.task!r} "
-                             f"({task.config_class.__name__})")
+def _config(args: argparse.Namespace, task, d: dict, train: TrainConfig):
+    cls = task.config_class
+    for name, value in dataclass_overrides(args, cls=cls).items():
         d[name] = value
-    if args.trainable_layers is not None:  # one freezing option: K top layers (0: the head only)
-        if args.trainable_layers < 0:
-            raise UsageError(f"--trainable-layers must be >= 0; got {args.trainable_layers}")
-        if args.trainable_layers == 0:
+    trainable = getattr(args, "trainable_layers", None)
+    if trainable is not None:  # one freezing option: K top layers (0: the head only)
+        if trainable < 0:
+            raise UsageError(f"--trainable-layers must be >= 0; got {trainable}")
+        if trainable == 0:
             d["regime"] = "frozen"
         else:
-            d.update(regime="last_k", last_k=args.trainable_layers)
-    if task.name in TOKEN_TASKS and d.get("head") is not None and d["head"] not in TASK_HEADS[task.name]:
-        raise UsageError(f"--head {d['head']} does not fit {task.name}: it takes one of {TASK_HEADS[task.name]}")
-    if task.name in TASKS + ("custom",) and d.get("head") is not None and d["head"] not in HEADS:
-        raise UsageError(f"--head {d['head']} is for token and span tasks; {task.name} takes one of {HEADS}")
-    return task, task.config_class(task=task.name, train=TrainConfig.from_dict(train), **d)
-
-
-def train_task(task, config):
-    """Train a task from its config: what ``ctxemb finetune`` runs (``benchmarks/finetune.py`` too), an intermediate
-    stage first if the config has one (:func:`ctxemb.training.intermediate.train`)."""
-    from ctxemb.training.intermediate import train
-
-    return train(task, config)
+            d.update(regime="last_k", last_k=trainable)
+    return task, cls(task=task.name, train=train, **d)
 
 
 def run_finetune(args: argparse.Namespace) -> int:
+    from ctxemb.training.runner import run_task
+
+    args = _task_args(args)
     task, config = finetune_config_from_args(args)
     if getattr(args, "recipe_line", None) and not logger.isEnabledFor(logging.INFO):
         print(args.recipe_line, file=sys.stderr)  # the recipe chosen for the data, shown without --verbose too
-    if args.search is not None or args.seeds is not None:
-        return _run_trials(args, task, config)
-    if args.search_budget is not None:
-        raise UsageError("--search-budget limits a --search: give the grid with --search NAME=V1,V2 ...")
-    with _named_by_flags():
-        result = train_task(task, config)
-    print(f"eval after {result.run.train.step if hasattr(result, 'run') else result.train.step} steps: "
-          + ", ".join(f"{k} {v:.2f}" for k, v in result.final_metrics.items()))
-    print(f"model: {result.model_dir}")
-    return 0
-
-
-def _run_trials(args: argparse.Namespace, task, config) -> int:
-    from ctxemb.training.trials import parse_grid, run_grid, run_seeds
-
     if args.search is not None and args.seeds is not None:
         raise UsageError("give either --search (a grid on dev) or --seeds K (one recipe, K seeds), not both")
+    if args.search_budget is not None and args.search is None:
+        raise UsageError("--search-budget limits a --search: give the grid with --search NAME=V1,V2 ...")
+    grid = None
+    if args.search is not None:
+        from ctxemb.training.trials import parse_grid
+
+        try:
+            grid = parse_grid(args.search)
+        except ValueError as e:
+            raise UsageError(f"--search: {e}") from None
+    with _named_by_flags(task.config_class):
+        try:
+            result = run_task(task, config, search=grid, search_budget=args.search_budget, seeds=args.seeds)
+        except ValueError as e:
+            if grid is not None and "no trial finished" in str(e):
+                print(f"no trial finished within the budget; table: {Path(config.train.out_dir) / 'trials.md'}")
+                return 0
+            raise
+    _report(task, config, result)
+    return 0
+
+
+def _report(task, config, result) -> None:
     out = Path(config.train.out_dir)
-    if args.seeds is not None:
-        with _named_by_flags():
-            summary = run_seeds(task, config, args.seeds, train_fn=train_task)
-        for name, s in summary["summary"].items():
+    trials = result.trials
+    if trials is None:
+        print(f"eval after {result.train.step} steps: "
+              + ", ".join(f"{k} {v:.2f}" for k, v in result.final_metrics.items()))
+        print(f"model: {result.model_dir}")
+    elif trials["kind"] == "seeds":
+        for name, s in trials["summary"].items():
             print(f"{name}: {s['mean']:.2f} +- {s['std']:.2f} (n={s['n']}, min {s['min']:.2f}, max {s['max']:.2f})")
         print(f"runs: {out}/seed-*  table: {out / 'trials.md'}")
-        return 0
-    try:
-        grid = parse_grid(args.search)
-    except ValueError as e:
-        raise UsageError(f"--search: {e}") from None
-    with _named_by_flags():
-        rows = run_grid(task, config, grid, train_fn=train_task, budget_minutes=args.search_budget)
-    primary, greater = task.primary(config)
-    if not rows:
-        print(f"no trial finished within the budget; table: {out / 'trials.md'}")
-        return 0
-    best = (max if greater else min)(rows, key=lambda r: r["primary"])
-    print(f"best on dev: {best['name']} {best['settings']}: {primary} {best['primary']:.2f}")
-    print(f"model: {out / best['name'] / 'model'}  table: {out / 'trials.md'}")
-    return 0
+    else:
+        primary, _ = task.primary(config)
+        best = next(r for r in trials["rows"] if r["name"] == trials["best"])
+        print(f"best on dev: {best['name']} {best['settings']}: {primary} {best['primary']:.2f}")
+        print(f"model: {out / best['name'] / 'model'}  table: {out / 'trials.md'}")
 
 
 def _model_kind(model_dir: str) -> str:
@@ -385,11 +390,11 @@ def run_predict(args: argparse.Namespace) -> int:
 
 
 def _predict_sequence(args: argparse.Namespace) -> int:
-    from ctxemb.tasks.sequence.predict import SequencePredictor
+    from ctxemb.tasks.predictor import load_predictor
 
     if args.pair is not None and len(args.pair) != len(args.text):
         raise UsageError(f"--pair needs one second sentence per text: {len(args.text)} texts, {len(args.pair)} pairs")
-    predictor = SequencePredictor.from_pretrained(args.model_dir, device=args.device)
+    predictor = load_predictor(args.model_dir, device=args.device)
     for text, p in zip(args.text, predictor.predict(args.text, args.pair)):
         if args.json:
             print(json.dumps({"text": text, "label": p.label, "score": p.score, "probabilities": p.probabilities},
@@ -401,9 +406,9 @@ def _predict_sequence(args: argparse.Namespace) -> int:
 
 def _predict_tokens(args: argparse.Namespace) -> int:
     from ctxemb.tasks.token.conll import read_conll, write_conll
-    from ctxemb.tasks.token.predict import TokenPredictor
+    from ctxemb.tasks.predictor import load_predictor
 
-    predictor = TokenPredictor.from_pretrained(args.model_dir, device=args.device)
+    predictor = load_predictor(args.model_dir, device=args.device)
     if args.conll is not None:
         sentences = read_conll(args.conll)
         tags = predictor.tag_words([s.words for s in sentences])
@@ -425,12 +430,12 @@ def _predict_tokens(args: argparse.Namespace) -> int:
 
 
 def _predict_qa(args: argparse.Namespace) -> int:
-    from ctxemb.tasks.token.predict import QAPredictor
+    from ctxemb.tasks.predictor import load_predictor
 
     if args.question is None or len(args.question) != len(args.text):
         raise UsageError(f"a QA model needs one --question per passage: {len(args.text)} passages, "
                          f"{len(args.question or [])} questions")
-    predictor = QAPredictor.from_pretrained(args.model_dir, device=args.device)
+    predictor = load_predictor(args.model_dir, device=args.device)
     for question, a in zip(args.question, predictor.answer(args.question, args.text)):
         if args.json:
             print(json.dumps({"question": question, "answer": a.text, "start": a.start_char, "end": a.end_char,

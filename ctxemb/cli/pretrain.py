@@ -13,12 +13,10 @@ from typing import Any
 
 from ctxemb.cli._common import (add_dataclass_flags, add_train_flags, command_help, dataclass_overrides, description,
                                 load_preset, preset_errors, train_overrides)
-# the parser reads the settings only (no torch); the run (ctxemb.tasks.pretraining.recipe) is imported by run_pretrain
+# the parser reads the settings only (no torch); the task and the run are imported by run_pretrain
 from ctxemb.tasks.pretraining.config import PretrainConfig, nest_flat_masking_keys
-from ctxemb.training.config import TrainConfig
+from ctxemb.training.task_config import loop_settings
 
-# the loop's defaults for pretraining where they differ from TrainConfig's
-_PRETRAIN_TRAIN_DEFAULTS = {"learning_rate": 5e-4, "max_steps": 1000}
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -31,7 +29,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     # the recipe's flags, generated from PretrainConfig and its [masking] table (help in the fields' metadata)
     add_dataclass_flags(p.add_argument_group("data, model and objectives (override the TOML file)"), PretrainConfig,
                         nested=("masking",))
-    add_train_flags(p, shown_defaults=_PRETRAIN_TRAIN_DEFAULTS)
+    add_train_flags(p, shown_defaults=PretrainConfig.TRAIN_DEFAULTS)
     p.set_defaults(func=run_pretrain)
     return p
 
@@ -50,7 +48,7 @@ def config_from_args(args: argparse.Namespace) -> PretrainConfig:
 
 def _config_from(args: argparse.Namespace, preset: dict | None) -> PretrainConfig:
     d: dict[str, Any] = nest_flat_masking_keys(preset) if preset else {}  # validated below, with the flags on top
-    train = {**_PRETRAIN_TRAIN_DEFAULTS, **(d.pop("train", {}) or {}), **train_overrides(args)}
+    train = loop_settings(PretrainConfig, d.pop("train", None), train_overrides(args))
     d.update(dataclass_overrides(args, cls=PretrainConfig))
     if args.model is not None:
         try:
@@ -60,14 +58,15 @@ def _config_from(args: argparse.Namespace, preset: dict | None) -> PretrainConfi
     masking = dataclass_overrides(args, "masking.")
     if masking:
         d["masking"] = {**d.get("masking", {}), **masking}
-    return PretrainConfig.from_dict({**d, "train": TrainConfig.from_dict(train)})
+    return PretrainConfig.from_dict({**d, "train": train})
 
 
 def run_pretrain(args: argparse.Namespace) -> int:
-    from ctxemb.tasks.pretraining.recipe import run_pretraining
+    from ctxemb.tasks.pretraining.task import task_for_config
+    from ctxemb.training.runner import run_task
 
     config = config_from_args(args)
-    result = run_pretraining(config)
+    result = run_task(task_for_config(config), config).train
     if result.eval_metrics:
         shown = {k: round(v, 4) for k, v in result.eval_metrics.items()}
         print(f"held-out after step {result.step}: {shown}")

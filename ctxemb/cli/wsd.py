@@ -26,7 +26,7 @@ import logging
 import math
 import sys
 from pathlib import Path
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 from ctxemb.cli._common import (
     UsageError,
@@ -49,6 +49,9 @@ from ctxemb.cli._common import (
 # commands that run
 from ctxemb.wsd.options import (BACK_OFFS, GLOSS_MODES, INPUT_FORMATS, MULTIWORD_MODES, OUTPUT_FORMATS,
                                 PROPAGATION_SCOPES, BuildConfig)
+
+if TYPE_CHECKING:  # the settings are imported where a command builds them
+    from ctxemb.tasks.sense.config import SenseTrainConfig
 
 logger = logging.getLogger(__name__)
 
@@ -212,12 +215,11 @@ def _add_train_parser(sub) -> None:
     # the recipe's flags, generated from SenseTrainConfig (help, choices and spellings in the fields' metadata)
     add_dataclass_flags(r.add_argument_group("sense training (pooling as the Embedder's: build the store with the "
                                              "same)"), SenseTrainConfig)
-    add_train_flags(r, shown_defaults=_WSD_TRAIN_DEFAULTS)
+    add_train_flags(r, shown_defaults=SenseTrainConfig.TRAIN_DEFAULTS)
     r.set_defaults(func=run_train)
 
 
 # the loop's defaults for sense training where they differ from TrainConfig's
-_WSD_TRAIN_DEFAULTS = {"learning_rate": 2e-5, "warmup_ratio": 0.1, "save_every": 500}
 
 
 def train_config_from_args(args: argparse.Namespace) -> SenseTrainConfig:
@@ -234,29 +236,31 @@ def train_config_from_args(args: argparse.Namespace) -> SenseTrainConfig:
 
 
 def _train_config(args: argparse.Namespace, preset: dict | None) -> SenseTrainConfig:
-    from ctxemb.training.config import TrainConfig
     from ctxemb.tasks.sense.config import SenseTrainConfig
+    from ctxemb.training.task_config import loop_settings
 
     preset = dict(preset or {})
-    train_fields = {**_WSD_TRAIN_DEFAULTS, **(preset.pop("train", {}) or {}), **train_overrides(args)}
-    if not train_fields.get("out_dir"):
+    loop = {**(preset.pop("train", {}) or {}), **train_overrides(args)}
+    if not loop.get("out_dir"):
         raise UsageError("give the run directory: --out-dir DIR")
     settings = {**preset, **dataclass_overrides(args, cls=SenseTrainConfig)}
-    return SenseTrainConfig.from_dict({**settings, "train": TrainConfig.from_dict(train_fields)})
+    return SenseTrainConfig.from_dict({**settings, "train": loop_settings(SenseTrainConfig, loop)})
 
 
 def run_train(args: argparse.Namespace) -> int:
-    from ctxemb.tasks.sense.training import run_sense_training, trained_store_defaults
+    from ctxemb.tasks.sense.training import trained_store_defaults
+    from ctxemb.training.registry import get_task
+    from ctxemb.training.runner import run_task
 
     config = train_config_from_args(args)
-    result = run_sense_training(config)
+    result = run_task(get_task(f"wsd-{config.recipe}"), config)
     t = result.train
-    stats = result.stats["train"]
+    stats = result.data.info["stats"]["train"]
     print(f"{config.recipe}: {t.step} steps in {t.elapsed / 60:.1f} min ({stats['targets']} training targets, "
           f"{stats['inputs']} inputs){' (stopped early)' if t.stopped_early else ''}")
     if t.eval_metrics:
         print("held-out: " + ", ".join(f"{k} {v:.4g}" for k, v in t.eval_metrics.items()))
-    opts = result.embedder_options
+    opts = config.embedder_options()
     print(f"model: {result.model_dir} (training run {result.training_run}); build a store with it: ctxemb wsd build "
           f"CORPUS STORE --model {result.model_dir} --layers {' '.join(map(str, opts['layers']))} "
           f"--layer-pooling {opts['layer_pooling']} --subword-pooling {opts['subword_pooling']}")

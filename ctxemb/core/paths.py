@@ -3,8 +3,7 @@
 The shared benchmark data (WordNet, SemCor, the WSD and similarity sets) lives outside the repository.
 It is found through the ``CTXEMB_DATA`` environment variable, else in ``../shared/data`` next to the checkout.
 
-Crash-safe saves and locks moved to :mod:`ctxemb.core.atomic` and :mod:`ctxemb.core.locks`; their names are re-exported
-here for code written against earlier versions (new code imports them from ``ctxemb.core.atomic``).
+Crash-safe saves are in :mod:`ctxemb.core.atomic`, locks in :mod:`ctxemb.core.locks`.
 """
 
 from __future__ import annotations
@@ -12,17 +11,16 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ctxemb.core.atomic import (  # noqa: F401  (re-exported: see the module docstring)
-    RECOVERY_WAIT,
+# ctxemb.training and ctxemb.tasks still import these from here: delete this import once they name ctxemb.core.atomic
+from ctxemb.core.atomic import (  # noqa: F401
     atomic_directory,
     atomic_path,
     atomic_write,
-    recover_directory,
     recover_folder,
     resolve_saved_directory,
 )
 
-_REPO_ROOT = Path(__file__).resolve().parent.parent
+_REPO_ROOT = Path(__file__).resolve().parents[2]  # ctxemb/core/paths.py -> the checkout
 
 
 def shared_data_dir(required: bool = True) -> Path | None:

@@ -30,6 +30,7 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, get_args
 
+from ctxemb.core.machine import describe_machine
 from ctxemb.core.validation import check_choice
 
 if TYPE_CHECKING:
@@ -41,7 +42,7 @@ InferencePrecision = Literal["fp32", "bf16", "int8", "onnx-fp32", "onnx-int8"]
 #: The inference paths :func:`ctxemb.runtime.engine.run_encoder` can run (the last three with a backend from
 #: :func:`ctxemb.runtime.backends.load_backend`).
 INFERENCE_PRECISIONS: tuple[str, ...] = get_args(InferencePrecision)
-#: What an :class:`~ctxemb.embedding.embedder.embedder.EmbedderConfig` accepts: a path, or "auto" (the fastest path within its bound on
+#: What an :class:`~ctxemb.embedding.embedder.EmbedderConfig` accepts: a path, or "auto" (the fastest path within its bound on
 #: the machine at hand; the Embedder records the path it chose).
 INFERENCE_PRECISION_CHOICES: tuple[str, ...] = INFERENCE_PRECISIONS + ("auto",)
 #: Least mean per-word cosine to the exact (fp32) vectors an inference path must reach on the probe before
@@ -82,24 +83,10 @@ class CpuInfo:
 
 @functools.lru_cache(maxsize=None)
 def cpu_info() -> CpuInfo:
-    """This machine's CPU model name and instruction-set flags (no flags where ``/proc/cpuinfo`` is missing)."""
-    import platform
-
-    name, flags = None, None
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                key, _, value = line.partition(":")
-                key = key.strip()
-                if key == "model name" and name is None:
-                    name = value.strip()
-                elif key == "flags" and flags is None:
-                    flags = frozenset(value.split())
-                if name is not None and flags is not None:
-                    break
-    except OSError:
-        pass
-    return CpuInfo(name or platform.processor() or platform.machine(), flags if flags is not None else frozenset())
+    """This machine's CPU model name and instruction-set flags (no flags where ``/proc/cpuinfo`` is missing), as
+    :func:`ctxemb.core.machine.describe_machine` describes them."""
+    machine = describe_machine()
+    return CpuInfo(machine.cpu, machine.flags)
 
 
 @functools.lru_cache(maxsize=None)

@@ -1,7 +1,7 @@
 """What the layers above the model stack need from an embedder, and nothing more.
 
 ``wsd``, ``search`` and ``evaluation`` drive an embedder but must not import the model stack (torch, the encoder),
-so they type against :class:`EmbedderLike`; :class:`ctxemb.embedding.embedder.embedder.Embedder` satisfies it, and so do the
+so they type against :class:`EmbedderLike`; :class:`ctxemb.embedding.embedder.Embedder` satisfies it, and so do the
 deterministic stand-ins the tests use.
 
 Shapes: N texts, W_i words of sentence i, H the embedding dimension.
@@ -19,7 +19,7 @@ from ctxemb.core.validation import check_int
 
 @runtime_checkable
 class EmbedderLike(Protocol):
-    """The embedder surface used above ``ctxemb.embedding.embedder.embedder`` (see :class:`ctxemb.embedding.embedder.embedder.Embedder`).
+    """The embedder surface used above ``ctxemb.embedding.embedder`` (see :class:`ctxemb.embedding.embedder.Embedder`).
 
     Attributes:
         config: the embedder's configuration, with ``to_dict()`` (stores and indexes record it, so that a query
@@ -43,7 +43,7 @@ class EmbedderLike(Protocol):
 
 def batch_size_kwargs(batch_size: int | None) -> dict[str, int]:
     """The ``batch_size`` keyword to pass to an embedder: ``{}`` for None (the embedder's own batching, e.g.
-    :attr:`ctxemb.embedding.embedder.embedder.Embedder.batch_size`), else ``{"batch_size": batch_size}`` after checking it.
+    :attr:`ctxemb.embedding.embedder.Embedder.batch_size`), else ``{"batch_size": batch_size}`` after checking it.
 
     Harnesses above the embedder take ``batch_size: int | None = None`` and pass it on through this, so that the
     embedder owns batching unless the caller chose otherwise.

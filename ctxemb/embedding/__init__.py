@@ -2,7 +2,7 @@
 a corpus embedded into one array (one process, torchrun), fill-mask, and the sentence-transformers directory format
 (read, checked against its encoder, written).
 
-The names below are imported on first use, so that reading :mod:`ctxemb.embedding.embedder.config` loads no torch.
+The names below are imported on first use, so that reading :mod:`ctxemb.embedding.config` loads no torch.
 """
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ from __future__ import annotations
 from ctxemb.core.lazy import lazy_exports
 
 _EXPORTS = {
-    "Embedder": "ctxemb.embedding.embedder.embedder",
-    "EmbedderConfig": "ctxemb.embedding.embedder.config",
-    "PlannedBatch": "ctxemb.embedding.embedder.embedder",
-    "SENTENCE_POOLINGS": "ctxemb.embedding.embedder.st_format",
+    "Embedder": "ctxemb.embedding.embedder",
+    "EmbedderConfig": "ctxemb.embedding.config",
+    "PlannedBatch": "ctxemb.embedding.embedder",
+    "SENTENCE_POOLINGS": "ctxemb.embedding.st_format",
 }
 
 __all__ = list(_EXPORTS)

@@ -1,4 +1,4 @@
-"""How an :class:`~ctxemb.embedding.embedder.embedder.Embedder` makes its vectors (:class:`EmbedderConfig`, recorded with sense stores
+"""How an :class:`~ctxemb.embedding.embedder.Embedder` makes its vectors (:class:`EmbedderConfig`, recorded with sense stores
 and search indexes), and the checks of the options the configuration and the Embedder's methods share.
 
 Hidden-state indices follow transformers' convention: 0 is the embedding output, -1 the last layer.

@@ -4,10 +4,10 @@
     torchrun --nproc_per_node 2 -m ctxemb embed --input texts.txt --output vectors.npy   # (N, H) either way
 
 Row i of the output is the vector of text i (the caller's order), bit for bit the row
-:meth:`~ctxemb.embedding.embedder.embedder.Embedder.embed_sentences` gives for it, whatever the number of processes.
+:meth:`~ctxemb.embedding.embedder.Embedder.embed_sentences` gives for it, whatever the number of processes.
 
 Shards. Every rank computes the same plan: the batches ``embed_sentences`` makes for the whole corpus
-(:meth:`~ctxemb.embedding.embedder.embedder.Embedder.plan_sentence_batches`: texts sorted by length within chunks of consecutive
+(:meth:`~ctxemb.embedding.embedder.Embedder.plan_sentence_batches`: texts sorted by length within chunks of consecutive
 texts, batches under a token budget), dealt whole to the ranks, largest first, each to the rank with the fewest
 padded tokens so far (LPT scheduling). Whole batches, because a vector's last bits depend on the batch it is computed
 in (its padded length and size choose the kernels): a rank that runs the same batches gives the same bits. Padded
@@ -16,7 +16,7 @@ of similar size the ranks end within about one batch of an even split. The batch
 model's maximum, cut into windows, stay together on one rank. To plan, each rank tokenizes 1/W of the texts and the
 token counts are all-gathered (N ints); each rank then tokenizes the texts of its batches again to embed them.
 
-Writing. Rank 0 creates the output's temporary beside ``out_path`` (named as :mod:`ctxemb.core.paths` names them) with its
+Writing. Rank 0 creates the output's temporary beside ``out_path`` (named as :mod:`ctxemb.core.atomic` names them) with its
 ``.npy`` header and full size. Every rank checks that it sees that very file, so across machines ``out_path`` must
 be on a filesystem all ranks share; each then writes its rows in place with positioned writes (``os.pwrite``, not
 through an mmap, whose page-sized write-backs could overwrite a neighbour's rows on a network filesystem), fsyncs,
@@ -48,8 +48,9 @@ from typing import Sequence
 import numpy as np
 
 from ctxemb.core.validation import check_bool, check_choice, check_int, check_string_batch, decode_utf8
-from ctxemb.embedding.embedder.embedder import SENTENCE_POOLINGS, Embedder, PlannedBatch
-from ctxemb.core.paths import atomic_path
+from ctxemb.embedding.embedder import Embedder, PlannedBatch
+from ctxemb.embedding.st_format import SENTENCE_POOLINGS
+from ctxemb.core.atomic import atomic_path
 from ctxemb.models.tokenization import check_no_surrogates, check_texts
 from ctxemb.runtime.distributed import DistributedContext, call_on_every_rank, distributed_session
 
@@ -135,12 +136,12 @@ def embed_corpus_to_file(embedder: Embedder, texts: Sequence[str] | os.PathLike,
     the output file the others write.
 
     Args:
-        embedder: the :class:`~ctxemb.embedding.embedder.embedder.Embedder` (on each rank its own copy of the same model).
+        embedder: the :class:`~ctxemb.embedding.embedder.Embedder` (on each rank its own copy of the same model).
         texts: N strings, or a ``pathlib.Path`` to a UTF-8 file of one text per line (:func:`read_text_lines`); a
             single ``str`` is refused (wrap a text in a list; pass a file's name as a Path).
         out_path: the ``.npy`` file to write; its folder must exist (across machines: on a shared filesystem).
         pooling, normalize, layers, layer_pooling, layer_weights, batch_size: as in
-            :meth:`~ctxemb.embedding.embedder.embedder.Embedder.embed_sentences` (hidden-state indices: 0 = embedding output, -1 = last
+            :meth:`~ctxemb.embedding.embedder.Embedder.embed_sentences` (hidden-state indices: 0 = embedding output, -1 = last
             layer).
         overwrite: replace a file already at ``out_path`` (only once the new one is complete).
         show_progress_bar: a progress bar over rank 0's texts (the other ranks show none).

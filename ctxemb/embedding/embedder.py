@@ -22,20 +22,19 @@ import torch
 
 from ctxemb.core.validation import check_bool, check_choice, check_int
 from ctxemb.runtime.autoprecision import PrecisionChoice, choose_precision
-from ctxemb.runtime.backends import encoder_fingerprint, import_onnxruntime, load_backend, resolve_tokens_per_batch
+from ctxemb.runtime.backends import encoder_fingerprint, import_onnxruntime, load_backend
 from ctxemb.models.encoder_config import SUPPORTED_MODEL_TYPES
-from ctxemb.embedding.embedder.config import (LAYER_POOLINGS, OUTPUTS, SPAN_MODES,  # noqa: F401 (re-exported)
-                                    SUBWORD_POOLINGS, EmbedderConfig, _as_list, _check_layer_args, _check_layer_list,
-                                    _check_spans, _check_token_budget, _check_weights, _layer_reducer, _pool_rows,
-                                    _text_batch, _word_batch)
+from ctxemb.embedding.config import (OUTPUTS, SPAN_MODES, SUBWORD_POOLINGS, EmbedderConfig, _as_list,
+                                     _check_layer_args, _check_layer_list, _check_spans, _check_token_budget,
+                                     _check_weights, _layer_reducer, _pool_rows, _text_batch, _word_batch)
 from ctxemb.runtime.engine import EncoderBackend, TorchBackend, plan_batches, pool_subwords, run_encoder
+from ctxemb.runtime.token_budget import resolve_tokens_per_batch
 from ctxemb.modeling.loading import BACKENDS, load_model
 from ctxemb.modeling.checkpoint import read_training_run
 from ctxemb.modeling.encoder import Encoder
 from ctxemb.modeling.transformers_backend import TransformersEncoder
 from ctxemb.models.hub import DEFAULT_MODEL
-from ctxemb.embedding.embedder.st_format import (  # noqa: F401 (SENTENCE_POOLINGS is re-exported)
-    SENTENCE_POOLINGS,
+from ctxemb.embedding.st_format import (
     SentenceModules,
     configured_layers_win,
     encoder_dir,
@@ -94,7 +93,7 @@ class Embedder:
         config: pooling choices; ``config.model`` is recorded, not loaded.
         batch_size: most texts (or windows) per forward pass, >= 1.
         max_tokens_per_batch: most padded tokens per forward pass, >= 1 (None: no budget); "auto" (the default):
-            the machine's budget (:func:`ctxemb.runtime.backends.resolve_tokens_per_batch`).
+            the machine's budget (:func:`ctxemb.runtime.token_budget.resolve_tokens_per_batch`).
 
     Every method checks all its arguments (and every text) before any work: None or a wrong type is a TypeError
     (``layers=-1`` says to pass a list; a single str says to wrap it), a bad value a ValueError naming the argument
@@ -106,7 +105,7 @@ class Embedder:
     Attributes:
         sentence_modules: the sentence-transformers modules of the model directory (pooling, layers, Dense,
             Normalize, maximum length, prompts), which :meth:`embed_sentences` follows by default; None for a model
-            without them (set by :meth:`from_pretrained`; see :mod:`ctxemb.embedding.embedder.st_format`).
+            without them (set by :meth:`from_pretrained`; see :mod:`ctxemb.embedding.st_format`).
     """
 
     sentence_modules: SentenceModules | None = None
@@ -256,7 +255,7 @@ class Embedder:
                 the message names it), or a bad option; nothing is written.
             FileExistsError: ``path`` exists, is not empty and ``overwrite`` is False, or is a file in the way.
         """
-        from ctxemb.embedding.embedder.st_writer import save_embedder
+        from ctxemb.embedding.st_writer import save_embedder
 
         return save_embedder(self, path, pooling=pooling, normalize=normalize, layers=layers,
                              layer_pooling=layer_pooling, layer_weights=layer_weights,
@@ -517,7 +516,7 @@ class Embedder:
         Args:
             texts: N strings (a single string gives one (H,) vector).
             pooling: one of "mean", "cls", "max", "mean_sqrt_len_tokens", "weightedmean", "lasttoken" (defined in
-                :mod:`ctxemb.embedding.embedder.st_format`; all pool over the special tokens too, as
+                :mod:`ctxemb.embedding.st_format`; all pool over the special tokens too, as
                 sentence-transformers does); default the model's, else "mean".
             normalize: L2-normalise each vector (False also drops the model's Normalize); default the model's,
                 else False.

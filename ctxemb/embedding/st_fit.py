@@ -14,7 +14,7 @@ file, what the encoder needs there and what the file says.
 The encoder's hidden size H and depth L are read from its ``config.json`` (DistilBERT's ``dim`` and ``n_layers``
 too); a config that gives neither is left to the encoder's loader to report.
 
-Embedder configuration. :meth:`ctxemb.embedding.embedder.embedder.Embedder.save_pretrained` records the Embedder's word-vector
+Embedder configuration. :meth:`ctxemb.embedding.embedder.Embedder.save_pretrained` records the Embedder's word-vector
 choices (``layers``, ``layer_pooling``, ``layer_weights``, ``subword_pooling``) under ``ctxemb_embedder`` in
 ``config_sentence_transformers.json`` (sentence-transformers ignores the key). ``Embedder.from_pretrained`` of the
 directory takes them as its configuration, unless it is given a layer choice or a subword pooling itself: the
@@ -29,7 +29,7 @@ from typing import Any, Collection, Sequence
 
 from ctxemb.core.validation import CorruptFileError, read_json_file
 from ctxemb.models.encoder_config import EncoderConfig
-from ctxemb.embedding.embedder.config import EmbedderConfig
+from ctxemb.embedding.config import EmbedderConfig
 
 #: The EmbedderConfig fields an s-t directory saved by ctxemb records (``ctxemb_embedder``).
 RECORDED_FIELDS = ("layers", "layer_pooling", "layer_weights", "subword_pooling")
@@ -135,7 +135,7 @@ def recorded_choices(record: dict | None, given: Collection[str]) -> dict[str, A
 
 
 def record_of(config: EmbedderConfig) -> dict[str, Any]:
-    """What :meth:`~ctxemb.embedding.embedder.embedder.Embedder.save_pretrained` records of an Embedder's configuration."""
+    """What :meth:`~ctxemb.embedding.embedder.Embedder.save_pretrained` records of an Embedder's configuration."""
     weights = None if config.layer_weights is None else [float(w) for w in config.layer_weights]
     return {"layers": list(config.layers), "layer_pooling": config.layer_pooling, "layer_weights": weights,
             "subword_pooling": config.subword_pooling}

@@ -4,7 +4,7 @@ A sentence-transformers (s-t) model directory lists its modules in ``modules.jso
 with ``max_seq_length`` and ``do_lower_case`` in ``sentence_bert_config.json``), optionally a WeightedLayerPooling
 (an average of hidden states ``layer_start..L``), a Pooling (``1_Pooling/config.json``), then Dense, LayerNorm,
 Dropout and Normalize modules in order; ``config_sentence_transformers.json`` holds its prompts. The
-:class:`~ctxemb.embedding.embedder.embedder.Embedder` reads them here (:func:`read_sentence_transformers`) and follows them for sentence
+:class:`~ctxemb.embedding.embedder.Embedder` reads them here (:func:`read_sentence_transformers`) and follows them for sentence
 vectors only (:func:`resolve_sentence_options`); word, token and span vectors keep the Embedder's own layer pooling.
 sentence-transformers itself is never imported: this module re-implements what its modules compute, and the tests
 check it against the installed sentence-transformers.
@@ -44,7 +44,7 @@ import torch.nn.functional as F
 from ctxemb.core.validation import CorruptFileError, check_bool, check_choice, check_int, read_json_file
 from ctxemb.core.atomic import recover_directory
 from ctxemb.models.hub import resolve_model_dir
-from ctxemb.embedding.embedder.st_fit import check_fit, recorded_choices
+from ctxemb.embedding.st_fit import check_fit, recorded_choices
 from ctxemb.models.tokenization import TokenizedText, Tokenizer
 
 logger = logging.getLogger(__name__)
@@ -133,7 +133,7 @@ class SentenceModules:
         default_prompt_name: the prompt used when none is asked for (None: no prompt).
         similarity_fn_name: the similarity the model was made for ("cosine", "dot", ...; None if not recorded).
         embedder: the Embedder configuration ctxemb recorded when it saved the directory (``ctxemb_embedder``; see
-            :mod:`ctxemb.embedding.embedder.st_fit`), or None.
+            :mod:`ctxemb.embedding.st_fit`), or None.
     """
 
     path: str
@@ -376,7 +376,7 @@ def _read_model_config(root: Path) -> dict:
 # ---- the per-call choice ----------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class SentenceOptions:
-    """How one :meth:`~ctxemb.embedding.embedder.embedder.Embedder.embed_sentences` call makes its vectors (see
+    """How one :meth:`~ctxemb.embedding.embedder.Embedder.embed_sentences` call makes its vectors (see
     :func:`resolve_sentence_options`).
 
     Attributes:
@@ -503,7 +503,7 @@ def resolve_sentence_options(modules: SentenceModules | None, tokenizer: Tokeniz
         tokenizer: the Embedder's tokenizer (for the prompt's length and the maximum length).
         pooling: a mode of :data:`SENTENCE_POOLINGS` (one; a model's concatenated modes are kept when not given).
         normalize: True appends an L2 normalisation (if the modules do not end in one); False drops the modules'.
-        layers, layer_pooling, layer_weights: as in :meth:`~ctxemb.embedding.embedder.embedder.Embedder.embed_words`.
+        layers, layer_pooling, layer_weights: as in :meth:`~ctxemb.embedding.embedder.Embedder.embed_words`.
         max_seq_length: truncate inputs to this many tokens (special tokens included), >= 3.
         prompt: a text prepended to every input; prompt_name: the name of one of the model's prompts (not both).
         dimensions: the Embedder's ``dimensions`` (see :attr:`SentenceOptions.dimensions`).

@@ -1,5 +1,5 @@
 """Writing the sentence-transformers directory format: an encoder directory that ``SentenceTransformer(dir)`` loads
-with the sentence pooling ctxemb computes (see :mod:`ctxemb.embedding.embedder.st_format` for the reading side).
+with the sentence pooling ctxemb computes (see :mod:`ctxemb.embedding.st_format` for the reading side).
 
 Two entry points:
 
@@ -34,7 +34,7 @@ from safetensors.torch import save_file as save_safetensors
 from ctxemb.core.validation import check_bool, check_choice, check_int, read_json_file
 from ctxemb.modeling.encoder import Encoder
 from ctxemb.core.atomic import atomic_directory, atomic_write, recover_directory
-from ctxemb.embedding.embedder.st_format import (
+from ctxemb.embedding.st_format import (
     ACTIVATIONS,
     LEGACY_POOLING_KEYS,
     SENTENCE_POOLINGS,
@@ -112,11 +112,11 @@ def write_sentence_transformers_modules(model_dir: str | os.PathLike, *, pooling
 
     Args:
         model_dir: the directory (it must hold ``config.json`` with ``num_hidden_layers`` and ``hidden_size``).
-        pooling: one of :data:`~ctxemb.embedding.embedder.st_format.SENTENCE_POOLINGS`, or several (concatenated).
+        pooling: one of :data:`~ctxemb.embedding.st_format.SENTENCE_POOLINGS`, or several (concatenated).
         layers, layer_pooling, layer_weights: the layer choice (0 = embedding output, -1 = last layer); see
             :func:`st_layer_pooling` for what can be expressed.
         normalize: end with a Normalize module (unit-length vectors).
-        steps: modules after the pooling (:class:`~ctxemb.embedding.embedder.st_format.DenseLayer`,
+        steps: modules after the pooling (:class:`~ctxemb.embedding.st_format.DenseLayer`,
             ``LayerNormStep``, ``NormalizeStep``), before the Normalize that ``normalize`` adds.
         max_seq_length: the longest input in tokens (special tokens included); None: the tokenizer's maximum.
         do_lower_case: lower-case texts before tokenizing.
@@ -124,7 +124,7 @@ def write_sentence_transformers_modules(model_dir: str | os.PathLike, *, pooling
         prompts: prompt name -> text; default_prompt_name: one of them used by default (None: no prompt).
         similarity_fn_name: recorded for s-t's ``similarity`` ("cosine", "dot", "euclidean", "manhattan").
         embedder_config: the Embedder configuration to record for ``Embedder.from_pretrained``
-            (:func:`ctxemb.embedding.embedder.st_fit.record_of`), or None.
+            (:func:`ctxemb.embedding.st_fit.record_of`), or None.
 
     Returns:
         ``model_dir``.
@@ -302,10 +302,10 @@ def save_embedder(embedder: Any, path: str | os.PathLike, *, pooling: str | None
                   normalize: bool | None = None, layers: Sequence[int] | None = None,
                   layer_pooling: str | None = None, layer_weights: Sequence[float] | None = None,
                   max_seq_length: int | None = None, overwrite: bool = False) -> Path:
-    """:meth:`ctxemb.embedding.embedder.embedder.Embedder.save_pretrained` (see there): an Embedder's model as a sentence-transformers
+    """:meth:`ctxemb.embedding.embedder.Embedder.save_pretrained` (see there): an Embedder's model as a sentence-transformers
     directory whose sentence vectors are the Embedder's ``embed_sentences`` vectors with the same options."""
     from ctxemb.modeling.checkpoint import TRAINING_RUN_KEY
-    from ctxemb.embedding.embedder.st_fit import record_of
+    from ctxemb.embedding.st_fit import record_of
 
     opts = resolve_sentence_options(embedder.sentence_modules, embedder.tokenizer, pooling=pooling,
                                     normalize=normalize, layers=layers, layer_pooling=layer_pooling,

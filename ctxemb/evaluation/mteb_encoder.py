@@ -1,9 +1,9 @@
-"""An :class:`~ctxemb.embedding.embedder.embedder.Embedder` as an MTEB model, and MTEB tasks over local data.
+"""An :class:`~ctxemb.embedding.embedder.Embedder` as an MTEB model, and MTEB tasks over local data.
 
 :class:`MTEBEncoder` meets MTEB's encoder interface (``mteb.models.EncoderProtocol`` of mteb 2: ``encode(inputs, *,
 task_metadata, hf_split, hf_subset, prompt_type, **kwargs)`` returning a numpy array, ``similarity``,
 ``similarity_pairwise`` and ``mteb_model_meta``), so ``mteb.evaluate(MTEBEncoder(embedder), tasks)`` runs any MTEB
-task on a ctxemb model. Its sentence vectors are the Embedder's :meth:`~ctxemb.embedding.embedder.embedder.Embedder.embed_sentences`
+task on a ctxemb model. Its sentence vectors are the Embedder's :meth:`~ctxemb.embedding.embedder.Embedder.embed_sentences`
 with the options given (by default those of the model's sentence-transformers modules), and prompts are chosen the
 way MTEB chooses them for a sentence-transformers model. An empty (or blank) text, which ``embed_sentences`` refuses,
 is embedded as sentence-transformers embeds it, so that one empty text in a data set does not abort the run: the
@@ -50,7 +50,7 @@ class MTEBEncoder:
         >>> results = mteb.evaluate(model, mteb.get_tasks(tasks=["STSBenchmark"]))  # doctest: +SKIP
 
     Args:
-        embedder: the :class:`~ctxemb.embedding.embedder.embedder.Embedder` (anything with its ``embed_sentences``).
+        embedder: the :class:`~ctxemb.embedding.embedder.Embedder` (anything with its ``embed_sentences``).
         model_name: the name MTEB records ("org/name"; default "ctxemb/<model>").
         revision: the revision MTEB records (default the model's training-run identity, else "local").
         prompts: MTEB prompt names -> prompt texts ("query", "document", a task type such as "STS", a task name,
@@ -89,7 +89,7 @@ class MTEBEncoder:
     def from_pretrained(cls, model: str | os.PathLike, *, device: str = "cpu", batch_size: int = 64,
                         **kwargs: Any) -> "MTEBEncoder":
         """Load ``model`` with :meth:`Embedder.from_pretrained` and wrap it; ``kwargs`` go to the constructor."""
-        from ctxemb.embedding.embedder.embedder import Embedder
+        from ctxemb.embedding.embedder import Embedder
 
         return cls(Embedder.from_pretrained(model, device=device, batch_size=batch_size), **kwargs)
 
@@ -189,7 +189,7 @@ class MTEBEncoder:
 def _blank_vectors(embedder: Any, texts: list[str], prompt: str | None, options: Mapping[str, Any]) -> np.ndarray:
     """(n, D) vectors of blank texts, made as ``embed_sentences`` makes a text's (which refuses these): the tokenizer
     gives no token, so the model input is [CLS] (prompt) [SEP], run and pooled like any other."""
-    from ctxemb.embedding.embedder.st_format import resolve_sentence_options
+    from ctxemb.embedding.st_format import resolve_sentence_options
 
     choice = {k: options[k] for k in ("pooling", "normalize", "layers", "layer_pooling", "layer_weights",
                                       "max_seq_length") if k in options}

@@ -40,7 +40,7 @@ from ctxemb.geometry.plots import require_matplotlib, write_plots
 from ctxemb.geometry.postprocessing import POSTPROCESSORS, make_postprocessor
 from ctxemb.geometry.results import AnalysisResult, LayerGeometry, WordInstance
 from ctxemb.geometry.rogue import informativity, rogue_dimensions
-from ctxemb.core.paths import atomic_write
+from ctxemb.core.atomic import atomic_write
 from ctxemb.core.protocols import EmbedderLike, batch_size_kwargs
 
 logger = logging.getLogger(__name__)
@@ -216,7 +216,7 @@ def analyze(
     Args:
         embedder: an object with ``num_layers`` (L) and ``embed_words(sentences, *, batch_size, show_progress_bar,
             layers, layer_pooling)`` returning one (W, L + 1, H) array per sentence for ``layer_pooling="stack"``
-            (see ``ctxemb.embedding.embedder.embedder.Embedder``).
+            (see ``ctxemb.embedding.embedder.Embedder``).
         corpus_sentences: sentences as strings (split on whitespace) or as lists of words; S >= 1, N >= 3.
         words: words whose instances are projected to 2-D (matched lower-cased, surrounding punctuation ignored).
         out_dir: folder for ``analysis.json`` and the PNGs (created if needed); None writes nothing.

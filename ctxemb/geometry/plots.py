@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from ctxemb.geometry.results import AnalysisResult
-from ctxemb.core.paths import atomic_write
+from ctxemb.core.atomic import atomic_write
 
 PLOT_NAMES = {
     "anisotropy": "anisotropy_by_layer.png",

@@ -34,7 +34,7 @@ from sklearn.utils.validation import check_is_fitted
 
 from ctxemb.core.validation import CorruptFileError, check_int, check_vectors
 from ctxemb.geometry.options import POSTPROCESSOR_NAMES
-from ctxemb.core.paths import atomic_write
+from ctxemb.core.atomic import atomic_write
 
 logger = logging.getLogger(__name__)
 

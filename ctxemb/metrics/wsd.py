@@ -25,7 +25,7 @@ from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 from typing import Collection, Mapping, Sequence
 
-from ctxemb.core.paths import atomic_write
+from ctxemb.core.atomic import atomic_write
 
 logger = logging.getLogger(__name__)
 

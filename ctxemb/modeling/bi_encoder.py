@@ -35,9 +35,10 @@ from torch import nn
 from ctxemb.core.validation import read_json_file
 from ctxemb.modeling.base import EncoderWithHeads
 from ctxemb.modeling.checkpoint import load_encoder_dir, save_pretrained
-from ctxemb.modeling.contrastive_loss import _check_scale, check_matryoshka, contrastive_loss, false_negative_mask
+from ctxemb.modeling.contrastive_loss import contrastive_loss, false_negative_mask
 from ctxemb.modeling.encoder import Encoder
 from ctxemb.modeling.sequence_classification import mean_pool
+from ctxemb.models.head_options import check_matryoshka, check_scale
 
 # config.json key recording how the bi-encoder was trained (Matryoshka dimensions included: truncation is trained)
 CONTRASTIVE_CONFIG_KEY = "ctxemb_contrastive"
@@ -72,7 +73,7 @@ class EncoderForContrastive(EncoderWithHeads):
     def __init__(self, encoder: Encoder, *, scale: float = 20.0, symmetric: bool = False,
                  matryoshka_dims: Sequence[int] | None = None, matryoshka_weights: Sequence[float] | None = None,
                  cache_batch_size: int | None = None):
-        scale = _check_scale(scale)
+        scale = check_scale(scale)
         checked = check_matryoshka(matryoshka_dims, matryoshka_weights, encoder.config.hidden_size)
         if cache_batch_size is not None and (isinstance(cache_batch_size, bool) or not isinstance(cache_batch_size, int)
                                              or cache_batch_size < 1):

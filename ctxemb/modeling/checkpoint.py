@@ -28,7 +28,7 @@ from safetensors.torch import save_file as save_safetensors
 from ctxemb.core.validation import CorruptFileError, read_json_file
 from ctxemb.models.encoder_config import BASE_MODEL_PREFIXES, EncoderConfig
 from ctxemb.modeling.encoder import Encoder
-from ctxemb.core.paths import atomic_path, atomic_write
+from ctxemb.core.atomic import atomic_path, atomic_write
 
 logger = logging.getLogger(__name__)
 
@@ -311,7 +311,7 @@ def stamp_training_run(model_dir: str | os.PathLike, label: str) -> str:
 
     The identity follows the weights, not the folder: two runs saved to the same path get different identities,
     and a resumed run that ends with bit-identical weights gets the same one as the uninterrupted run. The
-    :class:`~ctxemb.embedding.embedder.embedder.Embedder` reads it into its configuration, so a sense store or search index built with
+    :class:`~ctxemb.embedding.embedder.Embedder` reads it into its configuration, so a sense store or search index built with
     one fine-tuned encoder refuses queries from another with the same architecture and pooling.
 
     Args:

@@ -37,11 +37,11 @@ import torch
 import torch.nn.functional as F
 
 # the checks of the loss's settings live in ctxemb.models.head_options (the fine-tuning configuration runs them without
-# torch); importable from here as before
+# torch)
 from ctxemb.models.head_options import check_matryoshka
 from ctxemb.models.head_options import check_scale as _check_scale
 
-__all__ = ["check_matryoshka", "contrastive_loss", "cosent_loss", "false_negative_mask", "in_batch_negatives_loss",
+__all__ = ["contrastive_loss", "cosent_loss", "false_negative_mask", "in_batch_negatives_loss",
            "matryoshka_loss"]
 
 

@@ -35,12 +35,14 @@ from ctxemb.modeling.base import EncoderWithHeads
 from ctxemb.modeling.checkpoint import load_encoder_dir, save_pretrained
 from ctxemb.modeling.contrastive_loss import false_negative_mask
 from ctxemb.modeling.encoder import Encoder
-from ctxemb.models.head_options import BERT_MARKERS, LateInteractionConfig, LongDocuments  # noqa: F401 (re-export)
+from ctxemb.models.head_options import LateInteractionConfig
+# ctxemb.tasks.late_interaction.task still imports BERT_MARKERS from here: delete this import once it names
+# ctxemb.models.head_options
+from ctxemb.models.head_options import BERT_MARKERS  # noqa: F401
 
 DENSE_DIR = "1_Dense"
 LATE_CONFIG_KEY = "ctxemb_late_interaction"
-# BERT_MARKERS, LongDocuments and LateInteractionConfig live in ctxemb.models.head_options (the fine-tuning
-# configuration reads them without torch); importable from here as before
+# LateInteractionConfig lives in ctxemb.models.head_options (the fine-tuning configuration reads it without torch)
 
 
 def marker_ids(tokenizer, config: LateInteractionConfig) -> tuple[int, int] | None:

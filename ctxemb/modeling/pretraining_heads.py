@@ -34,7 +34,7 @@ from ctxemb.modeling.base import EncoderWithHeads
 from ctxemb.modeling.checkpoint import load_encoder_dir, load_weights_into, save_pretrained
 from ctxemb.modeling.encoder import ACTIVATIONS, Encoder
 from ctxemb.modeling.remote_code import remote_code_config, write_remote_code
-from ctxemb.models.head_options import NSP_INPUTS, NspInput  # noqa: F401 (re-export)
+from ctxemb.models.head_options import NSP_INPUTS, NspInput
 
 logger = logging.getLogger(__name__)
 

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from ctxemb.models.encoder_config import CTXEMB_MODEL_TYPE, FAMILY_KEY
-from ctxemb.core.paths import atomic_write
+from ctxemb.core.atomic import atomic_write
 
 REMOTE_CODE_FILE = "modeling_ctxemb.py"
 #: config.json key holding why the head's Auto class refuses (read by modeling_ctxemb.py's refusing classes).

@@ -1,7 +1,7 @@
 """Sense-aware training objectives over the encoder: a context-gloss bi-encoder and supervised contrastive learning
 on occurrences (the modules; the recipe that feeds them SemCor is :mod:`ctxemb.tasks.sense.training`).
 
-Both read a target word's vector exactly as the :class:`~ctxemb.embedding.embedder.embedder.Embedder` makes it at query time: the
+Both read a target word's vector exactly as the :class:`~ctxemb.embedding.embedder.Embedder` makes it at query time: the
 chosen hidden states (0 = embedding output, -1 = last layer; default the last four) pooled over layers (mean, sum or
 concatenation), then over the word's subword tokens (mean, first or last). That pooling is linear in the token
 states, so a batch carries it as a weight matrix over tokens (:func:`pool_rows`): one row per target word, mean
@@ -35,18 +35,14 @@ from torch import nn
 from ctxemb.core.validation import check_choice
 from ctxemb.modeling.base import EncoderWithHeads, encoder_depth_modules
 from ctxemb.modeling.encoder import Encoder
-from ctxemb.models.head_options import (GLOSS_ENCODERS, LAYER_POOLINGS, NEGATIVES, SCORES, GlossEncoder,  # noqa: F401
-                                     LayerPooling, Negatives, Score)
+from ctxemb.models.head_options import LAYER_POOLINGS, NEGATIVES, SCORES, LayerPooling, Negatives, Score
 
 logger = logging.getLogger(__name__)
 
 __all__ = [
-    "GLOSS_ENCODERS", "LAYER_POOLINGS", "NEGATIVES", "SCORES", "ContextGlossBiEncoder", "SenseTrainingOutput",
-    "SupConSenseEncoder", "bem_loss", "pool_in_length_chunks", "pool_rows", "pooled_states", "supcon_loss",
+    "ContextGlossBiEncoder", "SenseTrainingOutput", "SupConSenseEncoder", "bem_loss", "pool_in_length_chunks",
+    "pool_rows", "pooled_states", "supcon_loss",
 ]
-
-# the choices live in ctxemb.models.head_options (read by the training configuration without torch); importable from
-# here as before
 
 
 @dataclass

@@ -55,10 +55,9 @@ from ctxemb.modeling.contrastive_loss import cosent_loss
 from ctxemb.modeling.checkpoint import load_encoder_dir, load_weights_into, save_pretrained
 from ctxemb.modeling.encoder import Encoder
 from ctxemb.modeling.remote_code import remote_code_config, write_remote_code
-from ctxemb.modeling.family_heads import (ClassificationHead, check_modernbert_head_config,  # noqa: F401 (re-export)
-                                          checkpoint_sequence_head, from_checkpoint_names, modernbert_head_config,
-                                          sequence_head_names, to_checkpoint_names)
-from ctxemb.models.head_options import PAIR_SIMILARITY_LOSSES, REGRESSION_LOSSES  # noqa: F401 (re-export)
+from ctxemb.modeling.family_heads import (check_modernbert_head_config, checkpoint_sequence_head, from_checkpoint_names,
+                                          modernbert_head_config, sequence_head_names, to_checkpoint_names)
+from ctxemb.models.head_options import PAIR_SIMILARITY_LOSSES, REGRESSION_LOSSES
 
 logger = logging.getLogger(__name__)
 

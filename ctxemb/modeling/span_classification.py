@@ -23,10 +23,10 @@ from ctxemb.modeling.base import EncoderWithHeads
 from ctxemb.modeling.checkpoint import load_encoder_dir, load_weights_into, save_pretrained
 from ctxemb.modeling.encoder import Encoder
 from ctxemb.modeling.remote_code import remote_code_config, write_remote_code
-from ctxemb.modeling.token_classification import (NULL_LABEL, SPAN_CONFIG_KEY, SPAN_REFUSAL, BoundaryKind,
-                                                  SummaryKind, BOUNDARY_KINDS, SUMMARY_KINDS, TokenTaskOutput,
+from ctxemb.modeling.token_classification import (NULL_LABEL, SPAN_CONFIG_KEY, SPAN_REFUSAL, TokenTaskOutput,
                                                   _check_dropout, _check_id2label, _heads_with_prefix, _read_config,
                                                   _saved_id2label)
+from ctxemb.models.head_options import BOUNDARY_KINDS, SUMMARY_KINDS, BoundaryKind, SummaryKind
 
 logger = logging.getLogger(__name__)
 

@@ -42,8 +42,7 @@ from ctxemb.modeling.crf import LinearChainCRF, bio_transition_mask
 from ctxemb.modeling.encoder import Encoder
 from ctxemb.modeling.family_heads import modernbert_head_config
 from ctxemb.modeling.remote_code import remote_code_config, write_remote_code
-from ctxemb.models.head_options import (BOUNDARY_KINDS, SUMMARY_KINDS, WORD_DECODINGS, BoundaryKind,  # noqa: F401
-                                     SummaryKind, WordDecoding)
+from ctxemb.models.head_options import WORD_DECODINGS, WordDecoding
 
 logger = logging.getLogger(__name__)
 

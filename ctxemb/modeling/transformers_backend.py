@@ -1,7 +1,7 @@
 """The transformers backend: any encoder that ``transformers.AutoModel`` loads from a local directory, behind the
 same interface as ctxemb's own :class:`~ctxemb.modeling.encoder.Encoder` (``forward`` giving
 :class:`~ctxemb.modeling.encoder.EncoderOutput` with every hidden state, ``resolve_layers``, ``num_layers``), so that
-the :class:`~ctxemb.embedding.embedder.embedder.Embedder` pools its layers and subwords exactly as it pools ours.
+the :class:`~ctxemb.embedding.embedder.Embedder` pools its layers and subwords exactly as it pools ours.
 
 ctxemb's own encoder is exact and faster where it exists (``ctxemb.models.encoder_config.SUPPORTED_MODEL_TYPES``);
 :func:`ctxemb.modeling.loading.load_encoder` chooses this backend for the other model types (DeBERTa-v2/v3, ALBERT, ...) or

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from ctxemb.core.validation import CorruptFileError, read_json_file
-from ctxemb.core.paths import atomic_write
+from ctxemb.core.atomic import atomic_write
 
 logger = logging.getLogger(__name__)
 

@@ -10,8 +10,7 @@ encoder.)
 - The contrastive loss's checks of its settings (:func:`check_scale`, :func:`check_matryoshka`).
 - :class:`LateInteractionConfig`, how a late-interaction model turns texts into token vectors.
 
-The modeling modules that use these names import them from here (``ctxemb.modeling.sense_heads.SCORES``,
-``ctxemb.modeling.late_interaction.LateInteractionConfig`` and the like still name the same objects).
+The modeling modules that use these names import them from here; other code imports them from here too.
 """
 
 from __future__ import annotations

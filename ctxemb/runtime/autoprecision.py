@@ -63,7 +63,7 @@ from ctxemb.runtime.engine import EncoderBackend, pool_subwords, run_encoder
 from ctxemb.modeling.encoder import Encoder
 from ctxemb.core.precision import ACCURACY_BOUNDS, INFERENCE_PRECISIONS as PRECISIONS
 from ctxemb.core.validation import read_json_file
-from ctxemb.core.paths import atomic_write
+from ctxemb.core.atomic import atomic_write
 from ctxemb.models.hub import cache_dir
 from ctxemb.models.tokenization import Tokenizer
 

@@ -48,7 +48,7 @@ from ctxemb._version import __version__
 from ctxemb.runtime.engine import EncoderBackend, TorchBackend
 from ctxemb.core.precision import INFERENCE_PRECISIONS as PRECISIONS
 from ctxemb.modeling.encoder import Encoder
-from ctxemb.core.paths import atomic_path, atomic_write
+from ctxemb.core.atomic import atomic_path, atomic_write
 from ctxemb.runtime.int8_calibration import (CALIBRATION_SENTENCES, CALIBRATION_VERSION, DEFAULT_MAX_OUTLIER_FRACTION,
                                      DEFAULT_OUTLIER_THRESHOLD, Int8Calibration, calibrate_outliers)
 from ctxemb.runtime.int8 import quantize_int8, weight_levels
@@ -99,13 +99,14 @@ def load_backend(encoder: Encoder, precision: str, *, model_name: str | None = N
     return OnnxBackend(path, precision=precision, num_layers=encoder.num_layers)
 
 
-# ---- int8: calibration (cached), token budget --------------------------------------------------------------------
+# ---- int8: calibration (cached) ------------------------------------------------------------------------------------
 def int8_calibration(encoder: Encoder, tokenizer: Tokenizer, *, model_name: str | None = None,
                      fingerprint: str | None = None, use_cache: bool = True) -> Int8Calibration:
-    """The outlier features of ``encoder``'s Linear layers (:func:`ctxemb.runtime.int8.calibrate_outliers` on
-    :data:`ctxemb.runtime.int8.CALIBRATION_SENTENCES`), found once per model and cached beside the auto-precision
-    choices: ``$CTXEMB_CACHE/autoprecision/<model>-int8-calibration-<key>.json`` (written atomically; the key covers
-    the calibration version, threshold and fraction, the model fingerprint and the calibration token ids).
+    """The outlier features of ``encoder``'s Linear layers (:func:`ctxemb.runtime.int8_calibration.calibrate_outliers`
+    on :data:`ctxemb.runtime.int8_calibration.CALIBRATION_SENTENCES`), found once per model and cached beside the
+    auto-precision choices: ``$CTXEMB_CACHE/autoprecision/<model>-int8-calibration-<key>.json`` (written atomically;
+    the key covers the calibration version, threshold and fraction, the model fingerprint and the calibration token
+    ids).
 
     Raises:
         TypeError: ``tokenizer`` is not a ctxemb Tokenizer.
@@ -139,73 +140,6 @@ def int8_calibration(encoder: Encoder, tokenizer: Tokenizer, *, model_name: str 
         except OSError as e:  # a read-only cache costs a calibration per process, nothing else
             logger.warning("could not cache the int8 calibration in %s: %s", path, e)
     return calibration
-
-
-def last_level_cache_bytes() -> int | None:
-    """The size of this CPU's largest (last-level) cache in bytes, from Linux's sysfs; None where it is not known."""
-    best = None
-    for index in sorted(Path("/sys/devices/system/cpu/cpu0/cache").glob("index*")):
-        try:
-            level = int((index / "level").read_text())
-            kind = (index / "type").read_text().strip()
-            size = (index / "size").read_text().strip()
-        except (OSError, ValueError):
-            continue
-        match = re.fullmatch(r"(\d+)([KMG]?)", size)
-        if kind == "Instruction" or match is None:
-            continue
-        value = int(match.group(1)) * {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}[match.group(2)]
-        if best is None or level > best[0]:
-            best = (level, value)
-    return None if best is None else best[1]
-
-
-#: The token budget where the cache size is unknown (the rule below on a 32 MiB last-level cache and MiniLM).
-DEFAULT_TOKENS_PER_BATCH = 2048
-
-
-def recommended_tokens_per_batch(config, cache_bytes: int | None = None) -> int:
-    """A token budget per batch (padded tokens) for CPU inference that keeps a batch's widest activation, the
-    feed-forward one of (tokens, intermediate_size) float32 values, within half of the last-level cache: the largest
-    power of two in 512..8192 that fits (:data:`DEFAULT_TOKENS_PER_BATCH` where the cache size is unknown).
-
-    On a 2-core EPYC (Zen 4, 32 MiB L3; one thread, CPU time), all-MiniLM-L6-v2's int8 path encoded 1,000
-    WikiText-2 sentences, in length-sorted batches limited by the budget alone, at 8,410 real tokens/s with 2,048
-    (7% padding) against 4,461 with 8,192 (22% padding; the activations of 8,192 tokens, 6 KiB each, exceed the L3
-    cache), and 8,365 with 1,024; ``benchmarks/encode_throughput.py --sweep-tokens`` measures the sweep on the machine
-    at hand; with 2,000 sentences (``benchmarks/results/encode_throughput_all-MiniLM-L6-v2.md``, 2 threads) int8
-    ran at 15,823 / 15,540 / 16,266 / 9,411 tokens/s with 1,024 / 2,048 / 4,096 / 8,192 and fp32 at 6,962 / 6,839 /
-    6,718 / 5,313. :class:`~ctxemb.embedding.embedder.embedder.Embedder` takes this budget by default on the CPU.
-
-    Args:
-        config: the encoder's configuration (its ``intermediate_size``, else 4 x ``hidden_size``).
-        cache_bytes: the last-level cache size (default: :func:`last_level_cache_bytes`).
-    """
-    cache_bytes = last_level_cache_bytes() if cache_bytes is None else cache_bytes
-    width = getattr(config, "intermediate_size", None) or 4 * int(config.hidden_size)
-    if not cache_bytes:
-        return DEFAULT_TOKENS_PER_BATCH
-    per_token = 4 * int(width)
-    budget = 512
-    while budget * 2 <= 8192 and budget * 2 * per_token <= cache_bytes // 2:
-        budget *= 2
-    return budget
-
-
-#: The token budget on a GPU (and the Embedder's CPU default before "auto"): GPU memory, not a cache, bounds it there.
-GPU_TOKENS_PER_BATCH = 8192
-
-
-def resolve_tokens_per_batch(budget: int | str | None, encoder) -> int | None:
-    """An Embedder's ``max_tokens_per_batch`` as a number: "auto" -> on the CPU the budget that keeps a batch's
-    feed-forward activations within the last-level cache (:func:`recommended_tokens_per_batch`: 2,048 for MiniLM on
-    a 32 MiB L3, where 8,192-token batches encoded 42% slower), on a GPU :data:`GPU_TOKENS_PER_BATCH`; a number or
-    None (no budget) as given."""
-    if budget != "auto":
-        return budget
-    if next(encoder.parameters()).device.type != "cpu":
-        return GPU_TOKENS_PER_BATCH
-    return recommended_tokens_per_batch(encoder.config)
 
 
 # ---- ONNX export and ONNX Runtime ------------------------------------------------------------------------------

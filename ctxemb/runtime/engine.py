@@ -36,18 +36,10 @@ from tqdm.auto import tqdm
 from ctxemb.core import precision as _precision
 from ctxemb.core.validation import check_int
 from ctxemb.modeling.encoder import Encoder
-from ctxemb.core.precision import (ACCURACY_BOUNDS, INFERENCE_PRECISION_CHOICES, INFERENCE_PRECISIONS,  # noqa: F401
-                              CpuInfo, InferencePrecision, bf16_autocast, check_inference_precision,
-                              cpu_has_native_bf16, cpu_info)
+from ctxemb.core.precision import InferencePrecision, bf16_autocast, check_inference_precision
 from ctxemb.models.tokenization import TokenizedText, Tokenizer, Window
 
 logger = logging.getLogger(__name__)
-
-# The precision vocabulary lives in ctxemb.core.precision (one home for inference and training); these names stay
-# importable from here.
-Precision = InferencePrecision
-PRECISIONS: tuple[str, ...] = INFERENCE_PRECISIONS
-PRECISION_CHOICES: tuple[str, ...] = INFERENCE_PRECISION_CHOICES
 
 
 def precision_context(precision: str, device: torch.device) -> contextlib.AbstractContextManager:
@@ -66,7 +58,7 @@ class EncoderBackend(Protocol):
     :func:`ctxemb.runtime.backends.load_backend`.
 
     Attributes:
-        precision: the path it runs (one of :data:`PRECISIONS`).
+        precision: the path it runs (one of :data:`ctxemb.core.precision.INFERENCE_PRECISIONS`).
         device: where its inputs go.
     """
 
@@ -133,7 +125,7 @@ def plan_batches(tokenizer: Tokenizer, token_counts: Sequence[int], *, batch_siz
     lengths (special tokens included) and the batches (indices into the inputs).
 
     The plan depends on the token counts and the options only, so it can be computed by a process that has not
-    tokenized the texts itself (:mod:`ctxemb.embedding.embedder.corpus` deals whole batches of it to several processes).
+    tokenized the texts itself (:mod:`ctxemb.embedding.corpus` deals whole batches of it to several processes).
 
     Returns:
         (windows, lengths, batches): ``windows[j].item`` is the index of the text input j was cut from.
@@ -152,7 +144,7 @@ def run_encoder(
     *,
     layers: Sequence[int],
     reduce_layers: Callable[[torch.Tensor], torch.Tensor] | None = None,
-    precision: Precision = "fp32",
+    precision: InferencePrecision = "fp32",
     backend: EncoderBackend | None = None,
     batch_size: int = 32,
     max_tokens_per_batch: int | None = 16384,

@@ -13,8 +13,9 @@ Scheme (one Linear, y = x W^T + b, x (M, K) with M = B * T tokens):
 - the products of the inlier features are summed exactly in int32 (``torch._int_mm``), and the zero point comes
   off through the weights' column sums c = sum_k q(W)[:, k], also in int32;
 - the *outlier features* O (a fixed set of input features per Linear, found once per model on calibration text by
-  :func:`calibrate_outliers`) are multiplied in float32 with the original weights (the mixed-precision decomposition
-  of LLM.int8(), Dettmers et al. 2022, with the set fixed instead of found per call):
+  :func:`~ctxemb.runtime.int8_calibration.calibrate_outliers`) are multiplied in float32 with the original weights
+  (the mixed-precision decomposition of LLM.int8(), Dettmers et al. 2022, with the set fixed instead of found per
+  call):
 
       y[t] = s_x[t] * s_w * (q(x[t, ~O]) @ q(W[:, ~O]).T - z[t] * c) + x[t, O] @ W[:, O].T + b
 
@@ -53,9 +54,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ctxemb.runtime.int8_calibration import (CALIBRATION_SENTENCES, CALIBRATION_VERSION,  # noqa: F401 (re-exported)
-                                     DEFAULT_MAX_OUTLIER_FRACTION, DEFAULT_OUTLIER_THRESHOLD, Int8Calibration,
-                                     calibrate_outliers)
+from ctxemb.runtime.int8_calibration import Int8Calibration
 from ctxemb.runtime.kernels import int8_vnni_ops
 from ctxemb.modeling.attention import inference_attention
 from ctxemb.modeling.encoder import ACTIVATIONS, AttentionOutput, Intermediate, Output, SelfAttention

@@ -1,6 +1,6 @@
 """Outlier features of an encoder's Linear layers, found once per model on fixed calibration text: the input
 features whose largest magnitude over that text exceeds a threshold go through float32 in the int8 path
-(:mod:`ctxemb.runtime.int8`, which re-exports these names), so that a token's scale is set by its ordinary features.
+(:mod:`ctxemb.runtime.int8`), so that a token's scale is set by its ordinary features.
 Why a fixed set per model instead of one per call, and why threshold 6: ``docs/design/int8.md``.
 """
 

@@ -28,7 +28,7 @@ searches, exclusive mutation). See docs/guide/reliability.md.
 
 Modules: ``params`` (index kinds and their parameter objects), ``index`` (``SemanticIndex``), ``inputs`` (argument
 checks, the embedder-configuration comparison), ``results`` (``Hit``), ``persistence`` (save, load, the on-disk
-write lock), ``storage`` (the saved directory), ``_backends`` (the FAISS structures), ``text`` (the embedder helpers),
+write lock), ``storage`` (the saved directory), ``faiss_structures`` (the FAISS structures), ``text`` (the embedder helpers),
 ``documents`` (``DocumentIndex``), ``fusion`` (hybrid settings, rank fusion), ``lexical`` (the BM25 half, on ``bm25s``),
 ``sharded`` (one on-disk IVF-PQ index from shards added by several processes or machines) and ``shard_files`` (its
 trained-quantizer and partial directories).
@@ -62,7 +62,7 @@ _EXPORTS = {
     "build_document_index": "ctxemb.search.documents",
     "build_sentence_index": "ctxemb.search.text",
     "build_word_index": "ctxemb.search.text",
-    "embedder_config_differences": "ctxemb.search.index",
+    "embedder_config_differences": "ctxemb.search.inputs",
     "make_params": "ctxemb.search.params",
     "query_sentences": "ctxemb.search.text",
     "query_words": "ctxemb.search.text",

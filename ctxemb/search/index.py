@@ -59,17 +59,15 @@ from tqdm.auto import tqdm
 
 from ctxemb.core.validation import check_int, unit_rows
 from ctxemb.core.locks import DirectoryLock, ReadWriteLock, reads, writes
-from ctxemb.search._backends import Backend, live_selector, make_backend
+from ctxemb.search.faiss_structures import Backend, live_selector, make_backend
 from ctxemb.search.fusion import HybridParams, resolve_hybrid, search_labels
-from ctxemb.search.inputs import (  # noqa: F401  (apply_layer_overrides, check_id_list: for ctxemb.search.text)
+from ctxemb.search.inputs import (
     CHUNK,
-    apply_layer_overrides,
     check_batch,
     check_embedder_config,
     check_id_list,
     check_matrix,
     check_spec,
-    embedder_config_differences,
     json_dict,
     ivfpq_train_sample,
     preview,

@@ -89,7 +89,7 @@ def embedder_config_differences(stored: Mapping | Any, given: Mapping | Any, *, 
     return diffs
 
 
-# Fields whose values give vectors equal up to a documented bound (ctxemb.runtime.engine.ACCURACY_BOUNDS).
+# Fields whose values give vectors equal up to a documented bound (ctxemb.core.precision.ACCURACY_BOUNDS).
 _NEAR_EQUAL_FIELDS = frozenset({"precision"})
 
 

@@ -92,7 +92,7 @@ class DenseRetriever:
     A document scores as its best chunk.
 
     Args:
-        embedder: an :class:`~ctxemb.embedding.embedder.embedder.Embedder`.
+        embedder: an :class:`~ctxemb.embedding.embedder.Embedder`.
         corpus: {doc id: text}.
         vectors: the corpus's (N, H) vectors if already computed (``chunking=None`` only).
         chunking: None, "naive" or "late".

@@ -54,7 +54,7 @@ from tqdm.auto import tqdm
 from ctxemb.core.validation import CorruptFileError, check_choice, check_int, unit_rows
 from ctxemb.core.atomic import atomic_directory, atomic_path, atomic_write, recover_folder
 from ctxemb.core.locks import DirectoryLock, lock_file_beside
-from ctxemb.search._backends import IVFPQBackend
+from ctxemb.search.faiss_structures import IVFPQBackend
 from ctxemb.search.index import SemanticIndex
 from ctxemb.search.inputs import (
     CHUNK,

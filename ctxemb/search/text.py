@@ -1,7 +1,7 @@
 """Build and query a :class:`SemanticIndex` from texts with an embedder.
 
 These helpers take any :class:`ctxemb.core.protocols.EmbedderLike` (``config.to_dict()``, ``embed_sentences``,
-``embed_words``; ``ctxemb.embedding.embedder.embedder.Embedder`` is one); they never import a model themselves, so ``ctxemb.search``
+``embed_words``; ``ctxemb.embedding.embedder.Embedder`` is one); they never import a model themselves, so ``ctxemb.search``
 stays below the embedding layer. Each index records the embedder configuration and a *recipe* (sentence pooling,
 or target word and layer choice), and the query helpers embed queries by the same recipe after checking the
 configuration, so a query from a different model or layer mix raises instead of returning meaningless neighbours.
@@ -25,8 +25,10 @@ import numpy as np
 from ctxemb.core.validation import check_string_batch
 from ctxemb.core.protocols import EmbedderLike, embedder_config_dict
 from ctxemb.search.fusion import HybridParams, check_mode
-from ctxemb.search.index import Hit, SemanticIndex, apply_layer_overrides, check_id_list
+from ctxemb.search.index import SemanticIndex
+from ctxemb.search.inputs import apply_layer_overrides, check_id_list
 from ctxemb.search.params import IndexKind, IndexParams, Metric
+from ctxemb.search.results import Hit
 
 logger = logging.getLogger(__name__)
 

@@ -47,18 +47,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from ctxemb.core.validation import check_choice
 from ctxemb.core.atomic import atomic_write
 from ctxemb.training.task_config import load_finetune_config
 from ctxemb.tasks.sequence.predict import SequencePredictor
-from ctxemb.tasks.predictor import TaskPredictor, load_predictor
+from ctxemb.io.outputs import output_format
+from ctxemb.tasks.predictor import load_predictor
+from ctxemb.training.task import TaskPredictor
 from ctxemb.io.tables import BadRow, is_path, open_rows, resolve_columns
 from ctxemb.tasks.token.predict import QAPredictor, TokenPredictor
 from ctxemb.models.hub import resolve_model_dir
 
 logger = logging.getLogger(__name__)
 
-OUTPUT_FORMATS: tuple[str, ...] = ("jsonl", "csv")
 _PAIR_TASKS = ("mrpc", "rte", "snli", "stsb")
 
 
@@ -74,23 +74,6 @@ class PredictFileResult:
 
 class _BadInput(Exception):
     """A row whose input cannot be used; its message is the reason."""
-
-
-def output_format(path: str | os.PathLike, format: str | None = None,
-                  formats: tuple[str, ...] = OUTPUT_FORMATS) -> str:
-    """The output format: ``format`` if given, else from the extension (``.jsonl``, ``.csv``; a caller with more
-    ``formats``, such as a sense store's ``key``, passes them).
-
-    Raises:
-        ValueError: an unknown format, or an extension that names none.
-    """
-    if format is not None:
-        return check_choice(format, "output format", formats)
-    suffix = Path(path).suffix.lower().lstrip(".")
-    if suffix not in formats:
-        raise ValueError(f"cannot tell the output format of {path} from its extension {Path(path).suffix!r}: name "
-                         f"it {', '.join('.' + f for f in formats)}, or give the format ({', '.join(formats)})")
-    return suffix
 
 
 def default_roles(predictor, saved: Mapping[str, Any]) -> dict[str, Any]:

@@ -369,7 +369,7 @@ class EvalBatches:
 
     With ``lengths``, the shard is visited longest example first (a stable sort), so each batch pads to nearly its
     own length (SST-2's dev set: 3.3x fewer positions than in file order); :attr:`order` names the dataset index
-    of each example as visited, and readers of the outputs (``ctxemb.tasks.outputs``) put them back in
+    of each example as visited, and readers of the outputs (``ctxemb.training.outputs``) put them back in
     dataset order. Each example's outputs are those of file order up to float rounding (padding is masked).
 
     Args:

@@ -28,12 +28,11 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from ctxemb.training.registry import get_task
-from ctxemb.training.config import TrainConfig
-from ctxemb.training.recipe import MODEL_DIR
+from ctxemb.training.task_config import loop_settings
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["INTERMEDIATE_DIR", "intermediate_run", "train"]
+__all__ = ["INTERMEDIATE_DIR", "intermediate_run"]
 
 INTERMEDIATE_DIR = "intermediate"
 # What the intermediate run takes from the target run's loop, whatever its own [train] says.
@@ -58,9 +57,8 @@ def intermediate_run(config) -> tuple[Any, Any]:
     loop = spec.pop("train", None) or {}
     if not isinstance(loop, Mapping):
         raise ValueError(f"intermediate.train must be a table of loop settings; got {type(loop).__name__}")
-    train = {"learning_rate": task.default_learning_rate, "warmup_ratio": 0.1, **loop,
-             **{k: getattr(config.train, k) for k in _SHARED_TRAIN},
-             "out_dir": str(Path(config.train.out_dir) / INTERMEDIATE_DIR), "resume": bool(config.train.resume)}
+    shared = {**{k: getattr(config.train, k) for k in _SHARED_TRAIN},
+              "out_dir": str(Path(config.train.out_dir) / INTERMEDIATE_DIR), "resume": bool(config.train.resume)}
     fields = {f.name for f in dataclasses.fields(task.config_class)}
     unknown = sorted(set(spec) - fields)
     if unknown:
@@ -68,35 +66,6 @@ def intermediate_run(config) -> tuple[Any, Any]:
                          f"({task.config_class.__name__})")
     try:
         return task, task.config_class(task=name, model=spec.pop("model", config.model),
-                                       train=TrainConfig.from_dict(train), **spec)
+                                       train=loop_settings(task.config_class, loop, shared), **spec)
     except (TypeError, ValueError) as e:
         raise ValueError(f"intermediate ({name}): {e}") from None
-
-
-def train(task, config):
-    """Train a task from its config, its intermediate stage first if it has one (and it has not finished yet), then
-    the target task from the stage's encoder with a new head: what ``ctxemb finetune`` runs. Returns the target
-    run's result (``FinetuneResult``, ``TokenFinetuneResult``, or the skeleton's ``TaskRun`` for a user's task)."""
-    if not getattr(config, "intermediate", None):
-        return _train_one(task, config)
-    inter_task, inter_config = intermediate_run(config)  # checked before anything is trained
-    model_dir = Path(inter_config.train.out_dir) / MODEL_DIR
-    if (model_dir / "run.json").is_file():
-        logger.info("intermediate stage %s: reusing the finished run in %s", inter_task.name, model_dir)
-    else:
-        logger.info("intermediate stage: %s into %s, then %s with a new head", inter_task.name,
-                    inter_config.train.out_dir, task.name)
-        _train_one(inter_task, inter_config)
-    return _train_one(task, dataclasses.replace(config, model=str(model_dir), new_head=True, intermediate=None))
-
-
-def _train_one(task, config):
-    from ctxemb.training.runner import run_task
-    from ctxemb.tasks.sequence.task import FinetuneConfig, run_finetuning
-    from ctxemb.tasks.token.task import TokenFinetuneConfig, run_token_finetuning
-
-    if isinstance(config, TokenFinetuneConfig):
-        return run_token_finetuning(config)
-    if isinstance(config, FinetuneConfig):
-        return run_finetuning(config)
-    return run_task(task, config)  # a task registered by the user: the same skeleton

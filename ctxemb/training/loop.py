@@ -35,14 +35,12 @@ import torch.distributed as dist
 from torch import nn
 
 from ctxemb.core.paths import resolve_saved_directory
-from ctxemb.core.precision import TRAINING_PRECISIONS as PRECISIONS
-from ctxemb.core.precision import TrainingPrecision as Precision
 from ctxemb.core.precision import bf16_autocast as autocast
 from ctxemb.core.precision import explain_training_precision
 from ctxemb.core.precision import resolve_training_precision as resolve_precision
 from ctxemb.training import faults
 from ctxemb.training.callbacks import Callback, TrainResult
-from ctxemb.training.config import TrainConfig, epochs_to_steps
+from ctxemb.training.config import TrainConfig
 from ctxemb.training.data import Batch, batch_size_of, count_tokens, move_to_device
 from ctxemb.runtime.distributed import (DistributedContext, all_reduce_mean, all_reduce_sum, any_process,
                                          init_distributed, shutdown, unwrap_model, wrap_model)
@@ -54,9 +52,7 @@ from ctxemb.training.state import (capture_rng_state, latest_checkpoint, list_ch
 logger = logging.getLogger(__name__)
 
 # Kept importable from here (their homes are training.config, .callbacks, .logging and ctxemb.core.precision).
-__all__ = ["Callback", "LOSS_PLOT_FILE", "METRICS_FILE", "PRECISIONS", "Precision", "TrainConfig", "TrainResult",
-           "check_fresh_out_dir", "epochs_to_steps", "evaluate", "resolve_precision", "seed_everything", "train",
-           "write_loss_plot"]
+__all__ = ["Callback", "LOSS_PLOT_FILE", "METRICS_FILE", "TrainConfig", "TrainResult", "check_fresh_out_dir", "evaluate", "resolve_precision", "seed_everything", "train", "write_loss_plot"]
 
 
 # --------------------------------------------------------------------------------------------------- evaluation

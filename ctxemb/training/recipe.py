@@ -30,7 +30,6 @@ import json
 import logging
 import math
 import os
-import platform
 import sys
 import time
 from dataclasses import dataclass, field
@@ -43,7 +42,8 @@ from torch import nn
 
 from ctxemb.core.validation import read_json_file
 from ctxemb._version import __version__
-from ctxemb.core.precision import cpu_info, explain_training_precision
+from ctxemb.core.machine import describe_machine
+from ctxemb.core.precision import explain_training_precision
 from ctxemb.modeling.checkpoint import stamp_training_run
 from ctxemb.core.paths import atomic_directory, atomic_write
 from ctxemb.training.callbacks import BestWeights, Callback, EarlyStopping, TrainResult
@@ -60,8 +60,6 @@ logger = logging.getLogger(__name__)
 SETTINGS_FILE = "run_settings.json"
 RUN_RECORD_FILE = "run.json"
 BEST_FILE = "best.json"
-# The CPU flags worth recording: they decide what "auto" precision and the int8 kernels do.
-_CPU_FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16", "amx_int8", "avx_vnni")
 
 
 def resolve_steps(train_config: TrainConfig, *, epochs: float | None, batches_per_epoch: int | None,
@@ -86,11 +84,10 @@ def resolve_steps(train_config: TrainConfig, *, epochs: float | None, batches_pe
 
 def machine_info() -> dict[str, Any]:
     """The machine a run trained on: CPU model name and the instruction-set flags that matter, cores, threads,
-    platform, GPU (None on a CPU)."""
-    cpu = cpu_info()
-    return {"cpu": cpu.name, "cpu_flags": [f for f in _CPU_FLAGS if f in cpu.flags], "cpu_count": os.cpu_count(),
-            "torch_threads": torch.get_num_threads(), "platform": platform.platform(),
-            "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None}
+    platform, GPU (None on a CPU): :func:`ctxemb.core.machine.describe_machine`, in the run record's shape."""
+    machine = describe_machine()
+    return {"cpu": machine.cpu, "cpu_flags": machine.cpu_flags, "cpu_count": machine.cpu_count,
+            "torch_threads": machine.torch_threads, "platform": machine.os, "cuda": machine.gpu}
 
 
 def versions() -> dict[str, str]:
@@ -195,11 +192,17 @@ class RunResult:
         eval_seconds: of the run's wall time, spent in the task's evaluator.
         interpolation: what the ``interpolate`` setting chose (alpha, metrics, the candidates), or None.
         record: the run record written to ``model/run.json``.
+        data: the task's data (:class:`~ctxemb.training.task.TaskData`, set by
+            :func:`~ctxemb.training.runner.run_task`; e.g. sense training's feature counts in ``data.info``).
+        trials: for a search or repeated seeds (:func:`~ctxemb.training.runner.run_task`'s ``search``/``seeds``):
+            ``kind`` ("grid" or "seeds"), the trials' rows (and the seeds' summary), the chosen trial.
+
+    ``model`` is None for a run read back from its directory (:func:`read_run_result`).
     """
 
     train: TrainResult
     train_config: TrainConfig
-    model: nn.Module
+    model: nn.Module | None
     model_dir: Path
     training_run: str | None
     eval_history: list[dict[str, float]]
@@ -208,6 +211,8 @@ class RunResult:
     eval_seconds: float = 0.0
     interpolation: dict[str, Any] | None = None
     record: dict[str, Any] = field(default_factory=dict)
+    data: Any = None
+    trials: dict[str, Any] | None = None
 
 
 def run_record(spec: RunSpec, train_config: TrainConfig, result: TrainResult, *, device: torch.device,
@@ -426,3 +431,23 @@ def read_run_record(model_dir: str | os.PathLike) -> dict[str, Any] | None:
     """The run record a recipe saved with a model (``run.json``), or None for a model no recipe saved."""
     path = Path(model_dir) / RUN_RECORD_FILE
     return read_json_file(path, "run record") if path.is_file() else None
+
+
+def read_run_result(model_dir: str | os.PathLike) -> RunResult:
+    """The :class:`RunResult` of a finished run, read back from its saved model directory (its run record): steps,
+    metrics, settings; ``model`` is None and the loop's per-step losses are not kept.
+
+    Raises:
+        FileNotFoundError: ``model_dir`` holds no run record.
+    """
+    record = read_run_record(model_dir)
+    if record is None:
+        raise FileNotFoundError(f"{model_dir} holds no run record ({RUN_RECORD_FILE}): not a finished training run")
+    training, metrics = record.get("training", {}), record.get("metrics", {})
+    train = TrainResult(step=training.get("steps", 0), start_step=training.get("steps", 0),
+                        eval_metrics=metrics.get("loop_eval"), elapsed=training.get("train_seconds") or 0.0,
+                        stopped_early=bool(training.get("stopped_early")))
+    return RunResult(train=train, train_config=TrainConfig.from_dict(record["train"]), model=None,
+                     model_dir=Path(model_dir), training_run=record.get("training_run"),
+                     eval_history=list(metrics.get("history") or []), final_metrics=dict(metrics.get("final") or {}),
+                     best_step=metrics.get("best_step"), interpolation=metrics.get("interpolation"), record=record)

@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from ctxemb.training.task_config import CONFIG_FILE, FinetuneRunConfig
+from ctxemb.training.task_config import CONFIG_FILE, FinetuneRunConfig, load_finetune_config
 from ctxemb.models.hub import resolve_model_dir
 from ctxemb.models.tokenization import copy_tokenizer_files
 from ctxemb.training.config import TrainConfig
@@ -72,7 +72,6 @@ class Task:
         primary_metric: the evaluation key that model selection and early stopping follow.
         greater_is_better: whether a higher ``primary_metric`` is better.
         config_class: the settings dataclass (:class:`FinetuneRunConfig` or a subclass).
-        default_learning_rate: the CLI's learning rate when none is given.
         description: one line for ``--help``.
         command: the CLI command that trains it (``"finetune"``; ``"pretrain"``, ``"wsd train"``).
     """
@@ -82,7 +81,6 @@ class Task:
     primary_metric: str | None = "accuracy"
     greater_is_better: bool = True
     config_class: type = FinetuneRunConfig
-    default_learning_rate: float = 2e-5
     description: str = ""
     command: str = "finetune"
 
@@ -184,6 +182,33 @@ class Task:
 
     def predict(self, model, tokenizer, inputs: Sequence, saved: dict[str, Any]) -> list:
         raise NotImplementedError(f"task {self.name!r} does not define predict(...)")
+
+    # ---- predictions: every saved model, built-in or not, is predicted through its task -------------------------
+    def prediction_kind(self, saved: Mapping[str, Any]) -> str:
+        """What ``ctxemb predict`` feeds the model and prints: ``"sequence"`` (texts, or pairs), ``"token"``
+        (words of a text, or a CoNLL file), ``"qa"`` (a context and a question), or ``"inputs"`` (each input a JSON
+        value, given to :meth:`predict`; the default). ``saved`` is the run's ``finetune_config.json``."""
+        return "inputs"
+
+    def predictor(self, model_dir, *, device="cpu"):
+        """The object whose ``predict(inputs)`` gives this task's predictions from a saved model (default:
+        :meth:`load` and :meth:`predict` with the model's tokenizer)."""
+        return TaskPredictor(self, model_dir, device=device)
+
+
+class TaskPredictor:
+    """A saved model of a task with its tokenizer: ``predict(inputs)`` calls the task's ``predict``."""
+
+    def __init__(self, task: Task, model_dir, *, device="cpu"):
+        from ctxemb.models.tokenization import Tokenizer
+
+        path = Path(resolve_model_dir(model_dir))
+        self.task, self.saved = task, load_finetune_config(path) or {}
+        self.model = task.load(path).to(device).eval()
+        self.tokenizer = Tokenizer.from_pretrained(path)
+
+    def predict(self, inputs: Sequence) -> list:
+        return self.task.predict(self.model, self.tokenizer, inputs, self.saved)
 
 
 def stamp_label(name: str) -> str:

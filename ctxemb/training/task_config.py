@@ -16,13 +16,13 @@ from typing import Any, ClassVar, Literal, Mapping
 from ctxemb.core.validation import check_choice, check_int, check_probability, read_json_file
 from ctxemb.models.encoder_config import field_help as _meta
 from ctxemb.models.hub import DEFAULT_MODEL
-from ctxemb.training.config import MODEL_DIR, TrainConfig
+from ctxemb.training.config import TrainConfig
 
 Regime = Literal["full", "frozen", "last_k"]
 REGIMES: tuple[str, ...] = ("full", "frozen", "last_k")
 CONFIG_FILE = "finetune_config.json"
 
-__all__ = ["CONFIG_FILE", "MODEL_DIR", "REGIMES", "FinetuneRunConfig", "Regime", "load_finetune_config"]
+__all__ = ["CONFIG_FILE", "REGIMES", "FinetuneRunConfig", "Regime", "load_finetune_config"]
 
 
 def _positive_int(value: Any, name: str) -> None:
@@ -122,9 +122,11 @@ class FinetuneRunConfig:
         "batches shuffled): less padding"))
     recipe_preset: str | None = field(default=None, metadata=_meta(
         "the preset the run's settings started from, and why (recorded by ctxemb finetune)", cli=False))
-    train: TrainConfig = field(default_factory=lambda: TrainConfig(learning_rate=2e-5),
-                               metadata=_meta("the loop's settings", cli=False))
+    train: TrainConfig | None = field(default=None, metadata=_meta("the loop's settings", cli=False))
 
+    #: The loop's settings a run of this config starts from, under a preset's ``[train]`` and the flags
+    #: (:func:`loop_settings`): the one place a family's default learning rate is declared.
+    TRAIN_DEFAULTS: ClassVar[Mapping[str, Any]] = {"learning_rate": 2e-5, "warmup_ratio": 0.1}
     # positive-int fields beyond the shared ones, checked by __post_init__ (subclasses extend it)
     _POSITIVE_INTS: ClassVar[tuple[str, ...]] = ()
 
@@ -150,7 +152,7 @@ class FinetuneRunConfig:
         for name in ("max_train_examples", "max_eval_examples"):
             if getattr(self, name) is not None:
                 _positive_int(getattr(self, name), name)
-        if not self.train.out_dir:
+        if self.train is None or not self.train.out_dir:
             raise ValueError("train.out_dir is required: checkpoints, metrics and the model go there")
 
     def to_dict(self) -> dict[str, Any]:
@@ -169,6 +171,19 @@ class FinetuneRunConfig:
         elif self.regime == "last_k":
             model.freeze_all_but_last(self.last_k)
         return model
+
+
+def loop_settings(config_class: type, *layers: Mapping[str, Any] | None) -> TrainConfig:
+    """The loop's settings of a run of ``config_class``: its ``TRAIN_DEFAULTS``, then each of ``layers`` in order
+    (a preset's ``[train]`` table, then the flags); None layers are skipped.
+
+    Raises:
+        ValueError: a setting :class:`TrainConfig` refuses (naming it).
+    """
+    merged: dict[str, Any] = dict(config_class.TRAIN_DEFAULTS)
+    for layer in layers:
+        merged.update(layer or {})
+    return TrainConfig.from_dict(merged)
 
 
 def load_finetune_config(model_dir: str | Path) -> dict[str, Any] | None:

@@ -145,7 +145,7 @@ def build_sense_store(
     Args:
         corpus: training corpus, e.g. ``read_dataset(".../Training_Corpora/SemCor")`` or the training part of
             :func:`~ctxemb.wsd.corpus.split_corpus_by_document`.
-        embedder: an :class:`~ctxemb.embedding.embedder.embedder.Embedder` (any :class:`~ctxemb.core.protocols.EmbedderLike` with ``dim``).
+        embedder: an :class:`~ctxemb.embedding.embedder.Embedder` (any :class:`~ctxemb.core.protocols.EmbedderLike` with ``dim``).
         config: the switches.
         examples: more contexts for the sense vectors but not for the prior's counts, e.g.
             :func:`~ctxemb.wsd.wordnet_examples.wordnet_example_corpus` (folded in by

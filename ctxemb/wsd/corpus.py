@@ -29,7 +29,7 @@ from xml.sax.saxutils import escape
 import numpy as np
 
 from ctxemb.core.validation import CorruptFileError, decode_utf8
-from ctxemb.core.paths import atomic_write
+from ctxemb.core.atomic import atomic_write
 
 logger = logging.getLogger(__name__)
 

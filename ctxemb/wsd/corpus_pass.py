@@ -29,7 +29,7 @@ import numpy as np
 
 from ctxemb.core.validation import check_choice, read_json_file
 from ctxemb.geometry.postprocessing import Standardizer
-from ctxemb.core.paths import atomic_directory, resolve_saved_directory
+from ctxemb.core.atomic import atomic_directory, resolve_saved_directory
 from ctxemb.core.protocols import EmbedderLike, batch_size_kwargs, embedder_config_dict
 from ctxemb.wsd.corpus import Corpus, Sentence
 from ctxemb.wsd.sense_store import SenseStore

@@ -27,7 +27,7 @@ import numpy as np
 
 from ctxemb.core.validation import check_choice
 from ctxemb.core.protocols import EmbedderLike, batch_size_kwargs, embedder_config_dict
-from ctxemb.search.index import embedder_config_differences
+from ctxemb.search.inputs import embedder_config_differences
 from ctxemb.wsd import wordnet as wnu
 from ctxemb.wsd.corpus import Corpus, Sentence, regex_tokenize
 from ctxemb.wsd.corpus_pass import check_word_vectors, embedder_words

@@ -50,9 +50,8 @@ from ctxemb.core.atomic import atomic_directory, resolve_saved_directory
 from ctxemb.core.locks import DirectoryLock, ReadWriteLock, lock_file_beside, reads, writes
 from ctxemb.search.storage import CorruptFileError
 from ctxemb.wsd.query_transform import QueryTransform
-from ctxemb.wsd.sense_store_files import (  # noqa: F401  (directory_size: re-exported)
+from ctxemb.wsd.sense_store_files import (
     ORIGINS,
-    directory_size,
     read_arrays,
     read_faiss,
     read_keys,

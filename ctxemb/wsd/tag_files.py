@@ -44,7 +44,7 @@ from typing import Any, Callable, Mapping
 
 from ctxemb.core.validation import check_choice, check_int
 from ctxemb.core.atomic import atomic_write
-from ctxemb.tasks.predict_files import output_format
+from ctxemb.io.outputs import output_format
 from ctxemb.io.tables import BadRow, open_rows, resolve_columns
 from ctxemb.wsd.corpus import Corpus, read_raganato
 from ctxemb.wsd.disambiguate import Disambiguator, SensePrediction
@@ -140,7 +140,7 @@ def load_disambiguator(store: str | os.PathLike | SenseStore, *, model: str | No
         FileNotFoundError: no store at ``store``.
         ValueError: the store records no embedder, or the embedder differs from the recorded one.
     """
-    from ctxemb.embedding.embedder.embedder import Embedder, EmbedderConfig
+    from ctxemb.embedding.embedder import Embedder, EmbedderConfig
 
     if not isinstance(store, SenseStore):
         store = SenseStore.load(store)

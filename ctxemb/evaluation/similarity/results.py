@@ -17,7 +17,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 
 from ctxemb.core.validation import CorruptFileError, read_json_file
-from ctxemb.core.paths import atomic_write
+from ctxemb.core.atomic import atomic_write
 
 logger = logging.getLogger(__name__)
 

@@ -31,8 +31,8 @@ from ctxemb.evaluation.similarity.data import (
     load_word_similarity,
 )
 from ctxemb.evaluation.similarity.graded_pairs import evaluate_graded_pairs
-from ctxemb.evaluation.similarity.options import (DEFAULT_TASKS, FIT_ON, TASKS, WORD_SIM_TASKS, FitOn,  # noqa: F401
-                                                    Task, WordSimTask)
+from ctxemb.evaluation.similarity.options import (DEFAULT_TASKS, FIT_ON, TASKS, WORD_SIM_TASKS, FitOn, Task,
+                                                    WordSimTask)
 from ctxemb.evaluation.similarity.records import WordPair
 from ctxemb.evaluation.similarity.results import SimilarityResult
 from ctxemb.evaluation.similarity.sentences import (

@@ -2,7 +2,7 @@
 
 Layers. ``layers="sweep"`` embeds once with every hidden state stacked (``layer_pooling="stack"``) and scores each
 hidden state ("0" = embedding output ... "L" = last layer; ``hidden_states`` has L + 1 entries), the average of the
-last four ("last4", the default configuration of :class:`ctxemb.embedding.embedder.embedder.EmbedderConfig`) and, for sentences,
+last four ("last4", the default configuration of :class:`ctxemb.embedding.embedder.EmbedderConfig`) and, for sentences,
 "first-last" (average of hidden states 1 and L, Su et al. 2021). ``layers="default"`` uses the embedder's own
 configuration (one view, labelled by it).
 
@@ -25,8 +25,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from ctxemb.core.validation import check_choice
-from ctxemb.evaluation.similarity.options import (LAYER_MODES, POSTPROCESS_NAMES, LayerMode,  # noqa: F401
-                                                    PostprocessName)
+from ctxemb.evaluation.similarity.options import LAYER_MODES, POSTPROCESS_NAMES, LayerMode
 from ctxemb.evaluation.similarity.results import NOT_FITTED
 from ctxemb.geometry.postprocessing import make_postprocessor
 from ctxemb.core.protocols import EmbedderLike, embedder_config_dict

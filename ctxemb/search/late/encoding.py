@@ -1,6 +1,6 @@
 """Queries and documents as bags of contextual token vectors, with ColBERT's conventions (late interaction).
 
-A :class:`LateInteractionEncoder` wraps an :class:`~ctxemb.embedding.embedder.embedder.Embedder` (any precision, any layer choice)
+A :class:`LateInteractionEncoder` wraps an :class:`~ctxemb.embedding.embedder.Embedder` (any precision, any layer choice)
 and adds what ColBERT (Khattab & Zaharia 2020; Santhanam et al. 2022) does around the encoder:
 
 - **markers**: a query marker token after ``[CLS]`` of a query and a document marker after ``[CLS]`` of a document
@@ -68,10 +68,10 @@ class LateInteractionEncoder:
     @classmethod
     def from_pretrained(cls, model_dir: str | os.PathLike, **embedder_args) -> "LateInteractionEncoder":
         """A trained late-interaction model (``ctxemb finetune late-interaction``): its encoder through an
-        :class:`~ctxemb.embedding.embedder.embedder.Embedder` (``embedder_args``: precision, device, ...; the last layer), its
+        :class:`~ctxemb.embedding.embedder.Embedder` (``embedder_args``: precision, device, ...; the last layer), its
         projection and the conventions it was trained with."""
         from ctxemb.core.validation import read_json_file
-        from ctxemb.embedding.embedder.embedder import Embedder
+        from ctxemb.embedding.embedder import Embedder
         from ctxemb.models.hub import resolve_model_dir
 
         directory = resolve_model_dir(model_dir)

@@ -138,3 +138,10 @@ class ContrastiveConfig(FinetuneRunConfig):
                                  f"'dev+test'); got {self.train_split!r}")
             if self.eval_split != "dev":
                 raise ValueError(f"allnli selects on STS-B dev: eval_split must be 'dev'; got {self.eval_split!r}")
+
+
+# ---- what this family contributes to the catalog (ctxemb.tasks.catalog reads it without importing torch)
+#: The command that trains this family's tasks.
+COMMAND = "finetune"
+#: The built-in tasks of this family, by name, and the settings class each trains with.
+BUILTIN_TASKS: dict[str, type] = {name: ContrastiveConfig for name in CONTRASTIVE_TASKS}

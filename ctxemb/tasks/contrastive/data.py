@@ -241,8 +241,8 @@ def embed_texts(model, tokenizer, texts: Sequence[str], *, max_length: int, batc
                 progress: str | None = None) -> np.ndarray:
     """(N, H) float32 unit vectors of ``texts`` from a bi-encoder (``model.encode``), in eval mode, batched by length
     (the caller's order is kept). The model's training mode is restored. ``progress``: the label of a bar over the
-    batches (:func:`ctxemb.tasks.outputs.eval_bar`; None: no bar)."""
-    from ctxemb.tasks.outputs import eval_bar
+    batches (:func:`ctxemb.training.outputs.eval_bar`; None: no bar)."""
+    from ctxemb.training.outputs import eval_bar
 
     ids, _ = _ids(tokenizer, texts, max_length)
     order = sorted(range(len(ids)), key=lambda i: len(ids[i]))

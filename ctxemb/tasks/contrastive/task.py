@@ -26,8 +26,7 @@ import numpy as np
 from ctxemb.training.task_config import FinetuneRunConfig
 # the settings (ContrastiveConfig and its tasks) live in finetuning.contrastive_config, read without torch;
 # importable from here as before
-from ctxemb.tasks.contrastive.config import (_SNLI_SPLITS, _XQUAD_PARTS, CONTRASTIVE_TASKS,  # noqa: F401
-                                                  ContrastiveConfig)
+from ctxemb.tasks.contrastive.config import CONTRASTIVE_TASKS, ContrastiveConfig
 from ctxemb.tasks.contrastive.data import (ContrastiveCollator, ContrastiveExample, allnli_examples,
                                                 embed_texts, encode_contrastive, inverse_cloze_examples,
                                                 read_contrastive_table, retrieval_corpus, retrieval_metrics,
@@ -39,7 +38,7 @@ from ctxemb.training.task import Task, TaskData, save_model_files
 from ctxemb.modeling.loading import load_tokenizer
 from ctxemb.modeling.bi_encoder import EncoderForContrastive
 from ctxemb.models.hub import resolve_model_dir
-from ctxemb.embedding.embedder.st_writer import write_sentence_transformers_modules
+from ctxemb.embedding.st_writer import write_sentence_transformers_modules
 
 logger = logging.getLogger(__name__)
 
@@ -51,7 +50,6 @@ class ContrastiveTask(Task):
 
     family = "contrastive"
     config_class = ContrastiveConfig
-    default_learning_rate = 2e-5
 
     def __init__(self, name: str):
         if name not in CONTRASTIVE_TASKS:
@@ -169,3 +167,8 @@ def config_fields() -> tuple[str, ...]:
     """The settings :class:`ContrastiveConfig` adds to :class:`FinetuneRunConfig` (for the CLI's flags)."""
     shared = {f.name for f in dataclasses.fields(FinetuneRunConfig)}
     return tuple(f.name for f in dataclasses.fields(ContrastiveConfig) if f.name not in shared)
+
+
+def builtin_tasks() -> list:
+    """This family's tasks, for the registry (:mod:`ctxemb.tasks.builtin`)."""
+    return [ContrastiveTask(name) for name in CONTRASTIVE_TASKS]

@@ -7,6 +7,7 @@ imports no torch: ``ctxemb finetune --help`` builds its flags from it at once. T
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any, ClassVar, Mapping
 
 from ctxemb.models.encoder_config import field_help as _meta
 from ctxemb.training.task_config import FinetuneRunConfig
@@ -39,6 +40,7 @@ class LateInteractionTaskConfig(FinetuneRunConfig):
         eval_batch_size: texts per batch in the dev evaluation.
     """
 
+    TRAIN_DEFAULTS: ClassVar[Mapping[str, Any]] = {"learning_rate": 3e-5, "warmup_ratio": 0.1}
     max_length: int = field(default=256, metadata=_meta("document tokens, special tokens included",
                                                          type="positive_int"))
     anchor: str = field(default="anchor", metadata=_meta("the query column of a table"))
@@ -85,3 +87,10 @@ class LateInteractionTaskConfig(FinetuneRunConfig):
         """The input conventions recorded with the model."""
         return LateInteractionConfig(query_length=self.query_length, document_length=self.max_length,
                                      markers=BERT_MARKERS if self.markers else None)
+
+
+# ---- what this family contributes to the catalog (ctxemb.tasks.catalog reads it without importing torch)
+#: The command that trains this family's tasks.
+COMMAND = "finetune"
+#: The built-in tasks of this family, by name, and the settings class each trains with.
+BUILTIN_TASKS: dict[str, type] = {name: LateInteractionTaskConfig for name in LATE_INTERACTION_TASKS}

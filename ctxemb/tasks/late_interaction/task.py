@@ -124,7 +124,6 @@ class LateInteractionTask(Task):
     family = "late-interaction"
     config_class = LateInteractionTaskConfig
     primary_metric = "mrr@10"
-    default_learning_rate = 3e-5
 
     def __init__(self, name: str = "late-interaction"):
         self.name = name
@@ -223,8 +222,8 @@ def _pca_init(model: EncoderForLateInteraction, tokenizer, texts: Sequence[str],
 def _vectors(model, tokenizer, texts: Sequence[str], conventions: LateInteractionConfig, side: str,
              batch_size: int, progress: bool = False) -> list[np.ndarray]:
     """Token vectors of ``texts`` (queries: all query_length positions; documents: scored tokens only); with
-    ``progress``, a bar over the batches (:func:`ctxemb.tasks.outputs.eval_bar`)."""
-    from ctxemb.tasks.outputs import eval_bar
+    ``progress``, a bar over the batches (:func:`ctxemb.training.outputs.eval_bar`)."""
+    from ctxemb.training.outputs import eval_bar
 
     bar = eval_bar(-(-len(texts) // batch_size), show=progress, examples=len(texts), desc=f"dev {side}s")
     markers = marker_ids(tokenizer, conventions)
@@ -275,3 +274,8 @@ def config_fields() -> tuple[str, ...]:
     """The settings :class:`LateInteractionTaskConfig` adds to :class:`FinetuneRunConfig` (for the CLI's flags)."""
     shared = {f.name for f in dataclasses.fields(FinetuneRunConfig)} - {"max_length"}
     return tuple(f.name for f in dataclasses.fields(LateInteractionTaskConfig) if f.name not in shared)
+
+
+def builtin_tasks() -> list:
+    """This family's tasks, for the registry (:mod:`ctxemb.tasks.builtin`)."""
+    return [LateInteractionTask(name) for name in LATE_INTERACTION_TASKS]

@@ -17,7 +17,7 @@ import logging
 import tomllib
 from dataclasses import InitVar, dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Mapping
+from typing import Any, ClassVar, Literal, Mapping
 
 from ctxemb.core.validation import check_choice
 from ctxemb.models.encoder_config import EncoderConfig
@@ -174,7 +174,8 @@ class PretrainConfig:
         'batches of the evaluation corpus per evaluation', type='positive_int'))
     shards_dir: str | None = field(default=None, metadata=_meta(
         'where the tokenized corpus shards are written (default: OUT_DIR/shards)'))
-    train: TrainConfig = field(default_factory=lambda: TrainConfig(learning_rate=5e-4, max_steps=1000),
+    TRAIN_DEFAULTS: ClassVar[Mapping[str, Any]] = {"learning_rate": 5e-4, "max_steps": 1000}
+    train: TrainConfig = field(default_factory=lambda: TrainConfig(**PretrainConfig.TRAIN_DEFAULTS),
                                metadata=_meta("the loop's settings", cli=False))
     max_len: InitVar[int | None] = None  # the old name of max_length: accepted with a deprecation warning
 
@@ -261,3 +262,14 @@ def _renamed(new: str, old: str, what: str) -> property:
 
 
 PretrainConfig.max_len = _renamed("max_length", "max_len", "pretraining settings")  # type: ignore[assignment]
+
+
+#: The pretraining objectives, each a task (the heads it trains, joined by "-").
+OBJECTIVES: tuple[tuple[str, ...], ...] = (("mlm",), ("mlm", "nsp"), ("mlm", "sbo"), ("mlm", "nsp", "sbo"))
+
+
+# ---- what this family contributes to the catalog (ctxemb.tasks.catalog reads it without importing torch)
+#: The command that trains this family's tasks.
+COMMAND = "pretrain"
+#: The built-in tasks of this family, by name, and the settings class each trains with.
+BUILTIN_TASKS: dict[str, type] = {"-".join(heads): PretrainConfig for heads in OBJECTIVES}

@@ -57,26 +57,13 @@ import torch
 
 # the distributions masking draws from live in mask_distributions, its settings (MaskingConfig, read without torch)
 # in masking_config; importable from here as before
-from ctxemb.tasks.pretraining.mask_distributions import (_as_float_vector, _check_fraction, _check_token_ids,  # noqa: F401
-                                                   clipped_geometric_mean, clipped_geometric_pmf, masking_budget,
-                                                   unigram_weights)
-from ctxemb.tasks.pretraining.masking_config import (SELECTIONS, STRATEGIES, MaskingConfig, MaskingStrategy,  # noqa: F401
-                                               SelectionMode)
+from ctxemb.tasks.pretraining.mask_distributions import (_as_float_vector, _check_token_ids, clipped_geometric_pmf,
+                                                         masking_budget)
+from ctxemb.tasks.pretraining.masking_config import MaskingConfig
 
 logger = logging.getLogger(__name__)
 
-__all__ = [
-    "IGNORE_INDEX",
-    "MaskingStrategy",
-    "SelectionMode",
-    "MaskingConfig",
-    "MaskedBatch",
-    "Masker",
-    "unigram_weights",
-    "clipped_geometric_pmf",
-    "clipped_geometric_mean",
-    "masking_budget",
-]
+__all__ = ["IGNORE_INDEX", "MaskingConfig", "MaskedBatch", "Masker", "clipped_geometric_pmf", "masking_budget"]
 
 IGNORE_INDEX = -100
 """Label at positions that are not predicted (``torch.nn.CrossEntropyLoss``'s default ``ignore_index``)."""

@@ -29,10 +29,10 @@ from typing import Any, Sequence
 
 from ctxemb.models.encoder_config import EncoderConfig
 from ctxemb.training.task import Task, TaskData
-from ctxemb.embedding.embedder.fill_mask import MaskFiller
+from ctxemb.embedding.fill_mask import MaskFiller
 from ctxemb.modeling.pretraining_heads import EncoderForPretraining
 from ctxemb.tasks.pretraining.batches import PretrainingBatches
-from ctxemb.tasks.pretraining.config import PretrainConfig
+from ctxemb.tasks.pretraining.config import OBJECTIVES, PretrainConfig
 from ctxemb.tasks.pretraining.masking import Masker
 from ctxemb.tasks.pretraining.shards import TokenShards, build_token_shards
 from ctxemb.models.hub import resolve_model_dir
@@ -125,7 +125,6 @@ class PretrainingTask(Task):
     primary_metric = "loss"
     greater_is_better = False
     config_class = PretrainConfig
-    default_learning_rate = 5e-4
     command = "pretrain"
 
     def __init__(self, heads: Sequence[str]):
@@ -206,13 +205,17 @@ class PretrainingTask(Task):
         return EncoderForPretraining.from_pretrained(resolve_model_dir(model_dir), missing_heads="raise")
 
     def predict(self, model, tokenizer, inputs: Sequence[str], saved: dict[str, Any]) -> list:
-        """The top 5 fills of every mask of each text (:class:`~ctxemb.embedding.embedder.fill_mask.MaskFiller`)."""
+        """The top 5 fills of every mask of each text (:class:`~ctxemb.embedding.fill_mask.MaskFiller`)."""
         return MaskFiller(model.eval(), tokenizer)(list(inputs), top_k=5)
 
 
-#: The pretraining tasks, by name (registered in :mod:`ctxemb.training.registry`).
-PRETRAINING_TASKS: dict[str, PretrainingTask] = {
-    t.name: t for t in (PretrainingTask(h) for h in (("mlm",), ("mlm", "nsp"), ("mlm", "sbo"), ("mlm", "nsp", "sbo")))}
+#: The pretraining tasks, by name (registered by :mod:`ctxemb.tasks.builtin`).
+PRETRAINING_TASKS: dict[str, PretrainingTask] = {t.name: t for t in (PretrainingTask(h) for h in OBJECTIVES)}
+
+
+def builtin_tasks() -> list[PretrainingTask]:
+    """This family's tasks, for the registry."""
+    return list(PRETRAINING_TASKS.values())
 
 
 def task_for_config(config: PretrainConfig) -> PretrainingTask:

@@ -21,7 +21,8 @@ from ctxemb.training.data import PlannedBatches, pack_batches
 from ctxemb.wsd.corpus import Corpus
 from ctxemb.wsd.corpus_pass import embedder_words
 
-from ctxemb.tasks.sense.inventory import _BUCKET_BATCHES, SenseInventory, SenseTrainConfig, WordNetInventory
+from ctxemb.tasks.sense.inventory import _BUCKET_BATCHES, SenseInventory, WordNetInventory
+from ctxemb.tasks.sense.config import SenseTrainConfig
 
 logger = logging.getLogger(__name__)
 

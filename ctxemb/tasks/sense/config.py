@@ -10,7 +10,7 @@ import dataclasses
 import logging
 import math
 from dataclasses import InitVar, dataclass, field
-from typing import Any, Literal, Mapping
+from typing import Any, ClassVar, Literal, Mapping
 
 from ctxemb.core.validation import check_choice, check_int
 from ctxemb.models.encoder_config import field_help as _meta
@@ -134,7 +134,8 @@ class SenseTrainConfig:
         'SupCon: senses of one lemma sampled together in a batch', type='positive_int'))
     occurrences_per_sense: int = field(default=4, metadata=_meta(
         'SupCon: occurrences sampled per sense', type='positive_int'))
-    train: TrainConfig = field(default_factory=lambda: TrainConfig(learning_rate=2e-5, warmup_ratio=0.1),
+    TRAIN_DEFAULTS: ClassVar[Mapping[str, Any]] = {"learning_rate": 2e-5, "warmup_ratio": 0.1, "save_every": 500}
+    train: TrainConfig = field(default_factory=lambda: TrainConfig(**SenseTrainConfig.TRAIN_DEFAULTS),
                                metadata=_meta("the loop's settings", cli=False))
     # the old name of max_train_examples: accepted with a deprecation warning
     max_train_sentences: InitVar[int | None] = None
@@ -211,7 +212,7 @@ class SenseTrainConfig:
         return cls(**d)  # __post_init__ turns a ``train`` mapping into a TrainConfig
 
     def embedder_options(self) -> dict[str, Any]:
-        """The :class:`~ctxemb.embedding.embedder.embedder.EmbedderConfig` fields that pool as this run trained."""
+        """The :class:`~ctxemb.embedding.embedder.EmbedderConfig` fields that pool as this run trained."""
         return {"layers": list(self.layers), "layer_pooling": self.layer_pooling,
                 "subword_pooling": self.subword_pooling}
 
@@ -226,3 +227,10 @@ def _renamed(new: str, old: str, what: str) -> property:
 
 SenseTrainConfig.max_train_sentences = _renamed(  # type: ignore[assignment]
     "max_train_examples", "max_train_sentences", "sense-training settings")
+
+
+# ---- what this family contributes to the catalog (ctxemb.tasks.catalog reads it without importing torch)
+#: The command that trains this family's tasks.
+COMMAND = "wsd train"
+#: The built-in tasks of this family, by name, and the settings class each trains with.
+BUILTIN_TASKS: dict[str, type] = {f"wsd-{recipe}": SenseTrainConfig for recipe in RECIPES}

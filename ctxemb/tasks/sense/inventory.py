@@ -9,7 +9,6 @@ from ctxemb.wsd.disambiguate import Disambiguator
 from ctxemb.wsd.glosses import gloss_words
 # the settings live in ctxemb.tasks.sense.config (read by `ctxemb wsd train --help` without the WSD stack or torch);
 # importable from here as before
-from ctxemb.tasks.sense.config import _SUBWORD_POOLINGS, RECIPES, Recipe, SenseTrainConfig  # noqa: F401
 
 MODEL_DIR = "model"
 GLOSS_ENCODER_DIR = "gloss_encoder"

@@ -22,7 +22,6 @@ from typing import Any
 import numpy as np
 
 from ctxemb.core.validation import check_choice
-from ctxemb.training.registry import register_task
 from ctxemb.training.task import Task, TaskData
 from ctxemb.modeling.loading import load_encoder, load_tokenizer
 from ctxemb.modeling.checkpoint import save_pretrained, stamp_training_run
@@ -35,8 +34,8 @@ from ctxemb.training.config import TrainConfig
 from ctxemb.training.recipe import RunData, RunResult, RunSpec, machine_info
 from ctxemb.wsd.corpus import Corpus, read_dataset, split_corpus_by_document
 from ctxemb.tasks.sense.batches import _eval_batches, build_features, make_batch_source
-from ctxemb.tasks.sense.inventory import (GLOSS_ENCODER_DIR, RECIPES, STORE_DEFAULTS, TRAINING_FILE, SenseInventory,
-                                     SenseTrainConfig)
+from ctxemb.tasks.sense.inventory import GLOSS_ENCODER_DIR, STORE_DEFAULTS, TRAINING_FILE, SenseInventory
+from ctxemb.tasks.sense.config import RECIPES, SenseTrainConfig
 from ctxemb.wsd.wordnet_examples import merge_corpora, wordnet_example_corpus
 
 logger = logging.getLogger(__name__)
@@ -112,7 +111,6 @@ class SenseTask(Task):
     primary_metric = "accuracy"
     greater_is_better = True
     config_class = SenseTrainConfig
-    default_learning_rate = 2e-5
     command = "wsd train"
 
     def __init__(self, recipe: str, *, corpus: Corpus | None = None, inventory: SenseInventory | None = None):
@@ -238,5 +236,10 @@ class SenseTask(Task):
         return load_encoder(model_dir)
 
 
-#: The registered sense-training tasks, by recipe.
-SENSE_TASKS: dict[str, SenseTask] = {recipe: register_task(SenseTask(recipe)) for recipe in RECIPES}
+#: The sense-training tasks, by recipe (registered by :mod:`ctxemb.tasks.builtin`).
+SENSE_TASKS: dict[str, SenseTask] = {recipe: SenseTask(recipe) for recipe in RECIPES}
+
+
+def builtin_tasks() -> list[SenseTask]:
+    """This family's tasks, for the registry."""
+    return list(SENSE_TASKS.values())

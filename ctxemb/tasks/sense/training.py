@@ -1,5 +1,5 @@
 """Training a sense-aware encoder on a sense-annotated corpus (SemCor), for nearest-sense WSD with the ordinary
-:class:`~ctxemb.embedding.embedder.embedder.Embedder` and :func:`~ctxemb.wsd.build.build_sense_store` (J&M 11.3.1, with an encoder
+:class:`~ctxemb.embedding.embedder.Embedder` and :func:`~ctxemb.wsd.build.build_sense_store` (J&M 11.3.1, with an encoder
 fine-tuned so that the sense points separate).
 
 Two recipes (:data:`RECIPES`) on the shared loop (:func:`ctxemb.training.train`: progress, checkpoints, exact resume,
@@ -38,7 +38,9 @@ tokenizer, and ``wsd_training.json`` (the configuration, the Embedder settings t
 settings chosen for the recipe on the dev sets (:func:`trained_store_defaults`), data counts, the held-out documents,
 time and hardware); ``config.json`` carries the run's identity
 (:func:`~ctxemb.modeling.checkpoint.stamp_training_run`), which the Embedder reads, so a sense store built with this
-encoder refuses queries from any other one. ``Embedder.from_pretrained(result.model_dir)`` uses it unchanged.
+encoder refuses queries from any other one. ``Embedder.from_pretrained(model_dir)`` uses it unchanged. The run itself is :func:`ctxemb.training.runner.run_task` of
+the task ``wsd-<recipe>`` (:class:`~ctxemb.tasks.sense.task.SenseTask`; ``SenseTask(recipe, corpus=, inventory=)``
+trains on another corpus or sense inventory); this module reads what a trained model records.
 
 Shapes: B context inputs, T their tokens, M targets, G distinct glosses, T_g their tokens, K candidates.
 """
@@ -46,82 +48,17 @@ Shapes: B context inputs, T their tokens, M targets, G distinct glosses, T_g the
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Sequence
 
 from ctxemb.core.validation import read_json_file
-from ctxemb.training.runner import run_task
-from ctxemb.training.loop import Callback, TrainResult
-from ctxemb.training.recipe import SETTINGS_FILE
-from ctxemb.wsd.corpus import Corpus
-# the settings, the data and the task live in wsd.sense_config, wsd.sense_batches and wsd.sense_task; importable from
-# here as before
-from ctxemb.tasks.sense.batches import (ContextInput, SenseFeatures, Target, _eval_batches,  # noqa: F401
-                                      build_features, make_batch_source)
-from ctxemb.tasks.sense.inventory import (GLOSS_ENCODER_DIR, MODEL_DIR, RECIPES, TRAINING_FILE, Recipe,  # noqa: F401
-                                     SenseInventory, SenseTrainConfig, WordNetInventory)
-from ctxemb.tasks.sense.task import (RESUME_FREE, SENSE_TASKS, SenseTask, TimeBudget,  # noqa: F401
-                                   build_sense_model, default_corpus_path)
+from ctxemb.tasks.sense.inventory import TRAINING_FILE
 
-__all__ = [
-    "RECIPES", "MODEL_DIR", "SETTINGS_FILE", "TRAINING_FILE", "SenseFeatures", "SenseInventory", "SenseTask",
-    "SenseTrainConfig", "SenseTrainResult", "TimeBudget", "WordNetInventory", "build_features",
-    "check_held_out_documents", "make_batch_source", "run_sense_training", "trained_embedder_options",
-    "trained_store_defaults",
-]
-
-
-@dataclass
-class SenseTrainResult:
-    """What :func:`run_sense_training` did.
-
-    Attributes:
-        train: the loop's result (steps, losses, history, checkpoint, elapsed seconds).
-        model_dir: the saved encoder (HF layout; ``Embedder.from_pretrained(model_dir, **embedder_options)``).
-        training_run: the identity stamped into its ``config.json``.
-        embedder_options: the Embedder fields that pool as the run trained.
-        stats: feature counts of the training (and held-out) data.
-    """
-
-    train: TrainResult
-    model_dir: Path
-    training_run: str | None
-    embedder_options: dict[str, Any]
-    stats: dict[str, Any]
-
-
-def run_sense_training(config: SenseTrainConfig, *, corpus: Corpus | None = None,
-                       inventory: SenseInventory | None = None,
-                       callbacks: Iterable[Callback] | None = None) -> SenseTrainResult:
-    """Train an encoder with one recipe and save it (see the module docstring): the task ``wsd-<recipe>``
-    (:class:`~ctxemb.tasks.sense.task.SenseTask`) through :func:`ctxemb.training.runner.run_task`, the path every
-    recipe takes.
-
-    Args:
-        config: the run.
-        corpus: the corpus to split and train on (default: read ``config.corpus``, or SemCor).
-        inventory: candidates and glosses (default WordNet).
-        callbacks: extra loop callbacks (e.g. to stop early; a later ``resume=True`` run continues exactly).
-
-    Returns:
-        A :class:`SenseTrainResult`.
-
-    Raises:
-        FileNotFoundError: the corpus or the model cannot be found.
-        ValueError: no usable target, bad settings; see :func:`ctxemb.training.train` for the loop's errors.
-    """
-    if not isinstance(config, SenseTrainConfig):
-        raise TypeError(f"config must be a SenseTrainConfig, got {type(config).__name__}")
-    task = SENSE_TASKS[config.recipe] if corpus is None and inventory is None else \
-        SenseTask(config.recipe, corpus=corpus, inventory=inventory)
-    done = run_task(task, config, callbacks=list(callbacks or []))
-    return SenseTrainResult(train=done.run.train, model_dir=done.model_dir, training_run=done.run.training_run,
-                            embedder_options=config.embedder_options(), stats=done.data.info["stats"])
+__all__ = ["check_held_out_documents", "trained_embedder_options", "trained_store_defaults"]
 
 
 def check_held_out_documents(model: str | os.PathLike, held_out: Sequence[str]) -> None:
-    """Refuse to evaluate an encoder trained by :func:`run_sense_training` on documents it was trained on.
+    """Refuse to evaluate an encoder trained by sense training on documents it was trained on.
 
     Args:
         model: a model name or directory (only directories with a ``wsd_training.json`` are checked).
@@ -158,7 +95,7 @@ def trained_embedder_options(model_dir: str | os.PathLike) -> dict[str, Any]:
 
 
 def trained_store_defaults(model: str | os.PathLike | None) -> dict[str, Any]:
-    """The sense-store settings recorded with a model trained by :func:`run_sense_training` (its recipe's
+    """The sense-store settings recorded with a model trained by sense training (its recipe's
     :data:`~ctxemb.tasks.sense.inventory.STORE_DEFAULTS`: ``prior_weight``, ``wordnet_examples``); ``{}`` for any other
     model (a name, a directory without ``wsd_training.json``, or a record without store settings)."""
     record = _training_record(model)

@@ -47,7 +47,8 @@ class FinetuneConfig(FinetuneRunConfig):
     """
 
     head: str = field(default="checkpoint", metadata=_meta(
-        'checkpoint, cls, mean or cosine (the --head flag covers every family)', cli=False))
+        'checkpoint (pooler / dense+tanh, what transformers computes), cls (W_C on the raw [CLS]), mean (mean '
+        'pooling), or cosine (a bi-encoder for scored pairs, whose encoder then serves the Embedder)', choices=HEADS))
     regression_loss: str = field(default="mse", metadata=_meta(
         "the loss for scored pairs: mse (on the score; the bi-encoder: its cosine against score / max), bce (a "
         "cross-encoder: sigmoid(logit) against the score scaled to [0, 1]) or cosent (the bi-encoder: CoSENT's "
@@ -102,3 +103,10 @@ def sequence_columns(config: FinetuneConfig) -> dict:
     updated by ``config.columns`` (roles ``text``/``text_a``, ``text_b``, ``label``, ``id``)."""
     return resolve_columns(config.columns, {"text_a": config.text_a, "text_b": config.text_b, "label": config.label,
                                             "id": None}, aliases={"text": "text_a"})
+
+
+# ---- what this family contributes to the catalog (ctxemb.tasks.catalog reads it without importing torch)
+#: The command that trains this family's tasks.
+COMMAND = "finetune"
+#: The built-in tasks of this family, by name, and the settings class each trains with.
+BUILTIN_TASKS: dict[str, type] = {name: FinetuneConfig for name in TASKS + ("custom",)}

@@ -16,7 +16,7 @@ from ctxemb.core.validation import check_int, check_string_batch, read_json_file
 from ctxemb.training.task_config import load_finetune_config
 from ctxemb.tasks.sequence.data import TextExample
 from ctxemb.tasks.sequence.features import model_inputs
-from ctxemb.tasks.outputs import predict_outputs
+from ctxemb.training.outputs import predict_outputs
 from ctxemb.modeling.sequence_classification import (PAIR_HEAD_CONFIG_KEY, EncoderForPairSimilarity,
                                                      EncoderForSequenceClassification)
 from ctxemb.models.hub import resolve_model_dir

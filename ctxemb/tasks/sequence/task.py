@@ -12,21 +12,18 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
 import numpy as np
 
 from ctxemb.core.validation import read_json_file
-from ctxemb.training.task_config import (CONFIG_FILE, MODEL_DIR, REGIMES, FinetuneRunConfig, Regime,  # noqa: F401
-                                     load_finetune_config)
 from ctxemb.tasks.sequence.features import model_inputs
+from ctxemb.tasks.sequence.predict import SequencePredictor
 from ctxemb.tasks.sequence.label_classes import encode_labels
-from ctxemb.tasks.outputs import predict_outputs
-from ctxemb.tasks.sequence.data import TASKS, TaskData as TableData, TextExample, load_task, read_table  # noqa: F401
-from ctxemb.tasks.sequence.config import (_SYMMETRIC_PAIR_TASKS, HEADS, SCORED_PAIR_LOSSES,  # noqa: F401
-                                               FinetuneConfig, sequence_columns)
+from ctxemb.training.outputs import predict_outputs
+from ctxemb.tasks.sequence.data import TASKS, TaskData as TableData, load_task, read_table
+from ctxemb.tasks.sequence.config import FinetuneConfig, sequence_columns
 from ctxemb.io.tables import class_names, is_path, open_rows
 from ctxemb.training.task import Task, TaskData, feature_lengths, save_model_files
 from ctxemb.metrics.classification import accuracy, binary_f1
@@ -34,8 +31,7 @@ from ctxemb.metrics.correlation import pearson, spearman
 from ctxemb.modeling.sequence_classification import (PAIR_HEAD_CONFIG_KEY, EncoderForPairSimilarity,
                                                      EncoderForSequenceClassification)
 from ctxemb.models.hub import resolve_model_dir
-from ctxemb.embedding.embedder.st_writer import write_sentence_transformers_modules
-from ctxemb.training.callbacks import TrainResult
+from ctxemb.embedding.st_writer import write_sentence_transformers_modules
 from ctxemb.training.data import EvalBatches
 
 logger = logging.getLogger(__name__)
@@ -43,21 +39,7 @@ logger = logging.getLogger(__name__)
 # CONFIG_FILE, MODEL_DIR, REGIMES, FinetuneRunConfig and load_finetune_config live in finetuning.config;
 # FinetuneConfig, HEADS and sequence_columns in finetuning.sequence_config (read without torch); model_inputs in
 # finetuning.features; predict_outputs in finetuning.outputs. Importable from here as before.
-__all__ = ["CONFIG_FILE", "HEADS", "MODEL_DIR", "REGIMES", "FinetuneConfig", "FinetuneResult", "FinetuneRunConfig",
-           "Regime", "SequenceTask", "TextExample", "build_model", "load_finetune_config", "load_task_data",
-           "model_inputs", "predict_outputs", "run_finetuning", "task_metrics"]
-
-
-@dataclass
-class FinetuneResult:
-    """The loop's result, the dev metrics after each epoch and at the end, and where the model is."""
-
-    train: TrainResult
-    eval_history: list[dict[str, float]]
-    final_metrics: dict[str, float]
-    model_dir: Path
-    eval_seconds: float = 0.0  # of the run's wall time, spent evaluating (the rest is training and saving)
-    training_run: str | None = None  # the stamp in the saved model's config.json
+__all__ = ["FinetuneConfig", "SequenceTask", "build_model", "load_task_data", "model_inputs", "predict_outputs", "task_metrics"]
 
 
 def load_task_data(config: FinetuneConfig) -> TableData:
@@ -155,7 +137,6 @@ class SequenceTask(Task):
 
     family = "sequence"
     config_class = FinetuneConfig
-    default_learning_rate = 2e-5
 
     def __init__(self, name: str):
         self.name = name
@@ -202,6 +183,13 @@ class SequenceTask(Task):
             write_sentence_transformers_modules(directory, pooling="mean", layers=[-1], normalize=False,
                                                 max_seq_length=config.max_length, similarity_fn_name="cosine")
 
+    def prediction_kind(self, saved) -> str:
+        return "sequence"
+
+    def predictor(self, model_dir, *, device="cpu") -> SequencePredictor:
+        """Labels and scores of texts or pairs (:class:`~ctxemb.tasks.sequence.predict.SequencePredictor`)."""
+        return SequencePredictor.from_pretrained(model_dir, device=device)
+
     def load(self, model_dir):
         path = resolve_model_dir(model_dir)
         if PAIR_HEAD_CONFIG_KEY in read_json_file(Path(path) / "config.json", "config file"):
@@ -213,13 +201,6 @@ class SequenceTask(Task):
 _PRIMARY = {"sst2": "accuracy", "mrpc": "f1", "rte": "accuracy", "snli": "accuracy", "stsb": "spearman"}
 
 
-def run_finetuning(config: FinetuneConfig) -> FinetuneResult:
-    """Fine-tune, evaluating on the eval split each epoch; save the model directory (see the module docstring).
-
-    The run goes through :func:`ctxemb.training.runner.run_task` (the one run skeleton)."""
-    from ctxemb.training.runner import run_task
-
-    done = run_task(SequenceTask(config.task), config)
-    run = done.run
-    return FinetuneResult(train=run.train, eval_history=run.eval_history, final_metrics=run.final_metrics,
-                          model_dir=run.model_dir, eval_seconds=run.eval_seconds, training_run=run.training_run)
+def builtin_tasks() -> list:
+    """This family's tasks, for the registry (:mod:`ctxemb.tasks.builtin`)."""
+    return [SequenceTask(name) for name in TASKS + ("custom",)]

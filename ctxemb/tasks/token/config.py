@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal, Mapping
 
 from ctxemb.core.validation import check_choice
 from ctxemb.models.encoder_config import field_help as _meta
@@ -17,7 +17,6 @@ from ctxemb.tasks.qa.tables import QA_ROLES
 from ctxemb.tasks.qa.squad import XQUAD_ARTICLE_SPLIT
 from ctxemb.io.tables import resolve_columns
 from ctxemb.models.head_options import BOUNDARY_KINDS, SUMMARY_KINDS, WORD_DECODINGS
-from ctxemb.training.config import TrainConfig
 
 __all__ = ["LABEL_SUBWORDS", "QA_DOC_STRIDE", "QA_MAX_LENGTH", "TAGGING_MAX_LENGTH", "TASK_HEADS", "TOKEN_HEADS",
            "TOKEN_TASKS", "LabelSubwords", "TokenFinetuneConfig", "tagging_columns"]
@@ -71,7 +70,8 @@ class TokenFinetuneConfig(FinetuneRunConfig):
     """
 
     head: str | None = field(default=None, metadata=_meta(
-        'softmax, crf, span or qa (the --head flag covers every family)', cli=False))
+        'softmax or crf (BIO tagging), span (span NER), qa (extractive QA); default: qa for QA tasks, else softmax',
+        choices=TOKEN_HEADS))
     label_subwords: str = field(default="all", metadata=_meta(
         "which subwords take a word's tag in training (all, as J&M, or the first)", choices=LABEL_SUBWORDS))
     decoding: str = field(default="first", metadata=_meta(
@@ -101,8 +101,7 @@ class TokenFinetuneConfig(FinetuneRunConfig):
         "QA: the question's cut-off in tokens", type='positive_int'))
     max_answer_length: int = field(default=30, metadata=_meta(
         'QA: the longest answer in tokens', type='positive_int'))
-    train: TrainConfig = field(default_factory=lambda: TrainConfig(learning_rate=5e-5),
-                               metadata=_meta("the loop's settings", cli=False))
+    TRAIN_DEFAULTS: ClassVar[Mapping[str, Any]] = {"learning_rate": 5e-5, "warmup_ratio": 0.1}
 
     _POSITIVE_INTS: ClassVar[tuple[str, ...]] = ("max_span_length", "doc_stride", "max_query_length",
                                                  "max_answer_length")
@@ -159,3 +158,10 @@ class TokenFinetuneConfig(FinetuneRunConfig):
 def tagging_columns(config: TokenFinetuneConfig) -> dict:
     """conll-file's table columns: ``tokens`` and ``tags`` unless ``config.columns`` maps them elsewhere."""
     return resolve_columns(config.columns, {"tokens": "tokens", "tags": "tags"})
+
+
+# ---- what this family contributes to the catalog (ctxemb.tasks.catalog reads it without importing torch)
+#: The command that trains this family's tasks.
+COMMAND = "finetune"
+#: The built-in tasks of this family, by name, and the settings class each trains with.
+BUILTIN_TASKS: dict[str, type] = {name: TokenFinetuneConfig for name in TOKEN_TASKS}

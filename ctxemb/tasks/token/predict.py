@@ -19,7 +19,8 @@ from ctxemb.tasks.qa.squad import QAExample
 from ctxemb.tasks.token.features import (TaggedFeature, TaggingCollator, bio_to_entities, decode_spans,
                                        encode_tokenized, entities_to_bio)
 from ctxemb.training.task_config import load_finetune_config
-from ctxemb.tasks.outputs import decode_tags, model_logits, scored_spans
+from ctxemb.tasks.token.outputs import decode_tags, scored_spans
+from ctxemb.training.outputs import model_logits
 from ctxemb.modeling.question_answering import EncoderForQuestionAnswering
 from ctxemb.modeling.span_classification import EncoderForSpanClassification
 from ctxemb.modeling.token_classification import EncoderForTokenClassification

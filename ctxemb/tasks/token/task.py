@@ -34,16 +34,15 @@ reaching ``target_precision``) and saved with the model (``null_threshold`` in `
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Sequence
 
 import numpy as np
 
 from ctxemb.tasks.qa.cloze import cloze_questions
 from ctxemb.tasks.token.conll import NER_LABELS, TaggedSentence, load_conll2003, pos_labels, read_conll
-from ctxemb.training.task_config import CONFIG_FILE, MODEL_DIR, load_finetune_config
-from ctxemb.tasks.outputs import decode_tags, model_logits, scored_spans
+from ctxemb.training.task_config import load_finetune_config
+from ctxemb.tasks.token.outputs import decode_tags, scored_spans
+from ctxemb.training.outputs import model_logits
 from ctxemb.tasks.passages import wikitext_paragraphs
 from ctxemb.tasks.qa.features import QACollator, best_answers, encode_qa
 from ctxemb.tasks.qa.squad import QAExample, load_xquad, read_squad, xquad_split
@@ -54,9 +53,8 @@ from ctxemb.tasks.token.features import (TaggingCollator, bio_to_entities, calib
 from ctxemb.training.task import Task, TaskData, save_model_files
 # the settings (TokenFinetuneConfig, its tasks, heads and window defaults) live in finetuning.token_config, read
 # without torch; importable from here as before
-from ctxemb.tasks.token.config import (_DEFAULT_HEAD, _MAX_QA_SPECIALS, _MIN_QA_SPECIALS,  # noqa: F401
-                                            QA_DOC_STRIDE, QA_MAX_LENGTH, TAGGING_MAX_LENGTH, TASK_HEADS,
-                                            TOKEN_HEADS, TOKEN_TASKS, TokenFinetuneConfig, tagging_columns)
+from ctxemb.tasks.token.config import TOKEN_TASKS, TokenFinetuneConfig, tagging_columns
+from ctxemb.tasks.token.predict import QAPredictor, TokenPredictor
 from ctxemb.metrics.conlleval import chunk_scores
 from ctxemb.metrics.squad import squad_scores
 from ctxemb.modeling.base import EncoderWithHeads
@@ -64,30 +62,13 @@ from ctxemb.modeling.token_classification import NULL_LABEL, EncoderForTokenClas
 from ctxemb.modeling.question_answering import EncoderForQuestionAnswering
 from ctxemb.modeling.span_classification import EncoderForSpanClassification
 from ctxemb.models.hub import resolve_model_dir
-from ctxemb.training.callbacks import TrainResult
 from ctxemb.training.config import TrainConfig
 from ctxemb.training.data import EvalBatches
 from ctxemb.training.optim import layerwise_lr_groups
 
-__all__ = ["CONFIG_FILE", "MODEL_DIR", "TASK_HEADS", "TOKEN_HEADS", "TOKEN_TASKS", "TokenFinetuneConfig",
-           "TokenFinetuneResult", "TokenTask", "decode_tags", "load_finetune_config", "model_logits",
-           "run_token_finetuning", "scored_spans"]
+__all__ = ["TOKEN_TASKS", "TokenFinetuneConfig", "TokenTask", "decode_tags", "load_finetune_config", "model_logits", "scored_spans"]
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass
-class TokenFinetuneResult:
-    """The loop's result, the eval metrics after each epoch, the final ones (for the span head with the NULL
-    threshold calibrated on the eval split and the metrics at it, ``calibrated_f1``, ...), and where the model is."""
-
-    train: TrainResult
-    eval_history: list[dict[str, float]]
-    final_metrics: dict[str, float]
-    model_dir: Path
-    null_threshold: float | None = None
-    eval_seconds: float = 0.0  # of the run's wall time, spent evaluating (the rest is training and saving)
-    training_run: str | None = None  # the stamp in the saved model's config.json
 
 
 # ------------------------------------------------------------------------------------------------------ data
@@ -200,7 +181,6 @@ class TokenTask(Task):
     :class:`TokenFinetuneConfig`."""
 
     config_class = TokenFinetuneConfig
-    default_learning_rate = 5e-5
 
     def __init__(self, name: str):
         self.name = name
@@ -276,6 +256,12 @@ class TokenTask(Task):
                 g["lr_scale"] *= config.span_lr_scale
         return groups
 
+    def after_train(self, outcome, config: TokenFinetuneConfig, data: TaskData) -> None:
+        """The span head's NULL threshold, calibrated on the eval split before the model is saved: its metrics join
+        the run's final metrics (``calibrated_f1``, ..., ``null_threshold``) and the threshold is saved."""
+        data.info["calibrated"] = self.calibrate(config, data)
+        outcome.final_metrics = {**outcome.final_metrics, **data.info["calibrated"]}
+
     def calibrate(self, config: TokenFinetuneConfig, data: TaskData) -> dict[str, float]:
         """The span head's NULL threshold, calibrated on the last evaluation's spans (empty for other heads)."""
         if config.head != "span" or not data.info.get("last_spans"):
@@ -292,6 +278,16 @@ class TokenTask(Task):
         save_model_files(model, directory, config, tokenizer, train_config=train_config, kind="token",
                          null_threshold=data.info.get("calibrated", {}).get("null_threshold"))
 
+    def prediction_kind(self, saved) -> str:
+        return "qa" if saved.get("head") == "qa" else "token"
+
+    def predictor(self, model_dir, *, device="cpu") -> TokenPredictor | QAPredictor:
+        """Tags and entity spans of words (:class:`~ctxemb.tasks.token.predict.TokenPredictor`), or answer spans
+        (:class:`~ctxemb.tasks.token.predict.QAPredictor`) for a QA model."""
+        saved = load_finetune_config(resolve_model_dir(model_dir)) or {}
+        cls = QAPredictor if self.prediction_kind(saved) == "qa" else TokenPredictor
+        return cls.from_pretrained(model_dir, device=device)
+
     def load(self, model_dir):
         path = resolve_model_dir(model_dir)
         saved = load_finetune_config(path) or {}
@@ -302,22 +298,6 @@ class TokenTask(Task):
         return EncoderForTokenClassification.from_pretrained(path)
 
 
-def run_token_finetuning(config: TokenFinetuneConfig) -> TokenFinetuneResult:
-    """Fine-tune, evaluating on the eval split each epoch; save the model directory (module docstring).
-
-    The run goes through :func:`ctxemb.training.runner.run_task` (the one run skeleton); the span head's NULL
-    threshold is calibrated on the eval split before the model is saved."""
-    from ctxemb.training.runner import run_task
-
-    task = TokenTask(config.task)
-
-    def calibrate(outcome, data: TaskData) -> None:
-        data.info["calibrated"] = task.calibrate(config, data)
-        outcome.final_metrics = {**outcome.final_metrics, **data.info["calibrated"]}
-
-    done = run_task(task, config, after_train=calibrate)
-    run = done.run
-    calibrated = done.data.info.get("calibrated", {})
-    return TokenFinetuneResult(train=run.train, eval_history=run.eval_history, final_metrics=run.final_metrics,
-                               model_dir=run.model_dir, null_threshold=calibrated.get("null_threshold"),
-                               eval_seconds=run.eval_seconds, training_run=run.training_run)
+def builtin_tasks() -> list:
+    """This family's tasks, for the registry (:mod:`ctxemb.tasks.builtin`)."""
+    return [TokenTask(name) for name in TOKEN_TASKS]
