@@ -3,8 +3,8 @@
 - JSON files are read by :func:`ctxemb.core.validation.read_json_file` only: no other reader definition and no
   ``json.load(f)`` / ``json.loads(path.read_text())`` on a file elsewhere (``json.loads`` of a string that is not a
   whole file, such as one JSONL line, is fine).
-- Integers are checked by ``_validation.is_int`` / ``check_int``: no ``def _is_int`` copies.
-- Choices are checked by ``_validation.check_choice``: no inline "must be one of" messages.
+- Integers are checked by ``core.validation.is_int`` / ``check_int``: no ``def _is_int`` copies.
+- Choices are checked by ``core.validation.check_choice``: no inline "must be one of" messages.
 - No ``max_steps=1`` placeholder in a training configuration (the run skeleton resolves the steps).
 - One ``CheckpointError`` class (one error per meaning).
 """
@@ -20,11 +20,11 @@ CHECKS = {
     # name: (pattern, the files where it belongs)
     "JSON reader definition": (
         re.compile(r"^\s*def\s+_?read_json\w*\s*\("),
-        {"_validation.py"},
+        {"core/validation.py"},
     ),
     "JSON file read outside read_json_file": (
         re.compile(r"json\.load\(|json\.loads\(.*\.read(_text)?\("),
-        {"_validation.py"},
+        {"core/validation.py"},
     ),
     "_is_int copy": (
         re.compile(r"^\s*def\s+_is_int\b"),
@@ -32,7 +32,7 @@ CHECKS = {
     ),
     "inline 'must be one of' check": (
         re.compile(r"must be one of"),
-        {"_validation.py"},
+        {"core/validation.py"},
     ),
     "max_steps=1 placeholder": (
         re.compile(r"max_steps\s*=\s*1\b"),
@@ -64,5 +64,5 @@ def test_one_home(check):
 
 
 def test_the_one_json_reader_is_where_it_says():
-    text = (PACKAGE / "_validation.py").read_text(encoding="utf-8")
+    text = (PACKAGE / "core" / "validation.py").read_text(encoding="utf-8")
     assert len(re.findall(r"^def read_json_file\(", text, flags=re.M)) == 1
