@@ -1,22 +1,15 @@
-"""Shared helpers for benchmark scripts: real sentences from the shared data and result tables."""
+"""Real English sentences from the shared data, for the benchmarks that embed or index them (timing, the machine
+and the results files are :mod:`benchmarks.harness`'s)."""
 
 from __future__ import annotations
 
-import json
-import os
-import platform
 import re
 import xml.etree.ElementTree as ET
 import zipfile
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
-import torch
-
-from ctxemb.runtime.engine import cpu_info
-from ctxemb.core.paths import atomic_write, shared_data_dir
-
-RESULTS = Path(__file__).resolve().parent / "results"
+from ctxemb.core.paths import shared_data_dir
 
 
 def wikitext_sentences(n: int, min_words: int = 5, max_words: int = 60) -> list[str]:
@@ -164,23 +157,3 @@ def real_sentence_pool(min_words: int = 5, max_words: int = 60,
                 names.append(name)
     return texts, names
 
-
-def machine() -> dict:
-    return {"python": platform.python_version(), "torch": torch.__version__, "threads": torch.get_num_threads(),
-            "cpu": cpu_info().name, "cpu_count": os.cpu_count()}
-
-
-def markdown_table(rows: Sequence[dict], columns: Sequence[str]) -> str:
-    def fmt(v):
-        return f"{v:,.3f}" if isinstance(v, float) and abs(v) < 10 else (f"{v:,.0f}" if isinstance(v, float) else str(v))
-    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-    lines += ["| " + " | ".join(fmt(r.get(c, "")) for c in columns) + " |" for r in rows]
-    return "\n".join(lines)
-
-
-def write_results(name: str, payload: dict, markdown: str) -> None:
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    with atomic_write(RESULTS / f"{name}.json") as f:
-        json.dump(payload, f, indent=2)
-    with atomic_write(RESULTS / f"{name}.md") as f:
-        f.write(markdown.rstrip() + "\n")

@@ -14,8 +14,8 @@ pooling by 2, hybrid) and ``--dense-model`` (one vector, trained in-domain on th
 
 Encodings are cached under ``cache/scifact/`` (token vectors as float16), so settings can be rerun cheaply.
 
-    python benchmarks/beir_scifact.py                                        # zero-shot rows
-    python benchmarks/beir_scifact.py --late-model runs/li/model --dense-model runs/ct/model \\
+    python -m benchmarks.beir_scifact                                        # zero-shot rows
+    python -m benchmarks.beir_scifact --late-model runs/li/model --dense-model runs/ct/model \\
         --peer-run pylate=cache/pylate/dev.trec --test bm25,late-hybrid
 
 Writes benchmarks/results/beir_scifact.{md,json}.
@@ -26,15 +26,13 @@ from __future__ import annotations
 import argparse
 import hashlib
 import os
-import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
 
-from _common import RESULTS, machine, markdown_table, write_results
+from benchmarks import harness
 from ctxemb import Embedder
 from ctxemb.io import load_beir, read_queries, read_run, split_queries, write_run
 from ctxemb.metrics.trec import evaluate_run
@@ -63,9 +61,9 @@ def cached_tokens(encoder: LateInteractionEncoder, texts, tag: str) -> tuple[lis
         z = np.load(path)
         offsets, tokens = z["offsets"], z["tokens"].astype(np.float32)
         return [tokens[offsets[i]:offsets[i + 1]] for i in range(len(texts))], float(z["seconds"])
-    start = time.perf_counter()
+    sw = harness.Stopwatch()
     docs = encoder.encode_documents(texts)
-    seconds = time.perf_counter() - start
+    seconds = sw.stop()
     offsets = np.concatenate([[0], np.cumsum([len(d) for d in docs])])
     np.savez(path, tokens=np.concatenate(docs).astype(np.float16), offsets=offsets, seconds=seconds)
     print(f"encoded {len(docs)} documents ({offsets[-1]} tokens) in {seconds:.0f} s", file=sys.stderr)
@@ -87,10 +85,11 @@ def latency(retriever, queries: dict[str, str], n: int = 100) -> dict[str, float
         retriever.retrieve({qid: text}, 10)
     times = []
     for qid, text in items:
-        start = time.perf_counter()
+        sw = harness.Stopwatch()
         retriever.retrieve({qid: text}, 10)
-        times.append(1000 * (time.perf_counter() - start))
-    return {"latency_ms_p50": statistics.median(times), "latency_ms_p99": float(np.percentile(times, 99))}
+        times.append(1000 * sw.stop())
+    return {"latency_ms_p50": harness.summarize(times, warmup=5).median,
+            "latency_ms_p99": float(np.percentile(times, 99))}
 
 
 def build_index(enc: LateInteractionEncoder, ids, docs, nbits: int, directory: Path) -> dict[str, float]:
@@ -99,17 +98,17 @@ def build_index(enc: LateInteractionEncoder, ids, docs, nbits: int, directory: P
     from ctxemb.search.late.codec import ResidualCodec
 
     tokens = np.concatenate(docs)
-    start = time.perf_counter()
+    sw = harness.Stopwatch()
     codec = ResidualCodec.fit(tokens, nbits=nbits)
-    fit_s = time.perf_counter() - start
+    fit_s = sw.stop()
     index = LateInteractionIndex(enc.dim, nbits=nbits, encoder_config=enc.config.to_dict())
     index.codec = codec
-    start = time.perf_counter()
+    sw = harness.Stopwatch()
     index.add(ids, docs)
-    compress_s = time.perf_counter() - start
-    start = time.perf_counter()
+    compress_s = sw.stop()
+    sw = harness.Stopwatch()
     index.save(directory)
-    write_s = time.perf_counter() - start
+    write_s = sw.stop()
     return {"codec_fit_s": fit_s, "compress_s": compress_s, "write_s": write_s}
 
 
@@ -121,33 +120,33 @@ def query_profile(enc: LateInteractionEncoder, index: LateInteractionIndex, quer
 
     parts: dict[str, list[float]] = {"encode": [], "candidates": [], "decompress": [], "maxsim": []}
     for text in list(queries.values())[:n]:
-        t0 = time.perf_counter()
+        t0 = harness.clock()  # one clock read between stages: four stopwatches would overlap
         q = enc.encode_queries(text)
-        t1 = time.perf_counter()
+        t1 = harness.clock()
         labels = index._candidates(q, 4, 256, index._live)
-        t2 = time.perf_counter()
+        t2 = harness.clock()
         codes, packed, offsets = index._tokens(labels)
         vectors = index.codec.decompress(codes, packed)
-        t3 = time.perf_counter()
+        t3 = harness.clock()
         maxsim_concatenated(q, vectors, offsets)
-        t4 = time.perf_counter()
+        t4 = harness.clock()
         for key, a, b in (("encode", t0, t1), ("candidates", t1, t2), ("decompress", t2, t3), ("maxsim", t3, t4)):
             parts[key].append(1000 * (b - a))
-    return {f"query_{k}_ms": statistics.median(v) for k, v in parts.items()}
+    return {f"query_{k}_ms": harness.summarize(v).median for k, v in parts.items()}
 
 
 def score_row(rows: list, key: str, label: str, retriever, dev, test_queries: dict | None, **extra) -> dict:
     """Answer the dev queries, append the row (scores x 100, batch ms/query, ``extra``) to ``rows`` and print it;
     with ``test_queries``, also write their run to ``scifact_test_<key>.trec``. Returns the dev run."""
-    start = time.perf_counter()
+    sw = harness.Stopwatch()
     run = retriever.retrieve(dev.queries, 100)
-    seconds = time.perf_counter() - start
+    seconds = sw.stop()
     scores = evaluate_run(run, dev.qrels, MEASURES)
     rows.append({"key": key, "retriever": label, **{m: 100 * v for m, v in scores.mean.items()},
                  "ms/query (batch)": 1000 * seconds / len(dev.queries), **extra})
     print(rows[-1], file=sys.stderr, flush=True)
     if test_queries is not None:
-        write_run(RESULTS / f"scifact_test_{key}.trec", retriever.retrieve(test_queries, 100), tag=key)
+        write_run(harness.RESULTS / f"scifact_test_{key}.trec", retriever.retrieve(test_queries, 100), tag=key)
     return run
 
 
@@ -163,7 +162,7 @@ def render(payload: dict, title: str, protocol: str) -> str:
         return value
 
     rows = [{k: cell(k, v) for k, v in row.items()} for row in payload["rows"]]
-    md = [f"# {title}", "", protocol, "", markdown_table(rows, COLUMNS)]
+    md = [f"# {title}", "", protocol, "", harness.markdown_table(rows, COLUMNS)]
     for key, prof in payload.get("profiles", {}).items():
         md += ["", f"Profile of {key} (seconds to index, ms per query): " + ", ".join(
             f"{k} {v:.1f}" for k, v in prof.items())]
@@ -198,8 +197,8 @@ def main(argv=None) -> None:
     if args.render:
         import json
 
-        payload = json.loads((RESULTS / "beir_scifact.json").read_text())
-        return write_results("beir_scifact", payload, render(payload, TITLE, protocol(payload)))
+        payload = json.loads((harness.RESULTS / "beir_scifact.json").read_text())
+        return harness.write_results("beir_scifact", payload, render(payload, TITLE, protocol(payload)))
 
     data, train_ids, dev_ids, test_queries = scifact()
     dev = data.subset(dev_ids)
@@ -255,9 +254,9 @@ def main(argv=None) -> None:
         evaluate(f"late-hybrid-{n}", f"{label}: hybrid BM25 + MaxSim", FusionRetriever([bm25, exact]))
         for nbits in (2, 4):
             for pool in (1, 2):
-                start = time.perf_counter()
+                sw = harness.Stopwatch()
                 pooled = pool_documents(docs, pool) if pool > 1 else docs
-                pool_s = time.perf_counter() - start
+                pool_s = sw.stop()
                 with tempfile.TemporaryDirectory() as tmp:
                     steps = build_index(enc, ids, pooled, nbits, Path(tmp) / "index")
                     loaded = LateInteractionIndex.load(Path(tmp) / "index")
@@ -282,10 +281,10 @@ def main(argv=None) -> None:
         rows.append({"key": name, "retriever": f"{name} (its own run file)",
                      **{m: 100 * v for m, v in scores.mean.items()}})
 
-    payload = {"machine": machine(), "model": args.model, "precision": emb.config.precision,
+    payload = {"machine": harness.machine(), "model": args.model, "precision": emb.config.precision,
                "dev_queries": len(dev_ids), "rows": rows, "profiles": profiles}
     name = "beir_scifact" if not args.skip_zero_shot else "beir_scifact_trained"
-    write_results(name, payload, render(payload, TITLE, protocol(payload)))
+    harness.write_results(name, payload, render(payload, TITLE, protocol(payload)))
 
 
 if __name__ == "__main__":

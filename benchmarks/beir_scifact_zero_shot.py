@@ -6,22 +6,22 @@ augmentation: the encoder never saw them). The projection is the top 128 right s
 token vectors (uncentred, so dot products are kept as far as 128 dimensions allow), the same rule as the training
 task's ``--projection-init pca``. Test run files for every row: ``benchmarks/results/scifact_test_<key>.trec``.
 
-    python benchmarks/beir_scifact_zero_shot.py
+    python -m benchmarks.beir_scifact_zero_shot            # or --render: rewrite the Markdown from the JSON
 
 Writes benchmarks/results/beir_scifact_zero_shot.{md,json}.
 """
 
 from __future__ import annotations
 
+import argparse
 import hashlib
-import sys
 import tempfile
 from pathlib import Path
 
 import numpy as np
 
-from _common import RESULTS, machine, write_results
-from beir_scifact import build_index, cached_tokens, latency, query_profile, render, scifact, score_row
+from benchmarks import harness
+from benchmarks.beir_scifact import build_index, cached_tokens, latency, query_profile, render, scifact, score_row
 from ctxemb import Embedder
 from ctxemb.search.late import LateInteractionConfig, LateInteractionEncoder, LateInteractionIndex
 from ctxemb.search.retrievers import BM25Retriever, FusionRetriever, LateInteractionRetriever
@@ -73,9 +73,9 @@ def main() -> None:
                          r, bytes_per_token=index.bytes_per_token, index_s=encode_s + sum(steps.values()),
                          **latency(r, dev.queries))
 
-    payload = {"machine": machine(), "precision": emb.config.precision, "dev_queries": len(dev_ids),
+    payload = {"machine": harness.machine(), "precision": emb.config.precision, "dev_queries": len(dev_ids),
                "tokens": int(len(tokens)), "rows": rows, "profiles": profiles}
-    write_results(NAME, payload, render(payload, TITLE, protocol(payload)))
+    harness.write_results(NAME, payload, render(payload, TITLE, protocol(payload)))
 
 
 TITLE = "BEIR SciFact, dev split: all-MiniLM-L6-v2's token vectors as they ship (MaxSim)"
@@ -94,9 +94,18 @@ def protocol(payload: dict) -> str:
 def rerender() -> None:
     import json
 
-    payload = json.loads((RESULTS / f"{NAME}.json").read_text())
-    write_results(NAME, payload, render(payload, TITLE, protocol(payload)))
+    payload = json.loads((harness.RESULTS / f"{NAME}.json").read_text())
+    harness.write_results(NAME, payload, render(payload, TITLE, protocol(payload)))
+
+
+def cli(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--render", action="store_true", help="only rewrite the Markdown from the committed JSON")
+    if ap.parse_args(argv).render:
+        rerender()
+    else:
+        main()
 
 
 if __name__ == "__main__":
-    rerender() if sys.argv[1:] == ["--render"] else main()
+    cli()

@@ -19,10 +19,10 @@ dev Spearman, at full width and truncated to 64 dimensions), before and after tr
 directories are copied to ``--models-dir`` (default ``/work/notes/models``) for the retrieval benchmark on the
 held-out articles. Writes ``benchmarks/results/contrastive.{md,json}``.
 
-    OMP_NUM_THREADS=2 python benchmarks/contrastive.py --parts xquad-inbatch xquad-mined allnli
-    python benchmarks/contrastive.py --parts          # rewrite the report from the saved rows
-    python benchmarks/contrastive.py --parts allnli --name contrastive_allnli    # a part in a second process
-    python benchmarks/contrastive.py --parts --merge benchmarks/results/contrastive_allnli.json
+    OMP_NUM_THREADS=2 python -m benchmarks.contrastive --parts xquad-inbatch xquad-mined allnli
+    python -m benchmarks.contrastive --parts          # rewrite the report from the saved rows
+    python -m benchmarks.contrastive --parts allnli --name contrastive_allnli    # a part in a second process
+    python -m benchmarks.contrastive --parts --merge benchmarks/results/contrastive_allnli.json
 """
 
 from __future__ import annotations
@@ -31,23 +31,18 @@ import argparse
 import json
 import os
 import shutil
-import sys
-import time
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from benchmarks._common import RESULTS, markdown_table, write_results  # noqa: E402
-from benchmarks.pretrain import cpu_name  # noqa: E402
-from ctxemb.tasks.contrastive.task import ContrastiveConfig  # noqa: E402
-from ctxemb.training.registry import get_task  # noqa: E402
+from benchmarks import harness
+from ctxemb.tasks.contrastive.task import ContrastiveConfig
+from ctxemb.training.registry import get_task
 from ctxemb.training.runner import run_task  # noqa: E402
-from ctxemb.modeling.loading import load_tokenizer  # noqa: E402
-from ctxemb.modeling.bi_encoder import EncoderForContrastive  # noqa: E402
-from ctxemb.models.hub import resolve_model_dir  # noqa: E402
-from ctxemb.training.config import TrainConfig  # noqa: E402
+from ctxemb.modeling.loading import load_tokenizer
+from ctxemb.modeling.bi_encoder import EncoderForContrastive
+from ctxemb.models.hub import resolve_model_dir
+from ctxemb.training.config import TrainConfig
 
 MODEL = "all-MiniLM-L6-v2"
 WORK = Path("/tmp/ctxemb-contrastive-bench")
@@ -93,12 +88,12 @@ def run_part(name: str, models_dir: Path) -> dict:
         out_dir=str(out), warmup_ratio=0.1, seed=0, progress_bar=False, keep_best=True, precision="fp32",
         log_every=5, **loop))
     task = get_task(task_name)
-    t0 = time.perf_counter()
+    sw = harness.Stopwatch()
     before = _evaluate_base(task, config)
-    t_before = time.perf_counter() - t0
-    t0 = time.perf_counter()
+    t_before = sw.stop()
+    sw = harness.Stopwatch()
     done = run_task(task, config)
-    seconds = time.perf_counter() - t0
+    seconds = sw.stop()
     target = models_dir / f"contrastive-{name}"
     shutil.rmtree(target, ignore_errors=True)
     shutil.copytree(done.model_dir, target)
@@ -122,8 +117,8 @@ def _f(x: float, digits: int = 1) -> str:
 
 def report(rows: dict) -> str:
     lines = ["# Contrastive training (all-MiniLM-L6-v2)", "",
-             f"Machine: {cpu_name()}, torch {torch.__version__}, fp32, OMP threads 2. Each part gives the machine's "
-             "1-minute load average at its end (above 2 on 2 cores: other jobs shared them, so its time is not a "
+             f"Machine: {harness.machine_line()}, torch {torch.__version__}, fp32, OMP threads 2. Each part gives "
+             "the machine's 1-minute load average at its end (above 2 on 2 cores: other jobs shared them, so its time is not a "
              "speed figure; parts without one ran at a load of about 10).",
              "Each run: the task through `ctxemb finetune`'s run skeleton, evaluated on dev at the end of each epoch "
              "(and every `eval_every` steps where the settings give one), the best dev evaluation kept (MRR@10 for retrieval, STS-B Spearman for allnli). Numbers x 100, dev "
@@ -141,7 +136,7 @@ def report(rows: dict) -> str:
             table.append({"run": r["part"], "MRR@10": _f(r["after"]["mrr@10"]), "R@1": _f(r["after"]["recall@1"]),
                           "R@10": _f(r["after"]["recall@10"]), "steps": r["steps"], "run s": _f(r["run_seconds"]),
                           "settings": json.dumps(r["settings"])})
-        lines += [markdown_table(table, list(table[0])), ""]
+        lines += [harness.markdown_table(table, list(table[0])), ""]
         for r in retrieval:
             if r.get("mining"):
                 lines.append(f"Mining ({r['part']}, with the model before training): {json.dumps(r['mining'])}")
@@ -178,7 +173,7 @@ def report(rows: dict) -> str:
                          f"evaluation: {curve}), run {_f(r['run_seconds'])} s at load "
                          f"{r.get('load_average', 'about 10')}, settings {json.dumps(r['settings'])}; model "
                          f"`{r['model_dir']}`.")
-        lines += [markdown_table(table, list(table[0])), "", *notes, ""]
+        lines += [harness.markdown_table(table, list(table[0])), "", *notes, ""]
     return "\n".join(lines)
 
 
@@ -191,17 +186,17 @@ def main() -> None:
                         help="result JSON files of other runs of this script whose rows to add (parts run in "
                              "parallel processes write to their own --name)")
     args = parser.parse_args()
-    saved = RESULTS / f"{args.name}.json"
+    saved = harness.RESULTS / f"{args.name}.json"
     rows = json.loads(saved.read_text())["runs"] if saved.is_file() else {}
     for other in args.merge:
         rows.update(json.loads(other.read_text())["runs"])
     args.models_dir.mkdir(parents=True, exist_ok=True)
-    payload = {"machine": cpu_name(), "torch": torch.__version__, "model": MODEL, "runs": rows}
+    payload = {"torch": torch.__version__, "model": MODEL, "runs": rows}
     for part in args.parts:
         rows[part] = run_part(part, args.models_dir)
-        write_results(args.name, payload, report(rows))
+        harness.write_results(args.name, payload, report(rows))
     if not args.parts:
-        write_results(args.name, payload, report(rows))
+        harness.write_results(args.name, payload, report(rows))
 
 
 if __name__ == "__main__":

@@ -7,9 +7,9 @@ once after training; SST-2's ``alps_test.tsv`` = GLUE dev, which papers report),
 anchor, the resolved precision and the time on this CPU. Test splits that are held back (STS-B, CoNLL-2003
 ``eng.testb``, MRPC/RTE test) are never read here.
 
-    python benchmarks/default_recipes.py --tasks stsb mrpc rte     # some tasks (each row lands as it ends)
-    python benchmarks/default_recipes.py --tasks                   # rewrite the report from the saved rows
-    python benchmarks/default_recipes.py --tasks --record sst2=runs/sst2   # a finished run of the same recipe
+    python -m benchmarks.default_recipes --tasks stsb mrpc rte     # some tasks (each row lands as it ends)
+    python -m benchmarks.default_recipes --tasks                   # rewrite the report from the saved rows
+    python -m benchmarks.default_recipes --tasks --record sst2=runs/sst2   # a finished run of the same recipe
 
 Besides the tasks' rows, a row per variant (:data:`VARIANTS`): a task's default recipe with one flag changed, as
 ``conll2003-ner-span`` (``ctxemb finetune conll2003-ner --head span``) for the issue's span-NER goal.
@@ -28,16 +28,11 @@ import argparse
 import json
 import os
 import shutil
-import sys
-import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from benchmarks._common import markdown_table, write_results  # noqa: E402
-from benchmarks.pretrain import cpu_name  # noqa: E402
-from ctxemb.cli import build_parser  # noqa: E402
-from ctxemb.cli._common import load_preset  # noqa: E402
+from benchmarks import harness
+from ctxemb.cli import build_parser
+from ctxemb.cli._common import load_preset
 from ctxemb.cli.finetune import finetune_config_from_args, train_task  # noqa: E402
 
 TASKS = ["stsb", "mrpc", "rte", "sst2", "conll2003-ner", "conll2003-pos", "xquad"]
@@ -53,7 +48,7 @@ ANCHORS = {"stsb": "BERT-Small 77.0 (test)", "mrpc": "MiniLM-L6-H384 88.9 (dev F
            "conll2003-ner": "BERT-base 95.1 dev / 92.4 test", "conll2003-pos": "-", "xquad": "-",
            "conll2003-ner-span": "BERT-base 95.1 dev / 92.4 test"}
 WORK = Path("/tmp/ctxemb-default-recipes")
-RESULTS = Path(__file__).resolve().parent / "results" / "default_recipes.json"
+RESULTS = harness.RESULTS / "default_recipes.json"
 
 
 def run(name: str, extra: list[str]) -> dict:
@@ -63,9 +58,9 @@ def run(name: str, extra: list[str]) -> dict:
     args = build_parser("finetune").parse_args(["finetune", task, "--out-dir", str(out), "--no-progress", *flags,
                                                 *extra])
     task_obj, config = finetune_config_from_args(args)
-    start = time.perf_counter()
+    sw = harness.Stopwatch()
     result = train_task(task_obj, config)
-    seconds = time.perf_counter() - start
+    seconds = sw.stop()
     record = json.loads((Path(result.model_dir) / "run.json").read_text())
     primary = record["metrics"]["primary_metric"]
     row = {"task": name, "recipe": _recipe(name), "dev " + primary: f"{result.final_metrics[primary]:.2f}",
@@ -197,12 +192,12 @@ def report(rows: list[dict]) -> None:
     if any("recorded from" in r for r in rows):
         cols.append("recorded from")
     md = ["# Default recipes (`ctxemb finetune TASK`, no flags)", "",
-          f"all-MiniLM-L6-v2 on {cpu_name()}; one seed each. Dev = the saved model (the best dev epoch). Held-out: "
-          "XQuAD-en's 12 held-out articles; SST-2's GLUE dev (alps_test.tsv). Other test splits are held back. "
+          f"all-MiniLM-L6-v2 on {harness.machine_line()}; one seed each. Dev = the saved model (the best dev "
+          "epoch). Held-out: XQuAD-en's 12 held-out articles; SST-2's GLUE dev (alps_test.tsv). Other test splits are held back. "
           "`minutes` is the wall time as the machine was; `load` is its 1-minute load average at the end (2 cores: "
           "above 2, other jobs shared them, so the time is not a speed figure).", "",
-          markdown_table([{c: r.get(c, "") for c in cols} for r in rows], cols)]
-    write_results("default_recipes", {"rows": rows, "cpu": cpu_name()}, "\n".join(md))
+          harness.markdown_table([{c: r.get(c, "") for c in cols} for r in rows], cols)]
+    harness.write_results("default_recipes", {"rows": rows}, "\n".join(md))
 
 
 if __name__ == "__main__":

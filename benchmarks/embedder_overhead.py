@@ -8,21 +8,18 @@ planning batches, encoding, pooling, converting to numpy). Writes ``embedder_ove
 
 Usage::
 
-    python benchmarks/embedder_overhead.py --model all-MiniLM-L6-v2 --repeats 4
+    python -m benchmarks.embedder_overhead --model all-MiniLM-L6-v2 --repeats 4
 """
 from __future__ import annotations
 
 import argparse
-import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from benchmarks._common import machine, markdown_table, wikitext_sentences, write_results  # noqa: E402
-from benchmarks.encode_throughput import LAST_FOUR, alternating_best, build_batches, word_pass  # noqa: E402
-from ctxemb.runtime import backends  # noqa: E402
-from ctxemb.embedding.embedder.embedder import Embedder  # noqa: E402
-from ctxemb.modeling.loading import load_encoder, load_tokenizer  # noqa: E402
+from benchmarks import harness
+from benchmarks._common import wikitext_sentences
+from benchmarks.encode_throughput import LAST_FOUR, build_batches, word_pass
+from ctxemb.runtime import backends
+from ctxemb.embedding.embedder import Embedder
+from ctxemb.modeling.loading import load_encoder, load_tokenizer
 
 
 def main() -> None:
@@ -30,7 +27,7 @@ def main() -> None:
     ap.add_argument("--model", default="all-MiniLM-L6-v2")
     ap.add_argument("--sentences", type=int, default=2000)
     ap.add_argument("--batch-size", type=int, default=32)
-    ap.add_argument("--repeats", type=int, default=4, help="alternating timed rounds (best kept)")
+    ap.add_argument("--repeats", type=int, default=4, help="alternating timed rounds (their median is reported)")
     args = ap.parse_args()
 
     sentences = [t.split() for t in wikitext_sentences(args.sentences)]
@@ -48,21 +45,19 @@ def main() -> None:
         "Embedder.embed_words (tokenize, batch, encode, pool, to numpy)":
             lambda: embedder.embed_words(sentences, show_progress_bar=False),
     }
-    for fn in rows.values():  # warm-up
-        fn()
-    best = alternating_best(rows, args.repeats)
-    bare = next(iter(best.values()))
-    table = [{"row": name, "seconds": s, "tokens_per_s": n_tokens / s, "x_bare_time": s / bare}
-             for name, s in best.items()]
-    m = machine()
+    timings = harness.measure_alternating(rows, repeats=args.repeats)
+    bare = next(iter(timings.values())).median
+    table = [{"row": name, "seconds": t.median, "tokens_per_s": n_tokens / t.median, "x_bare_time": t.median / bare}
+             for name, t in timings.items()]
     overhead = table[1]["seconds"] / bare - 1
     md = (f"# Embedder overhead over the bare encoder: {args.model}\n\n"
-          f"{m['cpu']}, {m['threads']} threads, fp32. {len(sentences):,} WikiText-2 sentences, {n_tokens:,} tokens, "
-          f"batches of {args.batch_size}; best of {args.repeats} alternating rounds after a warm-up.\n\n"
-          + markdown_table(table, ["row", "seconds", "tokens_per_s", "x_bare_time"])
+          f"{harness.machine_line()}, fp32. {len(sentences):,} WikiText-2 sentences, {n_tokens:,} tokens, "
+          f"batches of {args.batch_size}; {harness.timing_note(args.repeats, alternating=True)}.\n\n"
+          + harness.markdown_table(table, ["row", "seconds", "tokens_per_s", "x_bare_time"])
           + f"\n\nThe whole Embedder costs {overhead:+.1%} over the bare encoder.\n")
-    write_results(f"embedder_overhead_{args.model}", {"meta": {**m, "repeats": args.repeats, "tokens": n_tokens},
-                                                      "rows": table, "overhead": overhead}, md)
+    harness.write_results(f"embedder_overhead_{args.model}",
+                          {"meta": {"repeats": args.repeats, "tokens": n_tokens}, "rows": table, "overhead": overhead,
+                           "timing": {name: t.to_dict() for name, t in timings.items()}}, md)
     print(md)
 
 

@@ -5,7 +5,7 @@ The job: last-four-layer word embeddings (mean of hidden states -4..-1, subwords
 sentences. Every model row sees the same sentences in the same padded batches (ctxemb's length-sorted
 ``make_batches``) and includes the same layer and subword pooling:
 
-- ctxemb, each path (:data:`ctxemb.runtime.engine.PRECISIONS`; emulated bf16 only with ``--with-emulated-bf16``) and
+- ctxemb, each path (:data:`ctxemb.core.precision.INFERENCE_PRECISIONS`; emulated bf16 only with ``--with-emulated-bf16``) and
   ``precision="auto"`` (the choice and its probe are reported);
 - ctxemb's whole ``Embedder.embed_words`` (tokenizing, batching, encoding, pooling) in fp32 and with auto;
 - transformers fp32 (``output_hidden_states=True``), transformers after its own int8 recipe
@@ -16,8 +16,8 @@ sentences. Every model row sees the same sentences in the same padded batches (c
 
 Tokens per second count real tokens (special tokens included, padding excluded). Each row's accuracy is the mean
 (and the minimum) over all words of the cosine between its word vector and ctxemb fp32's. Timing: one untimed pass
-per row (which gives its vectors), then ``--repeats`` rounds that alternate between the rows; a row's time is its
-best round, so a busy machine penalises all rows alike.
+per row (which gives its vectors), then ``--repeats`` rounds that alternate between the rows; a row's time is the
+median of its rounds (min and max in the JSON), so a busy machine penalises all rows alike.
 
 Roofline: the same run measures this machine's matrix-multiply peak for each runtime and type (torch fp32, torch
 bf16, torch int8 through the same fbgemm dynamic kernel as the int8 path, ONNX Runtime fp32 and int8 through the
@@ -32,9 +32,9 @@ its fused quantization and epilogue (forward hooks on :mod:`ctxemb.runtime.int8`
 
 Token budget sweep (``--sweep-tokens``): the int8 and fp32 paths over the same sentences in length-sorted batches
 limited only by a budget of padded tokens, for each budget (alternating rounds); the padding each budget costs, and
-the budget :func:`ctxemb.runtime.backends.recommended_tokens_per_batch` picks for this machine's cache.
+the budget :func:`ctxemb.runtime.token_budget.recommended_tokens_per_batch` picks for this machine's cache.
 
-    PYTHONPATH=. python benchmarks/encode_throughput.py [--model all-MiniLM-L6-v2] [--sentences 2000]
+    python -m benchmarks.encode_throughput [--model all-MiniLM-L6-v2] [--sentences 2000]
         [--batch-size 32] [--repeats 2] [--threads N] [--sweep-tokens 512,1024,2048,4096,8192]
 
 Writes ``benchmarks/results/encode_throughput_<model>.{md,json}`` (with ``_<n>s`` appended when ``--sentences`` is not
@@ -45,9 +45,7 @@ from __future__ import annotations
 
 import argparse
 import logging
-import sys
 import tempfile
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -56,17 +54,16 @@ import numpy as np
 import torch
 from torch import nn
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # this checkout's ctxemb, not an installed one
-
-import ctxemb  # noqa: E402
-from benchmarks._common import machine, markdown_table, wikitext_sentences, write_results  # noqa: E402
-from benchmarks.pretrain import cpu_name  # noqa: E402
-from ctxemb.runtime import backends  # noqa: E402
-from ctxemb.runtime.autoprecision import probe_precisions  # noqa: E402
-from ctxemb.embedding.embedder.embedder import Embedder  # noqa: E402
-from ctxemb.runtime.engine import PRECISIONS, cpu_has_native_bf16, make_batches, pool_subwords  # noqa: E402
-from ctxemb.modeling.loading import load_encoder, load_tokenizer  # noqa: E402
-from ctxemb.models.hub import resolve_model_dir  # noqa: E402
+import ctxemb
+from benchmarks import harness
+from benchmarks._common import wikitext_sentences
+from ctxemb.runtime import backends, token_budget
+from ctxemb.runtime.autoprecision import probe_precisions
+from ctxemb.embedding.embedder import Embedder
+from ctxemb.core.precision import INFERENCE_PRECISIONS as PRECISIONS, cpu_has_native_bf16
+from ctxemb.runtime.engine import make_batches, pool_subwords
+from ctxemb.modeling.loading import load_encoder, load_tokenizer
+from ctxemb.models.hub import resolve_model_dir
 
 logger = logging.getLogger("encode_throughput")
 LAST_FOUR = [-4, -3, -2, -1]
@@ -133,28 +130,30 @@ def budget_batches(tokenizer, items, budget: int) -> list[Batch]:
 
 
 def sweep_token_budgets(budgets: list[int], tokenizer, items, enc, paths: dict, repeats: int) -> list[dict]:
-    """Real tokens/s of each path (name -> backend) for each token budget, best of alternating rounds."""
+    """Real tokens/s of each path (name -> backend) for each token budget, the median of alternating rounds after a
+    warm-up (which also compiles a shape class once)."""
     layers = enc.resolve_layers(LAST_FOUR)
     plans = {b: budget_batches(tokenizer, items, b) for b in budgets}
     runs = {(name, b): (lambda be=be, bb=bb: word_pass(bb, items, lambda i, m: be.hidden_states(i, m, layers)))
             for name, be in paths.items() for b, bb in plans.items()}
-    for fn in runs.values():
-        fn()  # warm-up (and compiles a shape class once)
-    best = alternating_best({f"{n} @ {b}": fn for (n, b), fn in runs.items()}, repeats)
+    timings = harness.measure_alternating({f"{n} @ {b}": fn for (n, b), fn in runs.items()}, repeats=repeats)
     n_tokens = sum(int(b.mask.sum()) for b in plans[budgets[0]])
     rows = []
     for b, bb in plans.items():
         padded = sum(x.ids.numel() for x in bb)
         rows.append({"tokens_per_batch": b, "batches": len(bb), "padding": 1 - n_tokens / padded,
-                     **{f"{n} tok/s": n_tokens / best[f"{n} @ {b}"] for n in paths}})
+                     **{f"{n} tok/s": n_tokens / timings[f"{n} @ {b}"].median for n in paths}})
     return rows
 
 
 def profile_int8_linears(backend, batches: list[Batch], items, enc, repeats: int = 1) -> dict:
     """Time every int8 product of ``backend`` (its quantization, int32 product and fused epilogue) in a pass over
-    the batches, and count its FLOPs (2 M K N); the pass whose products took least of ``repeats`` is kept."""
+    the batches, and count its FLOPs (2 M K N); the median over ``repeats`` passes (each pass's numbers under
+    ``passes``)."""
     passes = [_profile_pass(backend, batches, items, enc) for _ in range(max(1, repeats))]
-    return min(passes, key=lambda p: p["seconds"])
+    products, whole = (harness.summarize(p[k] for p in passes) for k in ("seconds", "pass_seconds"))
+    return {"seconds": products.median, "pass_seconds": whole.median, "flops": passes[0]["flops"],
+            "calls": passes[0]["calls"], "statistic": harness.STATISTIC, "passes": passes}
 
 
 def _profile_pass(backend, batches: list[Batch], items, enc) -> dict:
@@ -164,10 +163,10 @@ def _profile_pass(backend, batches: list[Batch], items, enc) -> dict:
     start: dict[int, float] = {}
 
     def before(module, inputs):
-        start[id(module)] = time.perf_counter()
+        start[id(module)] = harness.clock()
 
     def after(module, inputs, output):
-        stats["seconds"] += time.perf_counter() - start.pop(id(module))
+        stats["seconds"] += harness.clock() - start.pop(id(module))
         dense = module if isinstance(module, Int8Linear) else module.dense
         # tokens: a residual block's input may come already quantized (the native kernel), its residual never does
         rows = (inputs[1].numel() // dense.out_features if isinstance(module, Int8ResidualNorm)
@@ -184,9 +183,9 @@ def _profile_pass(backend, batches: list[Batch], items, enc) -> dict:
             handles += [m.register_forward_pre_hook(before), m.register_forward_hook(after)]
     layers = enc.resolve_layers(LAST_FOUR)
     try:
-        t0 = time.perf_counter()
-        word_pass(batches, items, lambda i, m: backend.hidden_states(i, m, layers))
-        stats["pass_seconds"] = time.perf_counter() - t0
+        with harness.Stopwatch() as sw:
+            word_pass(batches, items, lambda i, m: backend.hidden_states(i, m, layers))
+        stats["pass_seconds"] = sw.seconds
     finally:
         for h in handles:
             h.remove()
@@ -205,31 +204,9 @@ def matmul_flops(batches: list[Batch], cfg) -> float:
 
 
 # ---- peaks -----------------------------------------------------------------------------------------------------
-def best_seconds(fn: Callable[[], object], repeats: int) -> float:
-    fn()
-    best = float("inf")
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t0)
-    return best
-
-
-def alternating_best(runs: dict[str, Callable[[], object]], repeats: int) -> dict[str, float]:
-    """Best wall seconds of each run over ``repeats`` rounds that alternate between them (one slow spell of a shared
-    machine then costs every run a round, not one run all of its)."""
-    best = {name: float("inf") for name in runs}
-    for r in range(repeats):
-        for name, fn in runs.items():
-            t0 = time.perf_counter()
-            fn()
-            best[name] = min(best[name], time.perf_counter() - t0)
-        print(f"  round {r + 1}/{repeats}: " + ", ".join(f"{v:.2f} s" for v in best.values()), flush=True)
-    return best
-
-
 def measure_peaks(threads: int, onnx_ok: bool) -> dict[str, dict]:
-    """Best FLOP/s of square matrix products for each runtime and type used by some row."""
+    """Best FLOP/s of square matrix products for each runtime and type used by some row: a peak is the best rate,
+    so each size's fastest of 3 timed products after a warm-up (``Timing.min``), and the best size."""
     peaks: dict[str, dict] = {}
     gen = torch.Generator().manual_seed(0)
 
@@ -237,7 +214,7 @@ def measure_peaks(threads: int, onnx_ok: bool) -> dict[str, dict]:
         best = 0.0
         for n in sizes:
             fn = make(n)
-            best = max(best, 2 * n ** 3 / best_seconds(fn, 3))
+            best = max(best, 2 * n ** 3 / harness.measure(fn, repeats=3).min)
         peaks[name] = {"flops_per_s": best, "sizes": list(sizes), "note": note}
         print(f"  peak {name}: {best / 1e9:,.1f} GFLOP/s {note}", flush=True)
 
@@ -340,7 +317,7 @@ def main():
     ap.add_argument("--model", default="all-MiniLM-L6-v2", help="e.g. all-MiniLM-L6-v2 or all-mpnet-base-v2")
     ap.add_argument("--sentences", type=int, default=DEFAULT_SENTENCES)
     ap.add_argument("--batch-size", type=int, default=32)
-    ap.add_argument("--repeats", type=int, default=2, help="timed rounds per row (best kept)")
+    ap.add_argument("--repeats", type=int, default=2, help="timed rounds per row (their median is reported)")
     ap.add_argument("--threads", type=int, default=None, help="torch and ONNX Runtime threads (default: torch's)")
     ap.add_argument("--sweep-tokens", default="512,1024,2048,4096,8192",
                     help="token budgets to sweep on the int8 and fp32 paths (comma-separated; 'none' skips)")
@@ -351,7 +328,7 @@ def main():
     if args.threads:
         torch.set_num_threads(args.threads)
     threads = torch.get_num_threads()
-    cpu = cpu_name()
+    cpu = harness.machine_line()
     print(f"{args.model} on {cpu}; ctxemb from {Path(ctxemb.__file__).parent}", flush=True)
 
     texts = wikitext_sentences(args.sentences)
@@ -385,24 +362,24 @@ def main():
         if p.startswith("onnx") and not onnx_ok:
             notes.append(f"ctxemb {p} not timed: onnxruntime is not installed ({backends.ONNX_EXTRA_HINT})")
             continue
-        t0 = time.perf_counter()
+        sw = harness.Stopwatch()
         backend = backends.load_backend(enc, p, model_name=args.model, tokenizer=tok)
-        setup[f"ctxemb {p}"] = time.perf_counter() - t0
+        setup[f"ctxemb {p}"] = sw.stop()
         path_backends[p] = backend
         rows.append(Row(f"ctxemb {p}" + (" (exact)" if p == "fp32" else ""), p, PATH_PEAK[p],
                         lambda b=backend: word_pass(batches, items, lambda i, m: b.hidden_states(
                             i, m, enc.resolve_layers(LAST_FOUR)))))
 
-    t0 = time.perf_counter()
+    sw = harness.Stopwatch()
     auto = Embedder.from_pretrained(args.model, precision="auto", batch_size=args.batch_size, max_tokens_per_batch=None)
-    setup["ctxemb auto (choice)"] = time.perf_counter() - t0
+    setup["ctxemb auto (choice)"] = sw.stop()
     choice = auto.precision_choice
     auto_backend = auto.backend
     print(f"auto: {choice.summary()}", flush=True)
     # What the probe costs on first use (the ONNX exports already exist here), and what it chooses now.
-    t0 = time.perf_counter()
+    sw = harness.Stopwatch()
     fresh = probe_precisions(enc, tok, layers=enc.resolve_layers(LAST_FOUR), model_name=args.model)
-    setup["auto probe, uncached (exports already made)"] = time.perf_counter() - t0
+    setup["auto probe, uncached (exports already made)"] = sw.stop()
     if choice.from_cache:
         notes.append(f"auto's choice came from the cache ({choice.cache_file}); a fresh probe in this run took "
                      f"{setup['auto probe, uncached (exports already made)']:.1f} s and chose {fresh.precision!r}")
@@ -439,9 +416,9 @@ def main():
         import onnxruntime as ort
 
         tmp = Path(tempfile.mkdtemp(prefix="ctxemb-hf-onnx-"))
-        t0 = time.perf_counter()
+        sw = harness.Stopwatch()
         exporter = export_transformers_onnx(hf, L, tmp / "model.onnx")
-        setup["transformers ONNX export"] = time.perf_counter() - t0
+        setup["transformers ONNX export"] = sw.stop()
         options = ort.SessionOptions()
         options.intra_op_num_threads = threads
         options.inter_op_num_threads = 1
@@ -470,22 +447,26 @@ def main():
                                                            convert_to_numpy=True)), kind="sentences"))
         st_reference = torch.from_numpy(exact_emb.embed_sentences(texts, layers=[-1], show_progress_bar=False))
 
-    # ---- accuracy pass (untimed), then alternating timed rounds
+    # ---- one untimed pass per row (its warm-up, whose vectors give its accuracy), then alternating timed rounds
     print(f"{len(rows)} rows; accuracy pass:", flush=True)
+    kinds = {row.name: row.kind for row in rows}
     reference = None
     cosines: dict[str, np.ndarray] = {}
-    for row in rows:
-        out = row.run()
-        if row.kind == "sentences":
+
+    def accuracy(name: str, out) -> None:
+        nonlocal reference
+        if kinds[name] == "sentences":
             cos = torch.nn.functional.cosine_similarity(out.double(), st_reference.double(), dim=-1)
         else:
             words = torch.cat(out).double()
             if reference is None:
                 reference = words  # the first row is ctxemb fp32
             cos = torch.nn.functional.cosine_similarity(words, reference, dim=-1)
-        cosines[row.name] = cos.numpy()
-        print(f"  {row.name}: cosine to exact mean {cos.mean():.5f} min {cos.min():.5f}", flush=True)
-    best = alternating_best({row.name: row.run for row in rows}, args.repeats)
+        cosines[name] = cos.numpy()
+        print(f"  {name}: cosine to exact mean {cos.mean():.5f} min {cos.min():.5f}", flush=True)
+
+    timings = harness.measure_alternating({row.name: row.run for row in rows}, repeats=args.repeats,
+                                          on_warmup=accuracy)
 
     # The int8 linear layers alone, then the token-budget sweep (both after the timed rows, before the peaks again).
     int8_profile = None
@@ -493,7 +474,7 @@ def main():
         int8_profile = profile_int8_linears(path_backends["int8"], batches, items, enc, args.repeats)
         print(f"int8 linear layers: {int8_profile['flops'] / 1e9:,.1f} GFLOP in {int8_profile['seconds']:.2f} s of a "
               f"{int8_profile['pass_seconds']:.2f} s pass", flush=True)
-    budget = backends.recommended_tokens_per_batch(enc.config)
+    budget = token_budget.recommended_tokens_per_batch(enc.config)
     sweep = []
     if args.sweep_tokens.lower() != "none":
         budgets = sorted({int(b) for b in args.sweep_tokens.split(",")} | {budget})
@@ -506,10 +487,10 @@ def main():
     for k, v in measure_peaks(threads, onnx_ok).items():
         if v["flops_per_s"] > peaks[k]["flops_per_s"]:
             peaks[k] = v
-    hf_seconds = best["transformers fp32 (output_hidden_states=True)"]
+    hf_seconds = timings["transformers fp32 (output_hidden_states=True)"].median
     table = []
     for row in rows:
-        seconds = best[row.name]
+        seconds = timings[row.name].median
         achieved = flops / seconds
         peak = peaks.get(row.peak, {}).get("flops_per_s") if row.peak else None
         cos = cosines[row.name]
@@ -519,7 +500,7 @@ def main():
             "cosine_mean": float(cos.mean()), "cosine_min": float(cos.min()),
             "cosine_compared": "sentence vectors" if row.kind == "sentences" else "word vectors",
             "gflops_per_s": achieved / 1e9, "peak": row.peak,
-            "share_of_peak": achieved / peak if peak else None,
+            "share_of_peak": achieved / peak if peak else None, "timing": timings[row.name].to_dict(),
         })
     columns = ["implementation", "tokens_per_s", "x_transformers_fp32", "cosine_mean", "cosine_min", "gflops_per_s",
                "peak", "share_of_peak"]
@@ -530,41 +511,43 @@ def main():
         rate = int8_profile["flops"] / int8_profile["seconds"]
         int8_profile |= {"gflops_per_s": rate / 1e9, "share_of_int8_peak": rate / peaks["torch int8"]["flops_per_s"],
                          "share_of_pass": int8_profile["seconds"] / int8_profile["pass_seconds"]}
-        int8_md = (f"\n\nint8 linear layers alone (one profiling pass of ctxemb int8; each product with its fused "
-                   f"quantization and epilogue, {int8_profile['calls']} calls): {int8_profile['flops'] / 1e9:,.1f} GFLOP "
+        int8_md = (f"\n\nint8 linear layers alone (profiling passes of ctxemb int8, the median of "
+                   f"{len(int8_profile['passes'])}; each product with its fused quantization and epilogue, "
+                   f"{int8_profile['calls']} calls): {int8_profile['flops'] / 1e9:,.1f} GFLOP "
                    f"in {int8_profile['seconds']:.2f} s = {rate / 1e9:,.1f} GFLOP/s, "
                    f"{int8_profile['share_of_int8_peak']:.0%} of the torch int8 peak; "
                    f"{int8_profile['share_of_pass']:.0%} of the pass ({int8_profile['pass_seconds']:.2f} s).")
     if sweep:
-        int8_md += (f"\n\nToken budget sweep (length-sorted batches limited only by the budget; real tokens/s, best of "
-                    f"{args.repeats} alternating rounds; recommended_tokens_per_batch here: {budget}):\n\n"
-                    + markdown_table(sweep, list(sweep[0])))
-    meta = {"model": args.model, "cpu": cpu, "native_bf16": native_bf16, "sentences": len(texts), "tokens": n_tokens,
+        int8_md += (f"\n\nToken budget sweep (length-sorted batches limited only by the budget; real tokens/s, "
+                    f"{harness.timing_note(args.repeats, alternating=True)}; recommended_tokens_per_batch here: "
+                    f"{budget}):\n\n"
+                    + harness.markdown_table(sweep, list(sweep[0])))
+    meta = {"model": args.model, "native_bf16": native_bf16, "sentences": len(texts), "tokens": n_tokens,
             "padded_tokens": n_padded, "batches": len(batches), "batch_size": args.batch_size,
-            "repeats": args.repeats, "matmul_flops": flops, "machine": machine(), "threads": threads,
+            "repeats": args.repeats, "matmul_flops": flops, "threads": threads,
             "transformers": transformers.__version__, "onnxruntime": backends.onnxruntime_version(),
             "auto": choice.to_dict() | {"from_cache": choice.from_cache}, "auto_fresh_probe": fresh.to_dict(),
             "setup_seconds": setup, "notes": notes, "int8_linears": int8_profile, "token_budget_sweep": sweep,
-            "recommended_tokens_per_batch": budget, "last_level_cache_bytes": backends.last_level_cache_bytes()}
+            "recommended_tokens_per_batch": budget, "last_level_cache_bytes": token_budget.last_level_cache_bytes()}
     md = (f"# Encoding throughput: {args.model}\n\n"
           f"{cpu}. {len(texts):,} WikiText-2 sentences, {n_tokens:,} tokens (special tokens included, padding "
           f"excluded; {n_padded:,} padded) in {len(batches)} length-sorted batches of {args.batch_size}; "
           f"last-four-layer word embeddings (subwords averaged) for every row but sentence-transformers (sentence "
-          f"vectors); best of {args.repeats} alternating rounds; {threads} threads. Cosine: to ctxemb fp32 per word "
+          f"vectors); {harness.timing_note(args.repeats, alternating=True)}; {threads} threads. Cosine: to ctxemb fp32 per word "
           f"(mean, min); sentence-transformers: to ctxemb fp32's mean of the last layer per sentence. FLOP/s: the "
           f"encoder's matrix products over the padded batches ({flops / 1e9:,.1f} GFLOP), as a share of the measured "
           f"peak of the runtime and type the row runs.\n\n"
           f"auto: {choice.summary()}\n\n"
-          + markdown_table(table, columns)
+          + harness.markdown_table(table, columns)
           + "\n\nMatrix-multiply peaks measured in the same run, before and after the rows (square products, best "
           + "of sizes 1024 and 2048 and of the two measurements):\n\n"
-          + markdown_table(peak_rows, ["runtime and type", "GFLOP/s", "note"]) + int8_md
+          + harness.markdown_table(peak_rows, ["runtime and type", "GFLOP/s", "note"]) + int8_md
           + ("\n\nNotes:\n" + "\n".join(f"- {n}" for n in notes) if notes else "")
           + "\n\nSet-up (not in the times): " + ", ".join(f"{k} {v:.1f} s" for k, v in setup.items()) + ".\n")
     name = "encode_throughput_" + args.model.replace("/", "_")
     if len(texts) != DEFAULT_SENTENCES:
         name += f"_{len(texts)}s"
-    write_results(name, {"meta": meta, "rows": table, "peaks": peaks}, md)
+    harness.write_results(name, {"meta": meta, "rows": table, "peaks": peaks}, md)
     print(md)
 
 

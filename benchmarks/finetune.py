@@ -6,9 +6,9 @@ CoNLL-2003 NER with a softmax per token, with a CRF and span-based (per type), t
 AutoModelForTokenClassification beside the softmax run, CoNLL-2003 POS tagging, and XQuAD-en extractive QA on
 held-out articles. Writes ``benchmarks/results/finetune.{md,json}``.
 
-    python benchmarks/finetune.py                      # every part
-    python benchmarks/finetune.py --parts sst2 mrpc    # some of them
-    python benchmarks/finetune.py --parts              # rewrite the report from the saved rows
+    python -m benchmarks.finetune                      # every part
+    python -m benchmarks.finetune --parts sst2 mrpc    # some of them
+    python -m benchmarks.finetune --parts              # rewrite the report from the saved rows
 
 Protocol: tune on dev; SST-2's ``test`` split is GLUE's dev set (the split papers report), RTE is reported on dev
 (GLUE withholds its test labels), SNLI is trained on its dev split and reported on test (only those are shared).
@@ -16,7 +16,7 @@ Protocol: tune on dev; SST-2's ``test`` split is GLUE's dev set (the split paper
 Each part runs through ``ctxemb finetune``'s code path with its own flags, so the task's default recipe (its shipped
 preset: keep the best dev epoch, length-grouped batches) applies beneath them; ``--cli-flags "--preset none
 --no-group-by-length"`` runs a part as it ran before the default recipes. The default recipes themselves, with no
-flag, are measured by ``benchmarks/default_recipes.py``.
+flag, are measured by ``python -m benchmarks.default_recipes``.
 """
 
 from __future__ import annotations
@@ -24,27 +24,22 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import sys
-import time
 from pathlib import Path
 
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from benchmarks._common import markdown_table, write_results  # noqa: E402
-from benchmarks.pretrain import cpu_name  # noqa: E402
-from ctxemb.tasks.sequence.data import load_task  # noqa: E402
-from ctxemb.cli import build_parser  # noqa: E402
+from benchmarks import harness
+from ctxemb.tasks.sequence.data import load_task
+from ctxemb.cli import build_parser
 from ctxemb.cli.finetune import finetune_config_from_args, train_task  # noqa: E402
-from ctxemb.tasks.sequence.features import model_inputs  # noqa: E402
-from ctxemb.tasks.outputs import predict_outputs  # noqa: E402
-from ctxemb.tasks.sequence.task import task_metrics  # noqa: E402
-from ctxemb.modeling.loading import load_tokenizer  # noqa: E402
-from ctxemb.modeling.sequence_classification import (EncoderForPairSimilarity, EncoderForSequenceClassification)  # noqa: E402
-from ctxemb.training.data import EvalBatches  # noqa: E402
-from ctxemb.models.hub import resolve_model_dir  # noqa: E402
+from ctxemb.tasks.sequence.features import model_inputs
+from ctxemb.training.outputs import predict_outputs
+from ctxemb.tasks.sequence.task import task_metrics
+from ctxemb.modeling.loading import load_tokenizer
+from ctxemb.modeling.sequence_classification import (EncoderForPairSimilarity, EncoderForSequenceClassification)
+from ctxemb.training.data import EvalBatches
+from ctxemb.models.hub import resolve_model_dir
 
 MODEL = "all-MiniLM-L6-v2"
 WORK = Path("/tmp/ctxemb-finetune-bench")
@@ -108,9 +103,9 @@ def _evaluate(model_dir: Path, task: str, splits, head: str) -> dict[str, float]
 def run_task(task: str, rows: list, **kw) -> Path:
     out = WORK / f"{task}_{kw.get('regime', 'full')}{'_cosine' if kw.get('head') == 'cosine' else ''}"
     shutil.rmtree(out, ignore_errors=True)
-    t = time.perf_counter()
+    sw = harness.Stopwatch()
     config, result = cli_run(task, out, _flags(task, **kw))
-    seconds = time.perf_counter() - t
+    seconds = sw.stop()
     n = min(len(load_task(task, splits=[config.train_split]).splits[config.train_split]),
             config.max_train_examples or 10**9)
     regime = config.regime if config.head != "cosine" else f"{config.regime} (bi-encoder, cosine)"
@@ -156,9 +151,9 @@ def run_transformers_sst2(rows: list, *, seed: int = 0, bf16: bool = False, grou
     args = _trainer_args(WORK / "sst2_hf", lr=lr, epochs=epochs, seed=seed, bf16=bf16, group_by_length=group_by_length)
     trainer = transformers.Trainer(model=model, args=args, train_dataset=train,
                                    data_collator=transformers.DataCollatorWithPadding(tok))
-    t = time.perf_counter()
+    sw = harness.Stopwatch()
     output = trainer.train()
-    seconds = time.perf_counter() - t
+    seconds = sw.stop()
     model.eval()
     row = {"task": "sst2", "regime": f"full ({_trainer_regime(bf16, group_by_length)})",
            "train": f"{train_split} ({len(train):,})", "epochs": epochs, "steps": trainer.state.global_step,
@@ -199,9 +194,9 @@ def run_token_part(part: str, rows: list) -> None:
              "--warmup-ratio", "0.1", "--precision", "fp32"]
     for k, v in options.items():
         flags += [f"--{k.replace('_', '-')}", str(v)]
-    t = time.perf_counter()
+    sw = harness.Stopwatch()
     config, result = cli_run(task, out, flags)
-    seconds = time.perf_counter() - t
+    seconds = sw.stop()
     n = result.train.step * config.batch_size  # features seen (QA: windows), the last batch of an epoch may be short
     row = {"task": task, "head": head, "epochs": epochs, "steps": result.train.step, "seconds": seconds,
            "train examples/s": n / (seconds - result.eval_seconds), "anchor": TOKEN_ANCHORS[task]}
@@ -235,9 +230,9 @@ def run_transformers_ner(rows: list, *, seed: int = 0, bf16: bool = False, group
     args = _trainer_args(WORK / "ner_hf", lr=5e-5, epochs=1, seed=seed, bf16=bf16, group_by_length=group_by_length)
     trainer = transformers.Trainer(model=model, args=args, train_dataset=train,
                                    data_collator=transformers.DataCollatorForTokenClassification(tok))
-    t = time.perf_counter()
+    sw = harness.Stopwatch()
     output = trainer.train()
-    seconds = time.perf_counter() - t
+    seconds = sw.stop()
     model.eval()
     gold, pred = [], []
     with torch.inference_mode():
@@ -266,7 +261,7 @@ def run_transformers_ner(rows: list, *, seed: int = 0, bf16: bool = False, group
 def run_stsb_embedder(model_dir: Path, label: str, rows: list) -> None:
     """STS-B dev Spearman of the Embedder (cosine of mean-pooled vectors, no head) with the encoder of
     ``model_dir``; the original model's row first."""
-    from ctxemb.embedding.embedder.embedder import Embedder
+    from ctxemb.embedding.embedder import Embedder
     from ctxemb.evaluation.similarity import run_similarity_tasks
 
     todo = [] if any(r["encoder"].startswith("original") for r in rows) else [("original all-MiniLM-L6-v2", MODEL)]
@@ -287,7 +282,7 @@ def _st_agreement(model_dir: str) -> str:
         from sentence_transformers import SentenceTransformer
     except ImportError:
         return "-"
-    from ctxemb.embedding.embedder.embedder import Embedder
+    from ctxemb.embedding.embedder import Embedder
     from ctxemb.evaluation.similarity.data.sentence_pairs import load_stsb
 
     pairs = load_stsb("dev")
@@ -333,7 +328,7 @@ def main() -> None:
     WORK.mkdir(parents=True, exist_ok=True)
     # parts run earlier: this machine's working rows, else the committed results (so one part run on a fresh machine
     # does not drop the other parts' rows from the report)
-    committed = Path(__file__).resolve().parent / "results" / "finetune.json"
+    committed = harness.RESULTS / "finetune.json"
     source = results_path if results_path.is_file() else committed if committed.is_file() else None
     saved = json.loads(source.read_text()) if source else {}
     rows, embedder_rows = saved.get("rows", []), saved.get("embedder_rows", [])
@@ -379,7 +374,7 @@ def report(rows: list, embedder_rows: list, token_rows: list) -> None:
             row["seconds"] = f"{row['seconds']} *"
     shared_note = ("\n\n\\* ran while other jobs shared the two cores: its times are not speed measurements "
                    "(its metrics are unaffected)." if any(r.get("shared_cpu") for r in rows) else "")
-    md = (f"# Fine-tuning all-MiniLM-L6-v2\n\nCPU: {cpu_name()}, fp32.\n\n## Sequence level\n\n"
+    md = (f"# Fine-tuning all-MiniLM-L6-v2\n\nCPU: {harness.machine_line()}, fp32.\n\n## Sequence level\n\n"
           f"Batch 32, max length 128, "
           f"AdamW (wd 0.01), 10% warm-up then linear decay, lr 5e-5 (frozen: 1e-3, head only), the checkpoint's "
           f"head (BERT pooler + classifier). Budgets: SST-2 1 epoch over the first 10,000 training sentences; MRPC, "
@@ -388,9 +383,9 @@ def report(rows: list, embedder_rows: list, token_rows: list) -> None:
           f"split of GLUE train used for tuning. Metrics x 100. 'examples/s' is end to end (tokenizing, training, "
           f"evaluating each epoch, saving); 'train examples/s' leaves out the evaluations (the Trainer run has "
           f"none).\n\n"
-          + markdown_table(shown, cols + metric_cols + ["anchor"]) + shared_note
+          + harness.markdown_table(shown, cols + metric_cols + ["anchor"]) + shared_note
           + ("\n\n### The fine-tuned encoder in the Embedder\n\n"
-             + markdown_table(embedder_rows, list(embedder_rows[0])) if embedder_rows else ""))
+             + harness.markdown_table(embedder_rows, list(embedder_rows[0])) if embedder_rows else ""))
     if token_rows:
         keys = ["f1", "precision", "recall", "f1_LOC", "f1_MISC", "f1_ORG", "f1_PER", "null_threshold",
                 "calibrated_f1", "accuracy", "exact_match"]
@@ -408,9 +403,8 @@ def report(rows: list, embedder_rows: list, token_rows: list) -> None:
                "files' POS column, token accuracy. XQuAD-en: 3/4 of the 48 articles for training (839 questions), "
                "the held-out 12 articles (351 questions) for EM/F1 (official SQuAD v1.1 definitions), 3 epochs, "
                "lr 1e-4, batch 16, windows of 256 tokens with stride 128. 'train examples/s' counts model inputs "
-               "(QA windows) and leaves out the evaluations.\n\n" + markdown_table(shown, tcols))
-    write_results("finetune", {"cpu": cpu_name(), "rows": rows, "embedder_rows": embedder_rows,
-                               "token_rows": token_rows}, md)
+               "(QA windows) and leaves out the evaluations.\n\n" + harness.markdown_table(shown, tcols))
+    harness.write_results("finetune", {"rows": rows, "embedder_rows": embedder_rows, "token_rows": token_rows}, md)
     print(md)
 
 

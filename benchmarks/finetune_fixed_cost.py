@@ -20,7 +20,7 @@ the numbers. Writes ``results/finetune_fixed_cost.md`` and ``.json``.
 
 Usage::
 
-    python benchmarks/finetune_fixed_cost.py --repeats 3 [--baseline-pythonpath /tmp/ctxemb-before]
+    python -m benchmarks.finetune_fixed_cost --repeats 3 [--baseline-pythonpath /tmp/ctxemb-before]
 """
 from __future__ import annotations
 
@@ -28,34 +28,16 @@ import argparse
 import json
 import os
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from benchmarks._common import machine, markdown_table, write_results  # noqa: E402
+from benchmarks import harness
 
 ROOT = Path(__file__).resolve().parents[1]
 PHASES = ("startup", "load", "data", "first_step", "training", "evaluation", "save")
 FIXED = ("startup", "load", "data", "first_step", "save")
-
-
-def lscpu() -> dict:
-    """``lscpu``'s model name, cores and flags that matter here (empty where lscpu is missing)."""
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
-    except (OSError, subprocess.CalledProcessError):
-        return {}
-    fields = dict(line.split(":", 1) for line in out.splitlines() if ":" in line)
-    fields = {k.strip(): v.strip() for k, v in fields.items()}
-    flags = set(fields.get("Flags", "").split())
-    return {"model_name": fields.get("Model name"), "cpus": fields.get("CPU(s)"),
-            "threads_per_core": fields.get("Thread(s) per core"),
-            "flags": sorted(flags & {"avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16"})}
 
 
 def run_once(command: list[str], pythonpath: str, out_dir: Path, threads: int) -> dict:
@@ -65,13 +47,14 @@ def run_once(command: list[str], pythonpath: str, out_dir: Path, threads: int) -
     env = dict(os.environ, PYTHONPATH=pythonpath, TOKENIZERS_PARALLELISM="false", OMP_NUM_THREADS=str(threads))
     shutil.rmtree(out_dir, ignore_errors=True)
     load_before = os.getloadavg()[0]
-    t_spawn = time.time()
+    sw = harness.Stopwatch()
     proc = subprocess.run([sys.executable, "-m", "ctxemb", *command, "--out-dir", str(out_dir)], env=env,
                           cwd=pythonpath, capture_output=True, text=True)
-    t_exit = time.time()
+    sw.stop()
+    t_spawn, t_exit = sw.started_at, sw.stopped_at  # Unix time, as the run record's timestamps
     if proc.returncode:
         raise RuntimeError(f"the run failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
-    row = {"wall": t_exit - t_spawn, "load_before": load_before, "load_after": os.getloadavg()[0]}
+    row = {"wall": sw.seconds, "load_before": load_before, "load_after": os.getloadavg()[0]}
     record = json.loads((out_dir / "model" / "run.json").read_text(encoding="utf-8"))
     timing = record.get("timing")
     row["accuracy"] = record["metrics"]["final"].get("accuracy")
@@ -123,38 +106,42 @@ def main() -> None:
         shutil.rmtree(work, ignore_errors=True)
 
     ours = runs["this checkout"]
-    median = {k: statistics.median(r[k] for r in ours) for k in (*PHASES, "other", "fixed", "wall")}
+    timing = {k: harness.summarize(r[k] for r in ours) for k in (*PHASES, "other", "fixed", "wall")}
+    median = {k: t.median for k, t in timing.items()}
     loads = [r[k] for rs in runs.values() for r in rs for k in ("load_before", "load_after")]
-    m = {**machine(), "threads": args.threads, "lscpu": lscpu(), "load_avg_1min": {"min": min(loads), "max": max(loads)}}
-    payload = {"command": "ctxemb " + " ".join(command), "machine": m, "repeats": args.repeats,
-               "median_seconds": median, "runs": runs}
+    m = harness.machine()
+    payload = {"command": "ctxemb " + " ".join(command), "threads": args.threads,
+               "load_avg_1min": {"min": min(loads), "max": max(loads)}, "repeats": args.repeats,
+               "median_seconds": median, "timing": {k: t.to_dict() for k, t in timing.items()}, "runs": runs}
     rows = [{"phase": k, "median_s": median[k], "share_of_wall": median[k] / median["wall"],
              "fixed": "yes" if k in FIXED else ""} for k in (*PHASES, "other")]
     rows += [{"phase": "fixed cost (start-up + load + data + first step + save)", "median_s": median["fixed"],
               "share_of_wall": median["fixed"] / median["wall"]},
              {"phase": "total wall", "median_s": median["wall"], "share_of_wall": 1.0}]
-    detail = {k: statistics.median(r["detail"][k] for r in ours) for k in ours[0]["detail"]}
-    md = [f"# Fixed cost of a small fine-tuning run\n",
+    detail = {k: harness.summarize(r["detail"][k] for r in ours).median for k in ours[0]["detail"]}
+    md = ["# Fixed cost of a small fine-tuning run\n",
           f"`{payload['command']}` (all-MiniLM-L6-v2, the task's default recipe: `--precision auto`, one dev "
           f"evaluation after the epoch; SST-2's dev split holds 6,735 sentences), {args.repeats} fresh processes, "
           f"median.\n",
-          f"{m['lscpu'].get('model_name') or m['cpu']}, {m['lscpu'].get('cpus') or m['cpu_count']} CPUs, torch "
-          f"{m['torch']} with {m['threads']} threads. 1-minute load average "
-          f"{m['load_avg_1min']['min']:.1f}-{m['load_avg_1min']['max']:.1f} during the runs (above the CPU count: "
-          f"other jobs shared the machine), so compare rows of one file, not absolute seconds across files.\n",
-          markdown_table(rows, ["phase", "median_s", "share_of_wall", "fixed"]), "",
+          f"{m['cpu']}, {m['cpu_count']} CPUs, torch {m['torch']} with {args.threads} threads. 1-minute load average "
+          f"{min(loads):.1f}-{max(loads):.1f} during the runs (above the CPU count: other jobs shared the machine), "
+          f"so compare rows of one file, not absolute seconds across files.\n",
+          harness.markdown_table(rows, ["phase", "median_s", "share_of_wall", "fixed"]), "",
           "Inside the phases (median seconds, from `run.json` `timing`):\n",
-          markdown_table([{"timing key": k, "seconds": v} for k, v in detail.items()], ["timing key", "seconds"]), ""]
+          harness.markdown_table([{"timing key": k, "seconds": v} for k, v in detail.items()],
+                                 ["timing key", "seconds"]), ""]
     if args.baseline_pythonpath:
         base = runs["baseline"]
         cmp_rows = [{"checkout": name, "runs_wall_s": ", ".join(f"{r['wall']:.1f}" for r in rs),
-                     "median_wall_s": statistics.median(r["wall"] for r in rs),
+                     "median_wall_s": harness.summarize(r["wall"] for r in rs).median,
                      "loads": ", ".join(f"{r['load_before']:.1f}" for r in rs),
                      "dev_accuracy": rs[0].get("accuracy")} for name, rs in runs.items()]
         md += ["Before and after, alternating runs of the same command in the same conditions:\n",
-               markdown_table(cmp_rows, ["checkout", "runs_wall_s", "median_wall_s", "loads", "dev_accuracy"]), "",
-               f"Speed-up of the whole command: {statistics.median(r['wall'] for r in base) / median['wall']:.2f}x.\n"]
-    write_results(args.name, payload, "\n".join(md))
+               harness.markdown_table(cmp_rows, ["checkout", "runs_wall_s", "median_wall_s", "loads",
+                                                 "dev_accuracy"]), "",
+               f"Speed-up of the whole command: "
+               f"{harness.summarize(r['wall'] for r in base).median / median['wall']:.2f}x.\n"]
+    harness.write_results(args.name, payload, "\n".join(md))
     print("\n".join(md))
 
 

@@ -15,8 +15,8 @@ NER, the 14,041 training sentences, 1 epoch, a softmax per token (every subword 
 ``first_step + steps``; the Trainer's own ``train_runtime``), so evaluation, start-up and saving are left out; they
 are reported apart as the run's fixed cost (the whole call's wall time minus steps and evaluation).
 
-    python benchmarks/finetune_speed.py                         # both workloads, every row
-    python benchmarks/finetune_speed.py --tasks sst2 --seeds 0  # one workload, one seed
+    python -m benchmarks.finetune_speed                         # both workloads, every row
+    python -m benchmarks.finetune_speed --tasks sst2 --seeds 0  # one workload, one seed
 
 Writes ``benchmarks/results/finetune_speed.{md,json}``.
 """
@@ -28,15 +28,10 @@ import json
 import os
 import shutil
 import statistics
-import sys
-import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from benchmarks import finetune as bench  # noqa: E402
-from benchmarks._common import markdown_table, write_results  # noqa: E402
-from benchmarks.pretrain import cpu_name  # noqa: E402
+from benchmarks import finetune as bench
+from benchmarks import harness
 
 WORKLOADS = {
     # name -> (ctxemb task, head, extra flags, dev metric)
@@ -44,7 +39,7 @@ WORKLOADS = {
              "accuracy"),
     "conll2003-ner": ("conll2003-ner", "softmax", [], "f1"),
 }
-RESULTS = Path(__file__).resolve().parent / "results" / "finetune_speed.json"
+RESULTS = harness.RESULTS / "finetune_speed.json"
 
 
 def run_ctxemb(workload: str, precision: str, seed: int) -> dict:
@@ -53,9 +48,9 @@ def run_ctxemb(workload: str, precision: str, seed: int) -> dict:
     shutil.rmtree(out, ignore_errors=True)
     flags = ["--model", bench.MODEL, "--head", head, "--epochs", "1", "--batch-size", "32", "--max-length", "128",
              "--learning-rate", "5e-5", "--warmup-ratio", "0.1", "--precision", precision, "--seed", str(seed), *extra]
-    start = time.perf_counter()
+    sw = harness.Stopwatch()
     config, result = bench.cli_run(task, out, flags)
-    seconds = time.perf_counter() - start
+    seconds = sw.stop()
     record = json.loads((Path(result.model_dir) / "run.json").read_text())
     timing, data = record["timing"], record["data"]
     step_seconds = timing["first_step"] + timing["steps"]
@@ -69,14 +64,14 @@ def run_ctxemb(workload: str, precision: str, seed: int) -> dict:
 
 
 def run_trainer(workload: str, *, bf16: bool, group_by_length: bool, seed: int = 0) -> dict:
-    start = time.perf_counter()
+    sw = harness.Stopwatch()
     if workload == "sst2":
         row = bench.run_transformers_sst2([], seed=seed, bf16=bf16, group_by_length=group_by_length)
         metric, value = "dev accuracy", row["dev accuracy"]
     else:
         row = bench.run_transformers_ner([], seed=seed, bf16=bf16, group_by_length=group_by_length)
         metric, value = "dev f1", row["f1"]
-    seconds = time.perf_counter() - start
+    seconds = sw.stop()
     step_seconds = row["train seconds"]
     return {"workload": workload, "implementation": bench._trainer_regime(bf16, group_by_length),
             "resolved precision": "bf16" if bf16 else "fp32", "seed": seed, "steps": row["steps"], "padding": "-",
@@ -105,7 +100,8 @@ def _summary(rows: list[dict]) -> list[dict]:
                     f"auto {metric} per seed": ", ".join(f"{s:.2f}" for s in scores),
                     "seed spread": f"{max(scores) - min(scores):.2f}" if len(scores) > 1 else "-",
                     f"fp32 {metric}": f"{fp32[0][metric]:.2f}" if fp32 else "-",
-                    "ctxemb fixed seconds (median)": f"{statistics.median(r['fixed seconds'] for r in auto):.1f}"})
+                    "ctxemb fixed seconds (median)":
+                        f"{harness.summarize(r['fixed seconds'] for r in auto).median:.1f}"})
     return out
 
 
@@ -114,11 +110,11 @@ def _columns(rows: list[dict]) -> list[str]:
 
 
 def report(rows: list[dict]) -> None:
-    cpu = cpu_name()
+    cpu = harness.machine_line()
     shown = [{k: (f"{v:.1f}" if isinstance(v, float) else "-" if v is None else v) for k, v in r.items()} for r in rows]
     summary = _summary(rows)
     md = ("# Fine-tuning speed: ctxemb against transformers' Trainer\n\n"
-          f"all-MiniLM-L6-v2 on {cpu}, {os.cpu_count()} cores. " + __doc__.split("\n\n")[1].replace("\n", " ") +
+          f"all-MiniLM-L6-v2 on {cpu}. " + __doc__.split("\n\n")[1].replace("\n", " ") +
           " ctxemb runs `ctxemb finetune` with `--precision auto` (bf16 autocast where the CPU multiplies bf16 in "
           "hardware; once per seed) and `--precision fp32`, both with its default length-grouped batches; the Trainer "
           "runs in fp32 and with its own `bf16` and length grouping. 'train examples/s' counts training examples over "
@@ -126,9 +122,9 @@ def report(rows: list[dict]) -> None:
           "'fixed seconds' is the rest of a ctxemb call but the dev evaluation ('eval seconds'); for the Trainer, "
           "'other seconds' is loading, tokenizing and our evaluation of its model after training. 'load' is the "
           "1-minute load average at the end of the run.\n\n"
-          + (markdown_table(summary, _columns(summary)) + "\n\n" if summary else "")
-          + markdown_table(shown, _columns(shown)) + "\n")
-    write_results(RESULTS.stem, {"cpu": cpu, "rows": rows, "summary": summary}, md)
+          + (harness.markdown_table(summary, _columns(summary)) + "\n\n" if summary else "")
+          + harness.markdown_table(shown, _columns(shown)) + "\n")
+    harness.write_results(RESULTS.stem, {"rows": rows, "summary": summary}, md)
 
 
 def main(argv=None) -> None:

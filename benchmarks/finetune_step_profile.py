@@ -14,31 +14,25 @@ Writes ``results/finetune_step_profile.md`` and ``.json``.
 
 Usage::
 
-    OMP_NUM_THREADS=1 python benchmarks/finetune_step_profile.py --repeats 5
+    OMP_NUM_THREADS=1 python -m benchmarks.finetune_step_profile --repeats 5
 """
 from __future__ import annotations
 
 import argparse
-import statistics
-import sys
-import time
 from collections import defaultdict
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
 
-import torch  # noqa: E402
-from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
-from torch.utils._pytree import tree_leaves  # noqa: E402
-
-from benchmarks._common import machine, markdown_table, write_results  # noqa: E402
-from ctxemb.tasks.sequence.features import Collator, encode_examples  # noqa: E402
-from ctxemb.tasks.sequence.data import load_task  # noqa: E402
-from ctxemb.modeling.loading import load_tokenizer  # noqa: E402
-from ctxemb.modeling.sequence_classification import EncoderForSequenceClassification  # noqa: E402
-from ctxemb.models.hub import resolve_model_dir  # noqa: E402
-from ctxemb.training.optim import make_optimizer  # noqa: E402
-from ctxemb.training.precision import autocast  # noqa: E402
+from benchmarks import harness
+from ctxemb.tasks.sequence.features import Collator, encode_examples
+from ctxemb.tasks.sequence.data import load_task
+from ctxemb.modeling.loading import load_tokenizer
+from ctxemb.modeling.sequence_classification import EncoderForSequenceClassification
+from ctxemb.models.hub import resolve_model_dir
+from ctxemb.training.optim import make_optimizer
+from ctxemb.core.precision import bf16_autocast as autocast  # what the loop runs under
 
 CONVERSIONS = {"_to_copy", "copy_", "to"}
 
@@ -53,9 +47,9 @@ class OpTimer(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        t = time.perf_counter()
+        t = harness.clock()  # a Stopwatch per op would add to the cost the mode already adds
         out = func(*args, **kwargs)
-        dt = time.perf_counter() - t
+        dt = harness.clock() - t
         ins = sorted({str(a.dtype).replace("torch.", "") for a in tree_leaves((args, kwargs))
                       if isinstance(a, torch.Tensor) and a.is_floating_point()})
         outs = sorted({str(a.dtype).replace("torch.", "") for a in tree_leaves(out)
@@ -106,14 +100,7 @@ def main() -> None:
                                                                      head="checkpoint").train()
             opt = make_optimizer(model, lr=2e-5, weight_decay=0.01, betas=(0.9, 0.999), eps=1e-8)
             steps[precision] = make_step(model, opt, batch, precision)
-            for _ in range(2):
-                steps[precision]()
-        times = {p: [] for p in steps}
-        for _ in range(args.repeats):
-            for p, fn in steps.items():
-                t = time.perf_counter()
-                fn()
-                times[p].append(time.perf_counter() - t)
+        step_timings = harness.measure_alternating(steps, repeats=args.repeats, warmup=2, progress=False)
         for p, fn in steps.items():
             timer = OpTimer()
             with timer:
@@ -129,9 +116,10 @@ def main() -> None:
                                            "seconds": shares["conversion"]},
                            "top_ops": [{"op": n, "dtypes": k, "seconds": s, "calls": timer.calls[(n, k)]}
                                        for (n, k), s in top]}
-            timings[p] = statistics.median(times[p])
+            timings[p] = step_timings[p].median
         results[T] = {"batch_shape": list(batch["input_ids"].shape), "step_seconds": timings, "profiles": profiles,
-                      "bf16_speedup": timings["fp32"] / timings["bf16"]}
+                      "bf16_speedup": timings["fp32"] / timings["bf16"],
+                      "step_timing": {p: t.to_dict() for p, t in step_timings.items()}}
         md.append(f"## Batch {tuple(batch['input_ids'].shape)}\n")
         md.append(f"Step (forward, backward, clip, AdamW): fp32 {timings['fp32']:.3f} s, bf16 autocast "
                   f"{timings['bf16']:.3f} s: **{timings['fp32'] / timings['bf16']:.2f}x**.\n")
@@ -139,12 +127,12 @@ def main() -> None:
             pr = profiles[p]
             md.append(f"{p}: op time by dtype: " + ", ".join(f"{k} {v:.0%}" for k, v in sorted(pr["shares"].items()))
                       + f"; {pr['conversions']['calls']} conversions taking {pr['conversions']['seconds']:.3f} s.\n")
-            md.append(markdown_table(pr["top_ops"], ["op", "dtypes", "seconds", "calls"]) + "\n")
-    m = machine()
+            md.append(harness.markdown_table(pr["top_ops"], ["op", "dtypes", "seconds", "calls"]) + "\n")
+    m = harness.machine()
     head = (f"# One fine-tuning step: fp32 against bf16 autocast\n\n{args.model}, a fresh 2-class head, "
             f"{args.batch_size} SST-2 training sentences per batch. {m['cpu']}, torch {m['torch']}, "
-            f"{m['threads']} threads; {args.repeats} alternating timed steps, median.\n")
-    write_results("finetune_step_profile", {"machine": m, "results": results}, head + "\n" + "\n".join(md))
+            f"{m['torch_threads']} threads; {harness.timing_note(args.repeats, 2, alternating=True)}.\n")
+    harness.write_results("finetune_step_profile", {"results": results}, head + "\n" + "\n".join(md))
     print(head + "\n" + "\n".join(md))
 
 

@@ -5,15 +5,16 @@ WikiText-2 sentences from the shared data, so that there are well over 2,000 wor
 anisotropy raw and after each post-processing, the top-1/top-3 rogue dimensions and their share of the cosine,
 informativity. Writes benchmarks/results/geometry_<model>/ (analysis.json and PNG plots) and a summary table.
 
-    python benchmarks/geometry.py --model all-MiniLM-L6-v2 [--wikitext-sentences 300]
+    python -m benchmarks.geometry --model all-MiniLM-L6-v2 [--wikitext-sentences 300]
 """
 
 from __future__ import annotations
 
 import argparse
 
-from _common import RESULTS, wikitext_sentences, write_results
-from ctxemb.embedding.embedder.embedder import Embedder
+from benchmarks import harness
+from benchmarks._common import wikitext_sentences
+from ctxemb.embedding.embedder import Embedder
 from ctxemb.geometry.analysis import analyze, format_analysis_table, read_corpus
 
 
@@ -27,7 +28,7 @@ def main():
     corpus = read_corpus() + wiki[:args.wikitext_sentences]
     emb = Embedder.from_pretrained(args.model)
     slug = args.model.replace("/", "_")
-    out_dir = RESULTS / f"geometry_{slug}"
+    out_dir = harness.RESULTS / f"geometry_{slug}"
     result = analyze(emb, corpus, out_dir=out_dir, show_progress_bar=True)
     table = format_analysis_table(result)
     md = (f"# Geometry of {args.model}\n\n{result.n_sentences} sentences ({len(read_corpus())} from "
@@ -35,7 +36,7 @@ def main():
           "(subwords mean-pooled). Post-processings are fitted on the same vectors they are applied to.\n"
           f"Plots: geometry_{slug}/anisotropy_by_layer.png, rogue_dimensions_by_layer.png, word_projection.png.\n\n"
           + table)
-    write_results(f"geometry_{slug}", result.to_dict(), md)
+    harness.write_results(f"geometry_{slug}", result.to_dict(), md)
     print(md)
 
 

@@ -6,8 +6,8 @@ Synthetic documents: 50-200 tokens, each drawn around one of the document's 3 to
 dimensions), noise 0.35 per dimension relative to the centres' scale. Queries: 32 tokens drawn from one document's
 topics with fresh noise, so that each query has a known source document.
 
-    python benchmarks/late_index_scale.py --tokens 20000000        # ~10 minutes on 2 cores
-    python benchmarks/late_index_scale.py --tokens 200000 --name late_index_scale_smoke
+    python -m benchmarks.late_index_scale --tokens 20000000        # ~10 minutes on 2 cores
+    python -m benchmarks.late_index_scale --tokens 200000 --name late_index_scale_smoke
 
 Writes benchmarks/results/late_index_scale.{md,json}.
 """
@@ -20,11 +20,13 @@ import resource
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
 
+from benchmarks import harness  # imports no torch: the search child's peak memory stays the index's cost
+
+ROOT = Path(__file__).resolve().parent.parent
 D = 128
 TOPICS = 4096
 
@@ -48,18 +50,18 @@ def build(directory: Path, n_tokens: int, shard_tokens: int, nbits: int, seed: i
     centres /= np.linalg.norm(centres, axis=1, keepdims=True)
     np.save(directory.parent / "centres.npy", centres)
     index = LateInteractionIndex(D, nbits=nbits)
-    start, added, n = time.perf_counter(), 0, 0
+    sw, added, n = harness.Stopwatch(), 0, 0
     while added < n_tokens:
         docs = _documents(rng, centres, min(shard_tokens, n_tokens - added))
         index.add(["doc-%d" % (n + i) for i in range(len(docs))], docs)
         n += len(docs)
         added += sum(len(d) for d in docs)
-        print(f"{added:,} tokens in {time.perf_counter() - start:.0f} s", file=sys.stderr, flush=True)
-    add_s = time.perf_counter() - start
+        print(f"{added:,} tokens in {sw.seconds:.0f} s", file=sys.stderr, flush=True)
+    add_s = sw.seconds
     index.save(directory)
     size = sum(p.stat().st_size for p in directory.rglob("*") if p.is_file())
     return {"tokens": index.n_tokens, "documents": len(index), "centroids": index.codec.n_centroids,
-            "bytes_per_token": index.bytes_per_token, "index_bytes": size, "build_s": time.perf_counter() - start,
+            "bytes_per_token": index.bytes_per_token, "index_bytes": size, "build_s": sw.stop(),
             "add_s": add_s}
 
 
@@ -85,11 +87,12 @@ def search_child(directory: str, queries_path: str, out_path: str) -> None:
     index = LateInteractionIndex.load(directory)
     times, hits = [], []
     for q in qs:
-        start = time.perf_counter()
-        hits.append([h[0] for h in index.search(q, 10, nprobe=4, candidates=256)])
-        times.append(1000 * (time.perf_counter() - start))
+        with harness.Stopwatch() as sw:
+            hits.append([h[0] for h in index.search(q, 10, nprobe=4, candidates=256)])
+        times.append(1000 * sw.seconds)
     Path(out_path).write_text(json.dumps({
-        "hits": hits, "latency_ms_p50": float(np.median(times)), "latency_ms_p99": float(np.percentile(times, 99)),
+        "hits": hits, "latency_ms_p50": harness.summarize(times).median,
+        "latency_ms_p99": float(np.percentile(times, 99)),
         "rss_before_load": rss_before, "peak_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}))
 
 
@@ -127,33 +130,32 @@ def main(argv=None) -> None:
     args = ap.parse_args(argv)
     if args.child:  # a fresh process that imports only the index (no torch): its peak RSS is the index's cost
         return search_child(*args.child)
-    from _common import machine, markdown_table, write_results
-    with tempfile.TemporaryDirectory(dir=Path(__file__).resolve().parent.parent / "cache") as tmp:
+    with tempfile.TemporaryDirectory(dir=ROOT / "cache") as tmp:
         directory = Path(tmp) / "index"
         stats = build(directory, args.tokens, args.shard_tokens, args.nbits, args.seed)
         qs = np.stack(queries(directory, args.queries, args.seed))
         np.save(Path(tmp) / "queries.npy", qs)
-        subprocess.run([sys.executable, __file__, "--child", str(directory), str(Path(tmp) / "queries.npy"),
-                        str(Path(tmp) / "search.json")], check=True)
+        subprocess.run([sys.executable, "-m", "benchmarks.late_index_scale", "--child", str(directory),
+                        str(Path(tmp) / "queries.npy"), str(Path(tmp) / "search.json")], check=True, cwd=ROOT)
         searched = json.loads((Path(tmp) / "search.json").read_text())
         exact = exhaustive_top10(directory, qs)
     recall = float(np.mean([len(set(a) & set(b)) / 10 for a, b in zip(searched.pop("hits"), exact)]))
     row = {**stats, **searched, "candidate_recall@10": recall,
            "peak_rss_over_index": searched["peak_rss"] / stats["index_bytes"]}
     md = ["# A late-interaction index searched memory-mapped", "",
-          f"{machine()['cpu']} ({machine()['cpu_count']} cores). {stats['tokens']:,} synthetic clustered token "
+          f"{harness.machine_line()}. {stats['tokens']:,} synthetic clustered token "
           f"vectors (128 d, {args.nbits}-bit residuals) in {stats['documents']:,} documents, built from shards of "
           f"{args.shard_tokens:,} tokens; searched in a fresh process (nprobe 4, 256 candidates, {args.queries} "
           "queries of 32 tokens). Recall: the candidate stage's top 10 against exhaustive MaxSim over the same "
           "decompressed vectors.", "",
-          markdown_table([{"tokens": f"{stats['tokens']:,}", "index MB": stats["index_bytes"] / 2 ** 20,
-                           "bytes/token": stats["bytes_per_token"], "build s": stats["build_s"],
-                           "peak RSS MB": searched["peak_rss"] / 2 ** 20,
-                           "RSS / index": row["peak_rss_over_index"], "p50 ms": searched["latency_ms_p50"],
-                           "p99 ms": searched["latency_ms_p99"], "recall@10": recall}],
-                         ["tokens", "index MB", "bytes/token", "build s", "peak RSS MB", "RSS / index", "p50 ms",
-                          "p99 ms", "recall@10"])]
-    write_results(args.name, {"machine": machine(), "args": vars(args), **row}, "\n".join(md))
+          harness.markdown_table([{"tokens": f"{stats['tokens']:,}", "index MB": stats["index_bytes"] / 2 ** 20,
+                                   "bytes/token": stats["bytes_per_token"], "build s": stats["build_s"],
+                                   "peak RSS MB": searched["peak_rss"] / 2 ** 20,
+                                   "RSS / index": row["peak_rss_over_index"], "p50 ms": searched["latency_ms_p50"],
+                                   "p99 ms": searched["latency_ms_p99"], "recall@10": recall}],
+                                 ["tokens", "index MB", "bytes/token", "build s", "peak RSS MB", "RSS / index",
+                                  "p50 ms", "p99 ms", "recall@10"])]
+    harness.write_results(args.name, {"args": vars(args), **row}, "\n".join(md))
 
 
 if __name__ == "__main__":

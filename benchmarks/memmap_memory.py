@@ -3,7 +3,7 @@
 Sentences: WikiText-2 (valid + test), Tiny Shakespeare lines and SemCor sentences from the shared data, cycled until
 ``--sentences`` are reached. Reports peak resident memory of the process (ru_maxrss), throughput and the file size.
 
-    python benchmarks/memmap_memory.py --sentences 100000
+    python -m benchmarks.memmap_memory --sentences 100000
 """
 
 from __future__ import annotations
@@ -11,13 +11,13 @@ from __future__ import annotations
 import argparse
 import resource
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
 
-from _common import machine, markdown_table, wikitext_sentences, write_results
-from ctxemb.embedding.embedder.embedder import Embedder
+from benchmarks import harness
+from benchmarks._common import wikitext_sentences
+from ctxemb.embedding.embedder import Embedder
 from ctxemb.core.paths import shared_data_dir
 
 
@@ -43,9 +43,9 @@ def main():
     before = rss_mb()
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "embeddings.npy"
-        t0 = time.perf_counter()
-        mm = emb.embed_sentences(texts, layers=[-1], out_path=out, show_progress_bar=True)
-        seconds = time.perf_counter() - t0
+        with harness.Stopwatch() as sw:
+            mm = emb.embed_sentences(texts, layers=[-1], out_path=out, show_progress_bar=True)
+        seconds = sw.seconds
         size_mb = out.stat().st_size / 2**20
         ok = bool(np.isfinite(np.asarray(mm[:: max(1, len(texts) // 1000)])).all())
     row = {"model": args.model, "sentences": len(texts), "precision": args.precision, "seconds": seconds,
@@ -53,8 +53,8 @@ def main():
            "output_mb": size_mb, "finite": ok}
     cols = list(row)
     md = (f"# Embedding {len(texts):,} sentences into a memory map\n\nPeak resident memory of the whole process "
-          "(ru_maxrss, model and corpus strings included).\n\n" + markdown_table([row], cols))
-    write_results(f"memmap_memory_{args.model}", {"meta": machine(), "rows": [row]}, md)
+          "(ru_maxrss, model and corpus strings included); one run.\n\n" + harness.markdown_table([row], cols))
+    harness.write_results(f"memmap_memory_{args.model}", {"rows": [row]}, md)
     print(md)
 
 

@@ -1,11 +1,11 @@
 """Pretraining benchmarks (issue: pretraining), one part per sub-command, each writing markdown + JSON under
 ``benchmarks/results/pretrain_<part>.{md,json}`` with the CPU named.
 
-    python benchmarks/pretrain.py speed               # (a) training steps/s: ctxemb vs transformers, same batches
-    python benchmarks/pretrain.py vocab               # (d) subword tokens per word, alpha = 1 vs 0.3
-    python benchmarks/pretrain.py scratch --minutes 10   # (b) small BERT from scratch vs transformers' Trainer
-    python benchmarks/pretrain.py span --minutes 6    # (e) MLM vs span masking + SBO, same budget
-    python benchmarks/pretrain.py continued --minutes 10 # (c) continued pretraining of all-MiniLM-L6-v2
+    python -m benchmarks.pretrain speed               # (a) training steps/s: ctxemb vs transformers, same batches
+    python -m benchmarks.pretrain vocab               # (d) subword tokens per word, alpha = 1 vs 0.3
+    python -m benchmarks.pretrain scratch --minutes 10   # (b) small BERT from scratch vs transformers' Trainer
+    python -m benchmarks.pretrain span --minutes 6    # (e) MLM vs span masking + SBO, same budget
+    python -m benchmarks.pretrain continued --minutes 10 # (c) continued pretraining of all-MiniLM-L6-v2
 
 The corpus of (a), (b), (c) and (e) is WikiText-2 (valid + test; train is not shared) + Brown + the English
 fortunes, every 20th document held out. Models use all-MiniLM-L6-v2's uncased WordPiece vocabulary (30,522).
@@ -18,48 +18,31 @@ import itertools
 import json
 import shutil
 import logging
-import platform
 import re
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from benchmarks._common import RESULTS, markdown_table, write_results  # noqa: E402
-from ctxemb.models.encoder_config import EncoderConfig  # noqa: E402
-from ctxemb.modeling.loading import load_tokenizer  # noqa: E402
-from ctxemb.modeling.pretraining_heads import IGNORE_INDEX, EncoderForPretraining  # noqa: E402
-from ctxemb.core.paths import shared_data_dir  # noqa: E402
-from ctxemb.tasks.pretraining.batches import PretrainingBatches  # noqa: E402
-from ctxemb.tasks.pretraining.masking import Masker, MaskingConfig  # noqa: E402
+from benchmarks import harness
+from ctxemb.models.encoder_config import EncoderConfig
+from ctxemb.modeling.loading import load_tokenizer
+from ctxemb.modeling.pretraining_heads import IGNORE_INDEX, EncoderForPretraining
+from ctxemb.core.paths import shared_data_dir
+from ctxemb.tasks.pretraining.batches import PretrainingBatches
+from ctxemb.tasks.pretraining.masking import Masker, MaskingConfig
 from ctxemb.tasks.pretraining.recipe import PretrainConfig, run_pretraining  # noqa: E402
-from ctxemb.tasks.pretraining.shards import TokenShards, build_token_shards  # noqa: E402
-from ctxemb.training.loop import TrainConfig  # noqa: E402
-from ctxemb.models.tokenization import Tokenizer  # noqa: E402
-from ctxemb.training.optim import make_optimizer  # noqa: E402
+from ctxemb.tasks.pretraining.shards import TokenShards, build_token_shards
+from ctxemb.training.loop import TrainConfig
+from ctxemb.models.tokenization import Tokenizer
+from ctxemb.training.optim import make_optimizer
 
 logger = logging.getLogger("benchmarks.pretrain")
 WORK = Path("/tmp/ctxemb-pretrain-bench")
 SMALL_BERT = dict(hidden_size=256, num_hidden_layers=4, num_attention_heads=4, intermediate_size=1024)
 
 
-# ---- machine and corpus ---------------------------------------------------------------------------------------
-def cpu_name() -> str:
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
-        name = next(line.split(":", 1)[1].strip() for line in out.splitlines() if line.startswith("Model name"))
-        flags = next((line for line in out.splitlines() if line.startswith("Flags")), "")
-        extras = [f for f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16") if f" {f}" in flags]
-        return f"{name} ({torch.get_num_threads()} threads; {', '.join(extras) or 'no AVX2'})"
-    except (OSError, subprocess.CalledProcessError, StopIteration):
-        return platform.processor() or platform.machine()
-
-
+# ---- corpus ---------------------------------------------------------------------------------------------------
 def _sentences(paragraph: str) -> list[str]:
     return [s for s in re.split(r"(?<= [.!?]) ", paragraph.strip()) if s.strip()]
 
@@ -131,13 +114,9 @@ def _hf_bert_config(cfg: EncoderConfig):
 
 
 # ---- (a) speed ------------------------------------------------------------------------------------------------
-def _time_steps(step, n_warmup: int, n_steps: int) -> float:
-    for _ in range(n_warmup):
-        step()
-    t = time.perf_counter()
-    for _ in range(n_steps):
-        step()
-    return n_steps / (time.perf_counter() - t)
+def _time_steps(step, n_warmup: int, n_steps: int) -> harness.Timing:
+    """``n_steps`` training steps timed one by one after ``n_warmup`` untimed ones (steps/s: 1 / the median)."""
+    return harness.measure(step, repeats=n_steps, warmup=n_warmup)
 
 
 def run_speed(args) -> None:
@@ -147,7 +126,7 @@ def run_speed(args) -> None:
     tok = load_tokenizer("all-MiniLM-L6-v2")
     train, _ = english_shards(tok)
     cfg = small_bert_config(tok, args.max_len)
-    rows = []
+    rows, timings = [], {}
     for objective, nsp in (("nsp", True), ("full_sentences", False)):
         source = PretrainingBatches(train, objective=objective, max_len=args.max_len, batch_size=args.batch_size,
                                     seed=0, pad_to="max_len")
@@ -182,7 +161,9 @@ def run_speed(args) -> None:
                 opt.step()
                 opt.zero_grad(set_to_none=True)
 
-            results[name] = _time_steps(step, args.warmup, args.steps)
+            timing = _time_steps(step, args.warmup, args.steps)
+            timings[f"{objective} {name}"] = timing.to_dict()
+            results[name] = 1 / timing.median
         label = "BertForPreTraining (MLM + NSP)" if nsp else "BertForMaskedLM (MLM, packed full sentences)"
         rows.append({"objective": objective, "transformers model": label,
                      "ctxemb steps/s": results["ctxemb"], "transformers steps/s": results["transformers"],
@@ -192,13 +173,15 @@ def run_speed(args) -> None:
                      "transformers real tokens/s": results["transformers"] * real_tokens})
     cols = ["objective", "transformers model", "ctxemb steps/s", "transformers steps/s", "speed-up",
             "real tokens/batch", "ctxemb real tokens/s", "transformers real tokens/s"]
-    md = (f"# Pretraining speed: ctxemb vs transformers\n\nCPU: {cpu_name()}. torch {torch.__version__}, "
+    md = (f"# Pretraining speed: ctxemb vs transformers\n\nCPU: {harness.machine_line()}. torch {torch.__version__}, "
           f"transformers {transformers.__version__}, fp32.\n\nSmall BERT ({SMALL_BERT}, vocabulary {tok.vocab_size}), "
           f"batch {args.batch_size} x {args.max_len} tokens, the same batches for both (padded to {args.max_len}); "
           f"a step = forward, backward, clipping, AdamW. ctxemb: sparse MLM prediction (the vocabulary projection "
           f"only on masked rows), our masker; transformers: its model and DataCollatorForLanguageModeling's "
-          f"masking. {args.steps} timed steps after {args.warmup} warm-up steps.\n\n" + markdown_table(rows, cols))
-    write_results("pretrain_speed", {"cpu": cpu_name(), "rows": rows, "steps": args.steps, "warmup": args.warmup}, md)
+          f"masking. Steps/s: 1 / the {harness.STATISTIC} of {args.steps} steps timed one by one after "
+          f"{args.warmup} warm-up steps.\n\n" + harness.markdown_table(rows, cols))
+    harness.write_results("pretrain_speed", {"rows": rows, "steps": args.steps, "warmup": args.warmup,
+                                             "timing": timings}, md)
     print(md)
 
 
@@ -256,7 +239,7 @@ def hf_logits(model):
 
 
 def _calibrated_steps(model_step, minutes: float) -> int:
-    rate = _time_steps(model_step, 2, 8)
+    rate = 1 / _time_steps(model_step, 2, 8).median
     return max(10, int(minutes * 60 * rate * 0.95))
 
 
@@ -298,9 +281,9 @@ def run_scratch(args) -> None:
             train=TrainConfig(learning_rate=args.lr, max_steps=ours_steps, warmup_ratio=0.06, out_dir=str(out_dir),
                               eval_every=max(1, ours_steps // 6), log_every=max(1, ours_steps // 50),
                               progress_bar=False, seed=0, precision="fp32"))
-        t = time.perf_counter()
+        sw = harness.Stopwatch()
         run_pretraining(config)
-        ours_seconds = time.perf_counter() - t
+        ours_seconds = sw.stop()
         ours_model = EncoderForPretraining.from_pretrained(out_dir / "model")
         results["ctxemb"] = dict(steps=ours_steps, seconds=ours_seconds,
                                  **mlm_scores(ours_logits(ours_model), eval_batches))
@@ -336,26 +319,27 @@ def run_scratch(args) -> None:
         save_strategy="no", report_to=[], use_cpu=True, dataloader_num_workers=0, seed=0, max_grad_norm=1.0,
         disable_tqdm=True)
     trainer = transformers.Trainer(model=hf_model, args=targs, train_dataset=examples, data_collator=collator)
-    t = time.perf_counter()
+    sw = harness.Stopwatch()
     trainer.train()
-    hf_seconds = time.perf_counter() - t
+    hf_seconds = sw.stop()
     results["transformers"] = dict(steps=hf_steps, seconds=hf_seconds, **mlm_scores(hf_logits(hf_model),
                                                                                    eval_batches))
     curve_hf = [r for r in trainer.state.log_history if "loss" in r]
 
     rows = [dict(system=k, **v) for k, v in results.items()]
     cols = ["system", "steps", "seconds", "mlm_loss", "mlm_accuracy", "masked_tokens"]
-    plot = _plot_curves(curve_ours, curve_hf, RESULTS / "pretrain_scratch_loss.png")
-    md = (f"# Pretraining from scratch: ctxemb vs transformers' Trainer\n\nCPU: {cpu_name()}, fp32. Small BERT "
-          f"({SMALL_BERT}, vocabulary {tok.vocab_size}, max_len {args.max_len}), batch {args.batch_size}, lr "
-          f"{args.lr}, 6% warm-up then linear decay, AdamW (wd 0.01), RoBERTa full-sentences packing, 15% masking "
-          f"80/10/10. Data: WikiText-2 (valid+test) + Brown + English fortunes, {train_shards.n_tokens:,} training "
-          f"tokens, every 20th document held out. Wall time budget {args.minutes} min each: max_steps set from a "
-          f"short speed probe of each system. Held-out: {args.eval_batches} batches with the same fixed masks for "
-          f"both (ctxemb's masker, unigram replacements).\n\n" + markdown_table(rows, cols)
+    plot = _plot_curves(curve_ours, curve_hf, harness.RESULTS / "pretrain_scratch_loss.png")
+    md = (f"# Pretraining from scratch: ctxemb vs transformers' Trainer\n\nCPU: {harness.machine_line()}, fp32. "
+          f"Small BERT ({SMALL_BERT}, vocabulary {tok.vocab_size}, max_len {args.max_len}), batch "
+          f"{args.batch_size}, lr {args.lr}, 6% warm-up then linear decay, AdamW (wd 0.01), RoBERTa full-sentences "
+          f"packing, 15% masking 80/10/10. Data: WikiText-2 (valid+test) + Brown + English fortunes, "
+          f"{train_shards.n_tokens:,} training tokens, every 20th document held out. Wall time budget {args.minutes} "
+          f"min each: max_steps set from a short speed probe of each system. Held-out: {args.eval_batches} batches "
+          f"with the same fixed masks for both (ctxemb's masker, unigram replacements).\n\n"
+          + harness.markdown_table(rows, cols)
           + (f"\n\nTraining loss curves: `{plot.name}`." if plot else ""))
-    write_results("pretrain_scratch", {"cpu": cpu_name(), "results": results, "curve_ctxemb": curve_ours,
-                                       "curve_transformers": curve_hf}, md)
+    harness.write_results("pretrain_scratch", {"results": results, "curve_ctxemb": curve_ours,
+                                               "curve_transformers": curve_hf}, md)
     print(md)
 
 
@@ -399,9 +383,9 @@ def run_span(args) -> None:
             shards_dir=str(WORK / "shards_recipe"),
             train=TrainConfig(learning_rate=args.lr, max_steps=args.steps, warmup_ratio=0.06, out_dir=str(out_dir),
                               log_every=max(1, args.steps // 50), progress_bar=False, seed=0, precision="fp32"))
-        t = time.perf_counter()
+        sw = harness.Stopwatch()
         run_pretraining(config)
-        seconds = time.perf_counter() - t
+        seconds = sw.stop()
         model = EncoderForPretraining.from_pretrained(out_dir / "model", sbo=False)
         s = mlm_scores(ours_logits(model), span_eval)
         tk = mlm_scores(ours_logits(model), token_eval)
@@ -409,12 +393,12 @@ def run_span(args) -> None:
                      "span-masked token acc.": s["mlm_accuracy"], "whole-span acc.": s["span_accuracy"],
                      "spans": s["spans"], "token-masked acc.": tk["mlm_accuracy"]})
     cols = ["objective", "steps", "seconds", "span-masked token acc.", "whole-span acc.", "spans", "token-masked acc."]
-    md = (f"# MLM vs span masking + SBO under the same budget\n\nCPU: {cpu_name()}, fp32. Small BERT ({SMALL_BERT}), "
-          f"{args.steps} steps of batch {args.batch_size} x {args.max_len} each (same data order and masking "
-          f"budget 15%). Held-out: {args.eval_batches} batches masked with SpanBERT spans (whole-span accuracy: "
-          f"every token of the span predicted right, MLM head) and the same number masked token by token.\n\n"
-          + markdown_table(rows, cols))
-    write_results("pretrain_span", {"cpu": cpu_name(), "rows": rows}, md)
+    md = (f"# MLM vs span masking + SBO under the same budget\n\nCPU: {harness.machine_line()}, fp32. Small BERT "
+          f"({SMALL_BERT}), {args.steps} steps of batch {args.batch_size} x {args.max_len} each (same data order and "
+          f"masking budget 15%). Held-out: {args.eval_batches} batches masked with SpanBERT spans (whole-span "
+          f"accuracy: every token of the span predicted right, MLM head) and the same number masked token by token.\n\n"
+          + harness.markdown_table(rows, cols))
+    harness.write_results("pretrain_span", {"rows": rows}, md)
     print(md)
 
 
@@ -435,9 +419,9 @@ def run_continued(args) -> None:
                           seed=0, precision="fp32"))
     fresh = EncoderForPretraining.from_pretrained(tok_dir())
     before = mlm_scores(ours_logits(fresh), eval_batches)
-    t = time.perf_counter()
+    sw = harness.Stopwatch()
     run_pretraining(config)
-    seconds = time.perf_counter() - t
+    seconds = sw.stop()
     after = mlm_scores(ours_logits(EncoderForPretraining.from_pretrained(out_dir / "model")), eval_batches)
     curve = [json.loads(line) for line in (out_dir / "metrics.jsonl").read_text().splitlines()]
     evals = [r for r in curve if "eval_loss" in r]
@@ -445,14 +429,14 @@ def run_continued(args) -> None:
             *({"model": f"continued, step {r['step']}", "mlm_loss": r["eval_loss"],
                "mlm_accuracy": r.get("eval_mlm_accuracy", float("nan"))} for r in evals),
             {"model": f"continued, final ({args.steps} steps, {seconds:.0f} s)", **after}]
-    md = (f"# Continued pretraining of all-MiniLM-L6-v2\n\nCPU: {cpu_name()}, fp32. all-MiniLM-L6-v2 ships "
+    md = (f"# Continued pretraining of all-MiniLM-L6-v2\n\nCPU: {harness.machine_line()}, fp32. all-MiniLM-L6-v2 ships "
           f"without its MLM head: a fresh head (dense, GELU, LayerNorm, decoder tied to the word embeddings) is "
           f"trained together with the encoder. {args.steps} steps of batch {args.batch_size} x {args.max_len}, lr "
           f"{args.lr}, on the benchmark's English corpus; held-out MLM on {args.eval_batches} fixed batches.\n\n"
-          + markdown_table(rows, ["model", "mlm_loss", "mlm_accuracy"])
+          + harness.markdown_table(rows, ["model", "mlm_loss", "mlm_accuracy"])
           + f"\n\nThe continued encoder is in `{out_dir / 'model'}`; its WSD and STS-B numbers come from "
-            "`benchmarks/wsd.py --model DIR` and `benchmarks/similarity.py --models DIR --tasks stsb`.")
-    write_results("pretrain_continued", {"cpu": cpu_name(), "rows": rows, "curve": curve}, md)
+            "`python -m benchmarks.wsd --model DIR` and `python -m benchmarks.similarity --models DIR --tasks stsb`.")
+    harness.write_results("pretrain_continued", {"rows": rows, "curve": curve}, md)
     print(md)
 
 
@@ -474,13 +458,13 @@ def run_vocab(args) -> None:
     rows = {lang: {"language": lang, "held-out words": sum(len(t.split()) for t in held[lang])} for lang in langs}
     for alpha in (1.0, 0.3):
         out = WORK / f"vocab_alpha{alpha}"
-        t = time.perf_counter()
+        sw = harness.Stopwatch()
         if args.reuse and (out / "tokenizer.json").is_file():
             tok = Tokenizer.from_pretrained(out)
         else:
             tok = train_vocabulary(train_files, out, kind="wordpiece", vocab_size=args.vocab_size, alpha=alpha,
                                    lowercase=False)
-        logger.info("alpha %.1f: vocabulary in %.0f s", alpha, time.perf_counter() - t)
+        logger.info("alpha %.1f: vocabulary in %.0f s", alpha, sw.stop())
         sampling = json.loads((out / "ctxemb_vocab.json").read_text())["sampling"]["languages"]
         for lang in langs:
             rows[lang][f"pieces/word a={alpha:g}"] = subword_fertility(tok, held[lang])
@@ -492,12 +476,12 @@ def run_vocab(args) -> None:
     table = sorted(rows.values(), key=lambda r: r["held-out words"])
     cols = ["language", "held-out words", "share a=1", "share a=0.3", "pieces/word a=1", "pieces/word a=0.3",
             "change"]
-    md = (f"# Multilingual vocabularies: alpha = 1 vs 0.3\n\nCPU: {cpu_name()}. Cased WordPiece, {args.vocab_size} "
-          f"tokens, trained on the fortunes corpus (11 languages, every 10th fortune held out) with text sampled "
-          f"per language with q_i ~ p_i^alpha (J&M eq. 11.7; alpha = 1 is each language's share). Subword tokens "
-          f"per whitespace word on the held-out fortunes, smallest language first; 'share' is the language's "
-          f"sampling probability q_i.\n\n" + markdown_table(table, cols))
-    write_results("pretrain_vocab", {"cpu": cpu_name(), "rows": table, "vocab_meta_alpha0.3": meta}, md)
+    md = (f"# Multilingual vocabularies: alpha = 1 vs 0.3\n\nCPU: {harness.machine_line()}. Cased WordPiece, "
+          f"{args.vocab_size} tokens, trained on the fortunes corpus (11 languages, every 10th fortune held out) with "
+          f"text sampled per language with q_i ~ p_i^alpha (J&M eq. 11.7; alpha = 1 is each language's share). "
+          f"Subword tokens per whitespace word on the held-out fortunes, smallest language first; 'share' is the "
+          f"language's sampling probability q_i.\n\n" + harness.markdown_table(table, cols))
+    harness.write_results("pretrain_vocab", {"rows": table, "vocab_meta_alpha0.3": meta}, md)
     print(md)
 
 

@@ -19,8 +19,8 @@ Retrievers (all through ``SemanticIndex``; exact flat search):
   best sentence, w * whole + (1 - w) * best), at the weight w chosen on dev and at the default, alone and fused
   with BM25 (RRF and weighted, chosen on dev, and RRF k 60).
 
-    python benchmarks/retrieval.py                             # MiniLM zero-shot, BM25, hybrid
-    python benchmarks/retrieval.py --model runs/contrastive-a --model runs/contrastive-b
+    python -m benchmarks.retrieval                             # MiniLM zero-shot, BM25, hybrid
+    python -m benchmarks.retrieval --model runs/contrastive-a --model runs/contrastive-b
 
 Writes benchmarks/results/retrieval.md and retrieval.json (``--name`` changes the file stem, ``--out`` the folder).
 """
@@ -29,20 +29,18 @@ from __future__ import annotations
 
 import argparse
 import logging
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 
-from _common import RESULTS, machine, markdown_table, write_results
+from benchmarks import harness
 from ctxemb.tasks.qa.squad import load_xquad, xquad_split
 from ctxemb.metrics.retrieval import mrr_at_k, ndcg_at_k, recall_at_k
 from ctxemb.models.hub import DEFAULT_MODEL
 from ctxemb.search import HybridParams, SemanticIndex, build_document_index
 from ctxemb.search.documents import DEFAULT_PASSAGE_WEIGHT
-from ctxemb.embedding.embedder.st_format import resolve_sentence_options
+from ctxemb.embedding.st_format import resolve_sentence_options
 
 logger = logging.getLogger("benchmarks.retrieval")
 
@@ -51,19 +49,6 @@ ALPHA_GRID = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
 PASSAGE_WEIGHT_GRID = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
 SPLITS = ("heldout", "dev", "all")
 K = 10
-
-
-def lscpu_model() -> str | None:
-    """The ``Model name`` line of ``lscpu`` (None where lscpu is missing)."""
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
-    except (OSError, subprocess.CalledProcessError):
-        return None
-    for line in out.splitlines():
-        key, _, value = line.partition(":")
-        if key.strip() == "Model name":
-            return value.strip()
-    return None
 
 
 def load_data():
@@ -99,35 +84,35 @@ def bm25s_direct(paragraphs, ids, questions, gold) -> dict[str, float]:
 def evaluate_embedder(name: str, model: str, paragraphs, ids, splits, batch_size: int, max_seq_length: int | None
                       ) -> dict:
     """Every mode of one hybrid index of ``model``'s paragraph vectors: its rows, the dev grid and timings."""
-    from ctxemb.embedding.embedder.embedder import Embedder
+    from ctxemb.embedding.embedder import Embedder
 
-    t0 = time.perf_counter()
+    sw = harness.Stopwatch()
     emb = Embedder.from_pretrained(model)
-    load_s = time.perf_counter() - t0
+    load_s = sw.stop()
 
     def embed(texts, **kwargs):
         return emb.embed_sentences(texts, batch_size=batch_size, show_progress_bar=False, **kwargs)
 
-    t0 = time.perf_counter()
+    sw = harness.Stopwatch()
     para = embed(paragraphs, max_seq_length=max_seq_length)  # (240, H): the model's sentence modules otherwise
     index = SemanticIndex(para.shape[1], hybrid=HybridParams(), embedder_config=emb.config.to_dict())
     index.add(ids, para, texts=paragraphs, show_progress_bar=False)
-    build_s = time.perf_counter() - t0
+    build_s = sw.stop()
     vectors, embed_s = {}, {}
     for split, (questions, _) in splits.items():
-        t0 = time.perf_counter()
+        sw = harness.Stopwatch()
         vectors[split] = embed(questions, max_seq_length=max_seq_length)
-        embed_s[split] = time.perf_counter() - t0
+        embed_s[split] = sw.stop()
     # The same vectors at the model's own maximum length (sentence-transformers' encode(); 256 tokens for MiniLM).
     own = SemanticIndex(para.shape[1]).add(ids, embed(paragraphs), show_progress_bar=False)
     own_vectors = {split: embed(questions) for split, (questions, _) in splits.items()}
 
     def run(split, **options):
         questions, gold = splits[split]
-        t0 = time.perf_counter()
+        sw = harness.Stopwatch()
         texts = None if options.get("mode") == "vector" else questions
         _, ranked = index.search_array(vectors[split], K, texts=texts, **options)
-        return scores(ranked, gold), time.perf_counter() - t0
+        return scores(ranked, gold), sw.stop()
 
     grid = {"rrf": {}, "weighted": {}}
     for rrf_k in RRF_GRID:
@@ -148,9 +133,9 @@ def evaluate_embedder(name: str, model: str, paragraphs, ids, splits, batch_size
     own_len = resolve_sentence_options(emb.sentence_modules, emb.tokenizer).max_seq_length
     own_row = {"retriever": name, "setting": "cosine, the model's own max_seq_length %s" % own_len, "model": model}
     for split, (_, gold) in splits.items():
-        t0 = time.perf_counter()
+        sw = harness.Stopwatch()
         own_row[split] = scores(own.search_array(own_vectors[split], K)[1], gold)
-        own_row["search_s_" + split] = time.perf_counter() - t0
+        own_row["search_s_" + split] = sw.stop()
     rows = [own_row]
     for label, options, setting in settings:
         row = {"retriever": label, "setting": setting, "model": model}
@@ -163,14 +148,14 @@ def evaluate_embedder(name: str, model: str, paragraphs, ids, splits, batch_size
                 "model": None}
     for split in SPLITS:
         questions, gold = splits[split]
-        t0 = time.perf_counter()
+        sw = harness.Stopwatch()
         _, ranked = index.search_array(None, K, texts=questions, mode="bm25")
         bm25_row[split] = scores(ranked, gold)
-        bm25_row["search_s_" + split] = time.perf_counter() - t0
-    t0 = time.perf_counter()
+        bm25_row["search_s_" + split] = sw.stop()
+    sw = harness.Stopwatch()
     documents = build_document_index(emb, paragraphs, ids, hybrid=True, batch_size=batch_size,
                                      show_progress_bar=False)
-    build_documents_s = time.perf_counter() - t0
+    build_documents_s = sw.stop()
     doc_rows, doc_grid, doc_chosen = evaluate_documents(name, model, documents, emb, splits)
     return {"name": name, "model": model, "rows": rows + doc_rows, "bm25": bm25_row, "dev_grid": grid,
             "documents_dev_grid": doc_grid, "chosen": {"rrf_k": best_k, "alpha": best_alpha, **doc_chosen},
@@ -185,10 +170,10 @@ def evaluate_documents(name: str, model: str, documents, emb, splits) -> tuple[l
     settings with it, each scored on every split."""
     def run(split, **options):
         questions, gold = splits[split]
-        t0 = time.perf_counter()
+        sw = harness.Stopwatch()
         hits = documents.search(emb, questions, K, **options)
         ranked = np.array([[h.id for h in row] + [None] * (K - len(row)) for row in hits], dtype=object)
-        return scores(ranked, gold), time.perf_counter() - t0
+        return scores(ranked, gold), sw.stop()
 
     def best(values, results):  # by MRR@10, then nDCG@10, then the first in grid order
         return max(values, key=lambda v: (results[v]["mrr@10"], results[v]["ndcg@10"], -values.index(v)))
@@ -224,9 +209,8 @@ def evaluate_documents(name: str, model: str, documents, emb, splits) -> tuple[l
 def render(payload: dict) -> str:
     lines = ["# Retrieval: XQuAD-en questions against its 240 paragraphs", ""]
     m = payload["machine"]
-    lines.append("CPU: %s (%s threads), torch %s, bm25s %s. Exact (flat) vector search; metrics x 100; one relevant "
-                 "paragraph per question." % (m.get("lscpu_model") or m.get("cpu"), m.get("threads"), m.get("torch"),
-                                              payload["bm25s_version"]))
+    lines.append("CPU: %s, torch %s, bm25s %s. Exact (flat) vector search; metrics x 100; one relevant paragraph "
+                 "per question." % (harness.machine_line(m), m.get("torch"), payload["bm25s_version"]))
     lines.append("")
     lines.append("Fusion settings were chosen on the dev articles (%d questions) by MRR@10, per embedder, over RRF k "
                  "in %s and alpha (the vector weight) in %s; the held-out articles (%d questions) were scored once "
@@ -246,7 +230,7 @@ def render(payload: dict) -> str:
             r = row[split]
             table.append({"retriever": row["retriever"], "setting": row["setting"], "R@1": "%.1f" % r["recall@1"],
                           "MRR@10": "%.1f" % r["mrr@10"], "nDCG@10": "%.1f" % r["ndcg@10"]})
-        lines.append(markdown_table(table, ["retriever", "setting", "R@1", "MRR@10", "nDCG@10"]))
+        lines.append(harness.markdown_table(table, ["retriever", "setting", "R@1", "MRR@10", "nDCG@10"]))
         lines.append("")
     direct = payload["bm25s_direct_all"]
     lines.append("Check: bm25s used directly (its defaults) over all questions gives R@1 %.1f / MRR@10 %.1f / nDCG@10 "
@@ -287,12 +271,12 @@ def main(argv: list[str] | None = None) -> dict:
                         help="tokens per input for the embedders (default %(default)s: whole XQuAD paragraphs, as "
                              "issue #30 measured; a vector-only row at each model's own length is reported too)")
     parser.add_argument("--name", default="retrieval", help="results file stem (default %(default)s)")
-    parser.add_argument("--out", type=Path, default=RESULTS, help="results folder")
+    parser.add_argument("--out", type=Path, default=harness.RESULTS, help="results folder")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     import bm25s
 
-    start = time.perf_counter()
+    run_sw = harness.Stopwatch()
     paragraphs, ids, splits = load_data()
     models = ([] if args.no_baseline else [("%s zero-shot" % DEFAULT_MODEL, DEFAULT_MODEL)])
     models += [(Path(m).name, m) for m in args.model]
@@ -316,20 +300,13 @@ def main(argv: list[str] | None = None) -> dict:
         "bm25s_version": bm25s.__version__,
         "candidates": HybridParams().candidates,
         "max_seq_length": args.max_seq_length,
-        "machine": dict(machine(), lscpu_model=lscpu_model()),
-        "command": " ".join([Path(sys.argv[0]).name] + (argv if argv is not None else sys.argv[1:])),
+        "machine": harness.machine(),
+        "command": " ".join(["python -m benchmarks.retrieval"] + (argv if argv is not None else sys.argv[1:])),
     }
-    payload["seconds_total"] = time.perf_counter() - start
+    payload["seconds_total"] = run_sw.stop()
     markdown = render(payload)
     print(markdown)
-    if args.out == RESULTS:
-        write_results(args.name, payload, markdown)
-    else:
-        import json
-
-        args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / (args.name + ".json")).write_text(json.dumps(payload, indent=2))
-        (args.out / (args.name + ".md")).write_text(markdown + "\n")
+    harness.write_results(args.name, payload, markdown, out_dir=args.out)
     return payload
 
 

@@ -1,7 +1,7 @@
 """Sharded IVF-PQ build benchmark: S shards added by separate processes and merged on disk, against one process.
 
 Data: ``--shards`` x ``--per-shard`` vectors (default 4 x 200,000) in d=384 from the Gaussian mixture of
-``benchmarks/search.py`` (``MixtureData``, calibrated there against real all-MiniLM-L6-v2 sentence embeddings), each
+``python -m benchmarks.search`` (``MixtureData``, calibrated there against real all-MiniLM-L6-v2 sentence embeddings), each
 shard saved as its own ``.npy`` (as ``ctxemb embed`` on separate machines would leave them), plus 1,000 held-out
 queries. Steps, each in its own process so that its peak resident memory (``ru_maxrss``) is its own:
 
@@ -13,9 +13,9 @@ queries. Steps, each in its own process so that its peak resident memory (``ru_m
 
 Then the merged and the reference index answer the queries (k=10, default ``nprobe``/``k_factor`` and a wider
 setting): the ids and scores must be identical; recall@10 is measured against exact search (``IndexFlatIP``) over
-all vectors. Writes ``benchmarks/results/sharded_index.{md,json}`` with the CPU (``lscpu``) and the machine's load
-average at the start and the end (the machine is shared). ``--quick`` runs a small configuration (for tests).
-``--real`` uses real sentences instead of the mixture: ``search.py``'s sample of the shared corpora (``sample_real``,
+all vectors. Writes ``benchmarks/results/sharded_index.{md,json}`` with the machine (the harness's description) and
+its load average at the start and the end (the machine is shared). ``--quick`` runs a small configuration (for
+tests). ``--real`` uses real sentences instead of the mixture: the search benchmark's sample of the shared corpora (``sample_real``,
 seed 0, 5-60 words; the first ``--queries`` held out as queries) embedded by ``--model`` on ``precision="auto"``
 (``embed_real``, cached), written to ``sharded_index_real.{md,json}``.
 """
@@ -28,20 +28,18 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import argparse  # noqa: E402
 import json  # noqa: E402
-import platform  # noqa: E402
 import resource  # noqa: E402
 import shutil  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
 import tempfile  # noqa: E402
-import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-HERE = Path(__file__).resolve().parent
-REPO = HERE.parent
-RESULTS = HERE / "results"
+from benchmarks import harness  # noqa: E402  (imports no torch: each step's peak memory stays its own)
+
+REPO = Path(__file__).resolve().parent.parent
 
 
 def _peak_mb() -> float:
@@ -61,7 +59,7 @@ def _dir_mb(path: Path) -> float:
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# steps (each runs in a child process: ``python sharded_index.py --step NAME --work DIR ...``)
+# steps (each runs in a child process: ``python -m benchmarks.sharded_index --step NAME --work DIR ...``)
 
 
 def step_train(work: Path, cfg: dict) -> dict:
@@ -69,10 +67,10 @@ def step_train(work: Path, cfg: dict) -> dict:
     from ctxemb.search.sharded import train_ivfpq
 
     files = [work / ("shard%d.npy" % s) for s in range(cfg["shards"])]
-    t0 = time.perf_counter()
+    sw = harness.Stopwatch()
     q = train_ivfpq(files, work / "quantizer", params=IVFPQParams(
         nlist=cfg["nlist"], pq_m=cfg["pq_m"], train_size=cfg["train_size"], seed=0, on_disk=True))
-    return {"seconds": time.perf_counter() - t0, "fingerprint": q.fingerprint}
+    return {"seconds": sw.stop(), "fingerprint": q.fingerprint}
 
 
 def step_add(work: Path, cfg: dict, shard: int) -> dict:
@@ -81,30 +79,30 @@ def step_add(work: Path, cfg: dict, shard: int) -> dict:
     x = np.load(work / ("shard%d.npy" % shard), mmap_mode="r")
     base = shard * cfg["per_shard"]
     ids = ["doc-%08d" % (base + i) for i in range(len(x))]
-    t0 = time.perf_counter()
+    sw = harness.Stopwatch()
     part = add_shard(work / "quantizer", work / "parts" / ("shard-%05d" % shard), ids, x, shard_index=shard)
-    return {"seconds": time.perf_counter() - t0, "items": part.n_items, "partial_mb": _dir_mb(part.directory)}
+    return {"seconds": sw.stop(), "items": part.n_items, "partial_mb": _dir_mb(part.directory)}
 
 
 def step_merge(work: Path, cfg: dict) -> dict:
     from ctxemb.search.sharded import merge_shards
 
-    t0 = time.perf_counter()
+    sw = harness.Stopwatch()
     merge_shards(work / "quantizer", work / "parts", work / "merged")
-    return {"seconds": time.perf_counter() - t0, "index_mb": _dir_mb(work / "merged")}
+    return {"seconds": sw.stop(), "index_mb": _dir_mb(work / "merged")}
 
 
 def step_reference(work: Path, cfg: dict) -> dict:
     from ctxemb.search.sharded import open_trained_index
 
-    t0 = time.perf_counter()
+    sw = harness.Stopwatch()
     index = open_trained_index(work / "quantizer", work / "reference")
     for s in range(cfg["shards"]):
         x = np.load(work / ("shard%d.npy" % s), mmap_mode="r")
         base = s * cfg["per_shard"]
         index.add(["doc-%08d" % (base + i) for i in range(len(x))], x, show_progress_bar=False)
     index.save()
-    return {"seconds": time.perf_counter() - t0, "index_mb": _dir_mb(work / "reference")}
+    return {"seconds": sw.stop(), "index_mb": _dir_mb(work / "reference")}
 
 
 STEPS = {"train": step_train, "add": step_add, "merge": step_merge, "reference": step_reference}
@@ -112,7 +110,7 @@ STEPS = {"train": step_train, "add": step_add, "merge": step_merge, "reference":
 
 def _run_child(work: Path, cfg: dict, step: str, threads: int, shard: int | None = None) -> subprocess.Popen:
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), PYTHONPATH=str(REPO))
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--step", step, "--work", str(work),
+    cmd = [sys.executable, "-m", "benchmarks.sharded_index", "--step", step, "--work", str(work),
            "--config", json.dumps(cfg)] + ([] if shard is None else ["--shard", str(shard)])
     return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
@@ -128,33 +126,19 @@ def _result(proc: subprocess.Popen, what: str) -> dict:
 # the driver
 
 
-def _lscpu() -> dict:
-    try:
-        text = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
-    except (OSError, subprocess.CalledProcessError):
-        return {"model": platform.processor() or platform.machine()}
-    fields = dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
-    get = lambda k: fields.get(k, "").strip()  # noqa: E731
-    flags = get("Flags").split()
-    return {"model": get("Model name"), "cpus": get("CPU(s)"), "threads_per_core": get("Thread(s) per core"),
-            "l2": get("L2 cache"), "l3": get("L3 cache"),
-            "simd": [f for f in ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile") if f in flags]}
-
-
 def _search(index_dir: Path, queries: np.ndarray, **kw):
     from ctxemb.search import SemanticIndex
 
     index = SemanticIndex.load(index_dir)
-    t0 = time.perf_counter()
+    sw = harness.Stopwatch()
     scores, ids = index.search_array(queries, k=10, **kw)
-    return scores, ids, time.perf_counter() - t0
+    return scores, ids, sw.stop()
 
 
 def run(args) -> dict:
     import faiss
 
-    sys.path.insert(0, str(HERE))
-    from search import MixtureData  # the calibrated mixture of the search benchmark
+    from benchmarks.search.mixture import MixtureData  # the calibrated mixture of the search benchmark
 
     cfg = {"shards": args.shards, "per_shard": args.per_shard, "nlist": args.nlist, "pq_m": args.pq_m,
            "train_size": args.train_size, "dim": 384}
@@ -162,10 +146,10 @@ def run(args) -> dict:
     work = Path(tempfile.mkdtemp(prefix="sharded_index_", dir=args.tmp))
     try:
         n = args.shards * args.per_shard
-        t0 = time.perf_counter()
+        data_sw = harness.Stopwatch()
         real = None
-        if args.real:  # real sentences embedded by all-MiniLM-L6-v2 (search.py's sample and cache)
-            from search import embed_real, sample_real
+        if args.real:  # real sentences embedded by all-MiniLM-L6-v2 (the search benchmark's sample and cache)
+            from benchmarks.search.real import embed_real, sample_real
 
             sample = sample_real(n, args.queries, 0, 5, 60)
             vectors, real = embed_real(sample["queries"] + sample["collection"], argparse.Namespace(
@@ -181,15 +165,15 @@ def run(args) -> dict:
             for s in range(args.shards):
                 np.save(work / ("shard%d.npy" % s), mix.draw(args.per_shard, seed=100 + s))
             queries = mix.draw(args.queries, seed=7)
-        data_seconds = time.perf_counter() - t0
+        data_seconds = data_sw.stop()
         train = _result(_run_child(work, cfg, "train", 2), "train")
-        adds, t0 = [], time.perf_counter()
+        adds, adds_sw = [], harness.Stopwatch()
         pending = list(range(args.shards))
         while pending:
             batch, pending = pending[:args.parallel], pending[args.parallel:]
             procs = [(s, _run_child(work, cfg, "add", 1, s)) for s in batch]
             adds += [dict(_result(p, "add shard %d" % s), shard=s) for s, p in procs]
-        adds_wall = time.perf_counter() - t0
+        adds_wall = adds_sw.stop()
         merge = _result(_run_child(work, cfg, "merge", 2), "merge")
         ref = _result(_run_child(work, cfg, "reference", 2), "reference")
 
@@ -216,30 +200,30 @@ def run(args) -> dict:
             "parallel_adds": args.parallel, "data_seconds": round(data_seconds, 1),
             "train": train, "adds": adds, "adds_wall_seconds": round(adds_wall, 1), "merge": merge,
             "reference": ref, "searches": searches,
-            "environment": {"cpu": _lscpu(), "load_average_start": [round(v, 2) for v in load_start],
+            "machine": harness.machine(),
+            "environment": {"load_average_start": [round(v, 2) for v in load_start],
                             "load_average_end": [round(v, 2) for v in os.getloadavg()],
-                            "faiss": faiss.__version__, "numpy": np.__version__,
-                            "python": platform.python_version()},
+                            "faiss": faiss.__version__},
         }
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
 
 def markdown(r: dict) -> str:
-    cfg, env = r["config"], r["environment"]
+    cfg, env, m = r["config"], r["environment"], r["machine"]
     n = cfg["shards"] * cfg["per_shard"]
-    cpu = env["cpu"]
     lines = [
         "# Sharded IVF-PQ index build" + (" on real sentences" if r.get("data") == "real" else ""),
         "",
-        "`python benchmarks/sharded_index.py%s`: %d shards x %s vectors (d=%d, %s), "
-        "nlist=%d, pq_m=%d, training sample %s; CPU %s (%s CPUs, %s), FAISS %s. Load average at the start %s, at the "
+        "`python -m benchmarks.sharded_index%s`: %d shards x %s vectors (d=%d, %s), "
+        "nlist=%d, pq_m=%d, training sample %s; CPU %s, FAISS %s. Load average at the start %s, at the "
         "end %s (a shared machine)." % (
             " --real" if r.get("data") == "real" else "", cfg["shards"], format(cfg["per_shard"], ","), cfg["dim"],
-            "real English sentences (WikiText-2, SemCor, Brown, SNLI, ... as in `search.py --real`) embedded by "
-            "all-MiniLM-L6-v2" if r.get("data") == "real" else "the search benchmark's calibrated mixture", cfg["nlist"], cfg["pq_m"],
-            format(cfg["train_size"], ","), cpu.get("model"), cpu.get("cpus"), ", ".join(cpu.get("simd", [])),
-            env["faiss"], env["load_average_start"], env["load_average_end"]),
+            "real English sentences (WikiText-2, SemCor, Brown, SNLI, ... as in `python -m benchmarks.search "
+            "--real`) embedded by all-MiniLM-L6-v2" if r.get("data") == "real"
+            else "the search benchmark's calibrated mixture", cfg["nlist"], cfg["pq_m"],
+            format(cfg["train_size"], ","), harness.machine_line(m), env["faiss"], env["load_average_start"],
+            env["load_average_end"]),
     ]
     if r.get("real_embedding"):
         e = r["real_embedding"]
@@ -279,7 +263,7 @@ def markdown(r: dict) -> str:
         "about its shard's file plus one block of 65,536 vectors in flight, training the pages of every file its "
         "sample touched. The merge maps only the partials' PQ codes and copies the vectors file to file. Here the "
         "adds ran %d at a time on the same %s CPUs; on separate machines each shard's add runs alone, so the "
-        "sharded wall time is the slowest add plus the merge." % (r["parallel_adds"], cpu.get("cpus")),
+        "sharded wall time is the slowest add plus the merge." % (r["parallel_adds"], m.get("cpu_count")),
     ]
     return "\n".join(lines) + "\n"
 
@@ -295,11 +279,12 @@ def main(argv=None) -> int:
     p.add_argument("--parallel", type=int, default=2, help="add-shard processes at a time (default 2)")
     p.add_argument("--tmp", default=None, help="folder for the work directory (default: the system's)")
     p.add_argument("--real", action="store_true",
-                   help="real sentences embedded by --model (search.py's sample, vectors cached) instead of the mixture")
+                   help="real sentences embedded by --model (the search benchmark's sample, vectors cached) instead "
+                        "of the mixture")
     p.add_argument("--model", default="all-MiniLM-L6-v2", help="the embedder of --real (default %(default)s)")
     p.add_argument("--quick", action="store_true", help="a small run (2 x 5,000, nlist 64) for tests")
     p.add_argument("--name", default="sharded_index", help="results file name (default %(default)s)")
-    p.add_argument("--out", type=Path, default=RESULTS, help="results folder (default benchmarks/results)")
+    p.add_argument("--out", type=Path, default=harness.RESULTS, help="results folder (default benchmarks/results)")
     p.add_argument("--step", choices=sorted(STEPS), default=None, help=argparse.SUPPRESS)
     p.add_argument("--work", type=Path, default=None, help=argparse.SUPPRESS)
     p.add_argument("--config", default=None, help=argparse.SUPPRESS)
@@ -319,14 +304,7 @@ def main(argv=None) -> int:
     result = run(args)
     text = markdown(result)
     print(text)
-    sys.path.insert(0, str(REPO))
-    from ctxemb.core.atomic import atomic_write
-
-    args.out.mkdir(parents=True, exist_ok=True)
-    with atomic_write(args.out / ("%s.json" % args.name)) as f:
-        json.dump(result, f, indent=2)
-    with atomic_write(args.out / ("%s.md" % args.name)) as f:
-        f.write(text)
+    harness.write_results(args.name, result, text, out_dir=args.out)
     return 0
 
 

@@ -8,9 +8,9 @@ reported (the table says which); test splits are never used (they are not in the
 Beside ours: published reference points, and sentence-transformers' own STS-B dev Spearman for the same model,
 computed in the same run (ours must match within 0.1).
 
-    nice -n 10 python benchmarks/similarity.py --models all-MiniLM-L6-v2
-    python benchmarks/similarity.py --fake --limit 30           # smoke test, no model, prints only
-    python benchmarks/similarity.py --models all-mpnet-base-v2 --merge   # add a model to the existing results
+    nice -n 10 python -m benchmarks.similarity --models all-MiniLM-L6-v2
+    python -m benchmarks.similarity --fake --limit 30           # smoke test, no model, prints only
+    python -m benchmarks.similarity --models all-mpnet-base-v2 --merge   # add a model to the existing results
 
 Writes benchmarks/results/similarity.md and similarity.json (not with --limit unless --out is given).
 """
@@ -22,12 +22,11 @@ import hashlib
 import logging
 import math
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 
-from _common import RESULTS, machine
+from benchmarks import harness
 from ctxemb.evaluation.similarity import (
     POSTPROCESS_NAMES,
     TASKS,
@@ -35,12 +34,10 @@ from ctxemb.evaluation.similarity import (
     load_results_json,
     paired_cosine,
     run_similarity_tasks,
-    save_results_json,
     select_best_layer,
     spearman,
 )
 from ctxemb.evaluation.similarity import load_stsb
-from ctxemb.core.paths import atomic_write
 
 logger = logging.getLogger("benchmarks.similarity")
 
@@ -243,32 +240,39 @@ def report(rows: list[SimilarityResult], meta: dict) -> str:
           coverage_table(rows), "## Run", ""]
     for model, info in meta.get("models", {}).items():
         md.append("- %s: %s s, config %s" % (model, info.get("seconds"), info.get("config")))
-    md.append("- machine: %s" % meta.get("machine"))
+    machine = meta.get("machine") or {}
+    md.append("- machine: %s; %s" % (harness.machine_line(machine), harness.versions_line(machine)))
     return "\n".join(md) + "\n"
+
+
+def results_payload(rows: list[SimilarityResult], meta: dict) -> dict:
+    """The results file as ``load_results_json`` reads it: the run's metadata and every row."""
+    return {"metadata": meta, "results": [r.to_dict() for r in rows]}
 
 
 def run_model(model: str, args, tasks, postprocess, rows: list[SimilarityResult], meta: dict, out: Path | None):
     """Run every task for one model; returns its rows and records its metadata (and the ST reference) in meta."""
-    t0 = time.time()
+    sw = harness.Stopwatch()
     if args.fake:
         embedder = HashEmbedder()
     else:
-        from ctxemb.embedding.embedder.embedder import Embedder
+        from ctxemb.embedding.embedder import Embedder
 
         embedder = Embedder.from_pretrained(model)
     partial: list[SimilarityResult] = []
 
     def save_partial(task, task_rows):
         partial.extend(task_rows)
-        logger.info("%s: %s done (%d rows, %.0f s)", model, task, len(task_rows), time.time() - t0)
+        logger.info("%s: %s done (%d rows, %.0f s)", model, task, len(task_rows), sw.seconds)
         if out is not None:
-            save_results_json(rows + partial, out.with_suffix(".partial.json"), metadata=meta)
+            harness.write_json(out.with_suffix(".partial.json"), results_payload(rows + partial, meta),
+                               finite_only=True)
 
     model_rows = run_similarity_tasks(embedder, tasks, postprocess=postprocess, include_train=True, limit=args.limit,
                                       max_occurrences=args.max_occurrences, batch_size=args.batch_size,
                                       show_progress_bar=not args.no_progress, on_task_done=save_partial)
     info = {"config": embedder.config.to_dict(), "num_layers": embedder.num_layers,
-            "seconds": round(time.time() - t0, 1)}
+            "seconds": round(sw.stop(), 1)}
     meta["models"][model] = info
     if not args.fake and not args.no_st_reference and "stsb" in tasks:
         ref = sentence_transformers_stsb(model, args.limit, args.batch_size)
@@ -301,22 +305,21 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
 
-    out = args.out if args.out is not None else (None if args.limit else RESULTS / "similarity")
+    out = args.out if args.out is not None else (None if args.limit else harness.RESULTS / "similarity")
     if args.report_only:
         if out is None or not out.with_suffix(".json").is_file():
             ap.error("--report-only needs an existing results file (--out STEM with STEM.json)")
         rows, meta = load_results_json(out.with_suffix(".json"))
         text = report(rows, meta)
         sys.stdout.write(text)
-        with atomic_write(out.with_suffix(".md"), "w", encoding="utf-8") as f:
-            f.write(text)
+        harness.write_markdown(out.with_suffix(".md"), text, meta.get("machine"))
         return 0
 
     models = ["fake-hash"] if args.fake else [m.strip() for m in args.models.split(",") if m.strip()]
     tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
     postprocess = [p.strip() for p in args.postprocess.split(",") if p.strip()]
     rows: list[SimilarityResult] = []
-    meta: dict = {"machine": machine(), "tasks": tasks, "postprocess": postprocess, "limit": args.limit,
+    meta: dict = {"machine": harness.machine(), "tasks": tasks, "postprocess": postprocess, "limit": args.limit,
                   "max_occurrences": args.max_occurrences, "models": {}, "st_reference_stsb_dev": {},
                   "protocol": "values x100; post-processing fitted on each task's train split (WiC, usim, STS-B, "
                               "SICK) or WikiText-2 valid (CoSimLex) / the word-vector corpus WikiText-2 valid+test "
@@ -335,9 +338,9 @@ def main(argv=None) -> int:
     text = report(rows, meta)
     sys.stdout.write(text)
     if out is not None:
-        save_results_json(rows, out.with_suffix(".json"), metadata=meta)
-        with atomic_write(out.with_suffix(".md"), "w", encoding="utf-8") as f:
-            f.write(text)
+        json_path = out.with_suffix(".json")
+        harness.write_results(json_path.stem, results_payload(rows, meta), text, out_dir=json_path.parent,
+                              finite_only=True)
         partial_file = out.with_suffix(".partial.json")
         if partial_file.exists():
             partial_file.unlink()

@@ -7,8 +7,8 @@ exit, so model loading, the corpus read, the auto probe (if any) and the save al
 another, never side by side. Every store is compared with the first build's (the exact fp32 path of the old code):
 the same sense keys, and the cosine of each key's vector to the reference vector (min and mean).
 
-    python benchmarks/store_build.py                               # before (fp32) vs today (fp32, auto)
-    python benchmarks/store_build.py --before 97f089d --precisions fp32 auto
+    python -m benchmarks.store_build                               # before (fp32) vs today (fp32, auto)
+    python -m benchmarks.store_build --before 97f089d --precisions fp32 auto
 
 Writes ``benchmarks/results/store_build_<model>.{md,json}`` (``--tag`` appends ``_<tag>``: a smoke run with
 ``--train`` a small corpus does not overwrite the real table).
@@ -21,19 +21,15 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
 
+from benchmarks import harness
+from ctxemb.core.paths import shared_data_dir
+from ctxemb.wsd.sense_store import SenseStore
+
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
-
-from _common import machine, markdown_table, write_results  # noqa: E402
-
-from ctxemb.core.paths import shared_data_dir  # noqa: E402
-from ctxemb.wsd.sense_store import SenseStore  # noqa: E402
 
 # main just before the fast-encoding work (issue 13) was merged
 DEFAULT_BEFORE = "97f089dbb36f9658c4402882317451c5da72b73d"
@@ -44,9 +40,9 @@ def build(checkout: Path, train: Path, out: Path, model: str, precision: str) ->
     env = {**os.environ, "PYTHONPATH": str(checkout)}
     cmd = [sys.executable, "-m", "ctxemb", "wsd", "build", str(train), str(out), "--model", model,
            "--precision", precision, "--no-progress"]
-    t0 = time.perf_counter()
+    sw = harness.Stopwatch()
     proc = subprocess.run(cmd, cwd=checkout, env=env, capture_output=True, text=True)
-    seconds = time.perf_counter() - t0
+    seconds = sw.stop()
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} (in {checkout}) failed with status {proc.returncode}:\n"
                            f"{proc.stderr[-3000:]}")
@@ -104,17 +100,17 @@ def main(argv=None) -> None:
     for row in rows:
         row["speed-up"] = base / row["seconds"]
 
-    m = machine()
+    m = harness.machine()
     md = "\n".join([
         f"# Building the SemCor sense store: {args.model}", "",
         f"{m['cpu']}, {m['cpu_count']} cores, torch {m['torch']}. `ctxemb wsd build {train.name}` with the library's "
         f"default store configuration, timed end to end (process start to exit: model load, corpus read, encoding, "
         f"averaging, save), one build at a time. 'before' = commit {args.before[:7]} (before issue 13's fast paths), "
         f"'today' = this checkout. Cosine: of each sense vector to the 'before' fp32 store's.", "",
-        markdown_table(rows, ["code", "precision asked", "path run", "seconds", "speed-up", "senses", "same_keys",
-                              "cosine_min", "cosine_mean"]), ""])
-    write_results(f"store_build_{args.model}" + (f"_{args.tag}" if args.tag else ""), {"meta": {**m, "before": args.before, "train": str(train)},
-                                                "rows": rows}, md)
+        harness.markdown_table(rows, ["code", "precision asked", "path run", "seconds", "speed-up", "senses",
+                                      "same_keys", "cosine_min", "cosine_mean"]), ""])
+    harness.write_results(f"store_build_{args.model}" + (f"_{args.tag}" if args.tag else ""),
+                          {"meta": {"before": args.before, "train": str(train)}, "rows": rows}, md)
     print(md)
 
 

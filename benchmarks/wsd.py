@@ -15,10 +15,10 @@ The library's default, ``BuildConfig()``, is ``1nn+prior0.03``.
 Examples::
 
     # the full protocol (slow on CPU: all of SemCor through the model once)
-    python benchmarks/wsd.py --model all-MiniLM-L6-v2 --configs 1nn 1nn+std 1nn+prop 1nn+std+prop+gloss-concat
+    python -m benchmarks.wsd --model all-MiniLM-L6-v2 --configs 1nn 1nn+std 1nn+prop 1nn+std+prop+gloss-concat
 
     # a quick end-to-end check on a slice
-    python benchmarks/wsd.py --model all-MiniLM-L6-v2 --max-train-sentences 300 --max-eval-sentences 100 \\
+    python -m benchmarks.wsd --model all-MiniLM-L6-v2 --max-train-sentences 300 --max-eval-sentences 100 \\
         --configs 1nn 1nn+std+prop+gloss-concat --tag smoke
 
 Reference SemEval-2007 F1 (J&M / LMMS-style protocol): WordNet first sense 55.2; plain 1-NN with all-MiniLM-L6-v2
@@ -28,29 +28,23 @@ about 54.1, with all-mpnet-base-v2 about 64.4.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import math
-import platform
 import re
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from _common import machine  # noqa: E402
-
-from ctxemb.evaluation.wsd import evaluate_first_sense, evaluate_wsd  # noqa: E402
-from ctxemb.runtime.engine import PRECISION_CHOICES  # noqa: E402
-from ctxemb.core.paths import atomic_write, shared_data_dir  # noqa: E402
-from ctxemb.wsd.build import BuildConfig, build_from_embeddings  # noqa: E402
-from ctxemb.wsd.corpus import Corpus, read_dataset, split_corpus_by_document, write_dataset  # noqa: E402
-from ctxemb.wsd.corpus_pass import (  # noqa: E402
+from benchmarks import harness
+from ctxemb.evaluation.wsd import evaluate_first_sense, evaluate_wsd
+from ctxemb.core.precision import INFERENCE_PRECISION_CHOICES as PRECISION_CHOICES
+from ctxemb.core.atomic import atomic_write
+from ctxemb.core.paths import shared_data_dir
+from ctxemb.wsd.build import BuildConfig, build_from_embeddings
+from ctxemb.wsd.corpus import Corpus, read_dataset, split_corpus_by_document, write_dataset
+from ctxemb.wsd.corpus_pass import (
     EXAMPLE_SENSES,
     CorpusEmbeddings,
     add_example_contexts,
@@ -58,12 +52,13 @@ from ctxemb.wsd.corpus_pass import (  # noqa: E402
     embedder_words,
     extend_corpus_embeddings,
 )
-from ctxemb.wsd.disambiguate import Disambiguator  # noqa: E402
-from ctxemb.wsd.glosses import embed_glosses  # noqa: E402
-from ctxemb.wsd.propagation import propagation_targets  # noqa: E402
-from ctxemb.wsd.sense_store import SenseStore, directory_size  # noqa: E402
-from ctxemb.tasks.sense.training import check_held_out_documents  # noqa: E402
-from ctxemb.wsd.wordnet_examples import wordnet_example_corpus  # noqa: E402
+from ctxemb.wsd.disambiguate import Disambiguator
+from ctxemb.wsd.glosses import embed_glosses
+from ctxemb.wsd.propagation import propagation_targets
+from ctxemb.wsd.sense_store import SenseStore
+from ctxemb.wsd.sense_store_files import directory_size
+from ctxemb.tasks.sense.training import check_held_out_documents
+from ctxemb.wsd.wordnet_examples import wordnet_example_corpus
 
 logger = logging.getLogger("benchmarks.wsd")
 
@@ -108,7 +103,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                         "(seen, the default), or also new ones (all), or only new ones (unseen)")
     p.add_argument("--max-eval-sentences", type=int, default=None,
                    help="use only the first N sentences of each evaluation set (for quick checks)")
-    p.add_argument("--out", default=str(Path(__file__).resolve().parent / "results"), help="output folder")
+    p.add_argument("--out", default=str(harness.RESULTS), help="output folder")
     p.add_argument("--tag", default=None, help="suffix of the output file names")
     p.add_argument("--cache", default=None,
                    help="keep the corpus pass, evaluation-set and gloss embeddings in this folder and reuse them "
@@ -167,9 +162,9 @@ class _Cache:
         if path is not None and path.is_file():
             with np.load(path) as z:
                 return np.split(z["rows"], np.cumsum(z["lengths"])[:-1]), float(z["seconds"])
-        t = time.perf_counter()
+        sw = harness.Stopwatch()
         out = make()
-        seconds = time.perf_counter() - t
+        seconds = sw.stop()
         if path is not None:
             with atomic_write(path, "wb") as f:
                 np.savez(f, rows=np.concatenate(out), lengths=np.array([len(a) for a in out]), seconds=seconds)
@@ -185,9 +180,9 @@ class _Cache:
                 have, seconds = dict(zip(z["keys"].tolist(), z["vectors"])), float(z["seconds"])
         todo = [k for k in keys if k not in have]
         if todo:
-            t = time.perf_counter()
+            sw = harness.Stopwatch()
             have.update(zip(todo, make(todo)))
-            seconds += time.perf_counter() - t
+            seconds += sw.stop()
             if path is not None:
                 with atomic_write(path, "wb") as f:
                     np.savez(f, keys=np.array(list(have)), vectors=np.stack(list(have.values())), seconds=seconds)
@@ -195,14 +190,14 @@ class _Cache:
 
 
 def run(args: argparse.Namespace) -> dict:
-    from ctxemb.embedding.embedder.embedder import Embedder
+    from ctxemb.embedding.embedder import Embedder
 
     configs = [BuildConfig.from_name(n, batch_size=args.batch_size, max_sentences=args.max_train_sentences)
                for n in args.configs]
     show = not args.no_progress
-    t = time.perf_counter()
+    sw = harness.Stopwatch()
     train = read_dataset(args.train)
-    read_seconds = time.perf_counter() - t
+    read_seconds = sw.stop()
     held = None
     if args.held_out_fraction:
         train, held = split_corpus_by_document(train, args.held_out_fraction, args.seed)
@@ -223,18 +218,18 @@ def run(args: argparse.Namespace) -> dict:
                                                "documents": len(held.documents), "sentences": held.n_sentences,
                                                "instances": held.n_instances},
         "datasets": {c.name: {"sentences": c.n_sentences, "instances": c.n_instances} for c in eval_sets},
-        "machine": {**machine(), "platform": platform.platform()},
+        "machine": harness.machine(),
         "first_sense": {},
         "configs": {},
     }
     for c in eval_sets:
         results["first_sense"][c.name] = evaluate_first_sense(c).to_dict()
 
-    t = time.perf_counter()
+    sw = harness.Stopwatch()
     embedder = Embedder.from_pretrained(args.model, device=args.device, layers=tuple(args.layers),
                                         layer_pooling=args.layer_pooling, subword_pooling=args.subword_pooling,
                                         precision=args.precision)
-    results["load_model_seconds"] = time.perf_counter() - t
+    results["load_model_seconds"] = sw.stop()
     if embedder.precision_choice is not None:  # auto: what it chose keys the cache and is reported
         logger.info("%s", embedder.precision_choice.summary())
         results["embedder"]["precision"] = embedder.config.precision
@@ -293,13 +288,13 @@ def run(args: argparse.Namespace) -> dict:
         for cfg in configs:
             stores = {}
             for which, bb in (("full", full_bases), ("train", bases)) if held is not None else (("full", bases),):
-                t = time.perf_counter()
+                sw = harness.Stopwatch()
                 store = build_from_embeddings(bb[cfg.multiword], cfg, embedder=embedder, gloss_vectors=gloss_vectors,
                                               show_progress_bar=show)
-                post_seconds = time.perf_counter() - t
+                post_seconds = sw.stop()
                 path = store.save(Path(tmp) / f"{_slug(cfg.name)}-{which}")
-                t = time.perf_counter()
-                stores[which] = (SenseStore.load(path), path, time.perf_counter() - t, post_seconds)
+                sw = harness.Stopwatch()
+                stores[which] = (SenseStore.load(path), path, sw.stop(), post_seconds)
             base = full_bases[cfg.multiword]
             store, path, load_seconds, post_seconds = stores["full"]
             entry = {
@@ -389,8 +384,7 @@ def to_markdown(r: dict) -> str:
     g = r["gloss_embedding"]
     lines += ["", f"Model load {r['load_model_seconds']:.1f} s; gloss embeddings: {g['senses']} senses in "
               f"{g['seconds']:.1f} s. Build time = corpus embedding (shared by all configurations) + post-processing; "
-              "eval time includes embedding the data set. Machine: " + r["machine"].get("cpu", "?") + ", "
-              + r["machine"]["platform"] + ".", ""]
+              "eval time includes embedding the data set. Machine: " + harness.machine_line(r["machine"]) + ".", ""]
     return "\n".join(lines)
 
 
@@ -401,10 +395,7 @@ def main(argv=None) -> int:
     stem = "wsd_" + _slug(args.model) + (f"_{args.tag}" if args.tag else "")
     out = Path(args.out)
     md = to_markdown(results)
-    with atomic_write(out / f"{stem}.json") as f:
-        json.dump(results, f, indent=2, default=lambda o: o.tolist() if isinstance(o, np.ndarray) else str(o))
-    with atomic_write(out / f"{stem}.md") as f:
-        f.write(md)
+    harness.write_results(stem, results, md, out_dir=out)
     print(md)
     print(f"wrote {out / stem}.md and .json")
     return 0

@@ -21,10 +21,10 @@ with held-out SemCor not below the 76.1 sense training had when the goal was set
 Examples::
 
     # the full run (CPU, 2 cores: see the README for the time it takes)
-    python benchmarks/wsd_train.py --model all-MiniLM-L6-v2 --runs runs/wsd_train
+    python -m benchmarks.wsd_train --model all-MiniLM-L6-v2 --runs runs/wsd_train
 
     # a smoke test of the whole pipeline (minutes, single-threaded)
-    OMP_NUM_THREADS=1 python benchmarks/wsd_train.py --runs /tmp/wsd_train_smoke --bem-steps 20 --supcon-steps 20 \\
+    OMP_NUM_THREADS=1 python -m benchmarks.wsd_train --runs /tmp/wsd_train_smoke --bem-steps 20 --supcon-steps 20 \\
         --max-train-sentences 300 --max-eval-sentences 40 --max-wic 100 --configs 1nn 1nn+prior0.03 --tag smoke \\
         --out /tmp/wsd_train_smoke/results
 """
@@ -32,36 +32,29 @@ Examples::
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import logging
 import math
-import platform
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
-import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from _common import machine  # noqa: E402
-
-from ctxemb.evaluation.similarity.data import load_wic  # noqa: E402
-from ctxemb.evaluation.similarity.results import select_best_layer  # noqa: E402
-from ctxemb.evaluation.similarity.wic import evaluate_wic  # noqa: E402
-from ctxemb.evaluation.wsd import evaluate_wsd  # noqa: E402
-from ctxemb.core.paths import atomic_write, shared_data_dir  # noqa: E402
-from ctxemb.core.protocols import embedder_config_dict  # noqa: E402
-from ctxemb.training.loop import TrainConfig  # noqa: E402
-from ctxemb.training.state import latest_checkpoint  # noqa: E402
-from ctxemb.wsd.corpus import Corpus, read_dataset, split_corpus_by_document  # noqa: E402
-from ctxemb.wsd.corpus_pass import EXAMPLE_SENSES  # noqa: E402
-from ctxemb.wsd.disambiguate import Disambiguator  # noqa: E402
-from ctxemb.wsd.glosses import embed_glosses  # noqa: E402
-from ctxemb.wsd.sense_store import SenseStore  # noqa: E402
+from benchmarks import harness
+from benchmarks import wsd as wsd_bench
+from ctxemb.evaluation.similarity.data import load_wic
+from ctxemb.evaluation.similarity.results import select_best_layer
+from ctxemb.evaluation.similarity.wic import evaluate_wic
+from ctxemb.evaluation.wsd import evaluate_wsd
+from ctxemb.core.paths import shared_data_dir
+from ctxemb.core.protocols import embedder_config_dict
+from ctxemb.training.loop import TrainConfig
+from ctxemb.training.state import latest_checkpoint
+from ctxemb.wsd.corpus import Corpus, read_dataset, split_corpus_by_document
+from ctxemb.wsd.corpus_pass import EXAMPLE_SENSES
+from ctxemb.wsd.disambiguate import Disambiguator
+from ctxemb.wsd.glosses import embed_glosses
+from ctxemb.wsd.sense_store import SenseStore
 from ctxemb.tasks.sense.training import (MODEL_DIR, RECIPES, TRAINING_FILE, SenseTrainConfig,  # noqa: E402
                                  WordNetInventory, run_sense_training)
 
@@ -76,14 +69,6 @@ DEFAULT_CONFIGS = ["1nn", "1nn+prior0.03", "1nn+gloss-average+prior0.03", "1nn+s
 GOAL = {"semeval2007": 68.1, "semcor_heldout": 76.1}
 REFERENCES = [("LMMS-2048 (BERT-large, nearest sense)", 68.1), ("BEM (BERT-base bi-encoder)", 74.5),
               ("ARES", 71.0)]
-
-
-def _wsd_benchmark():
-    """benchmarks/wsd.py as a module (its protocol, cache and configuration names)."""
-    spec = importlib.util.spec_from_file_location("benchmarks_wsd", Path(__file__).resolve().parent / "wsd.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def _framework_dir() -> Path | None:
@@ -130,7 +115,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                    "evaluation set (for smoke runs)")
     p.add_argument("--max-wic", type=int, default=None, help="use only the first N WiC train and dev pairs")
     p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--out", default=str(Path(__file__).resolve().parent / "results"))
+    p.add_argument("--out", default=str(harness.RESULTS))
     p.add_argument("--tag", default=None)
     p.add_argument("--no-progress", action="store_true")
     args = p.parse_args(argv)
@@ -185,9 +170,9 @@ def wsd_scores(args, wsd_bench, name: str, model: str, options: dict, cache: Pat
         argv += ["--wordnet-examples", args.wordnet_examples]
     if args.no_progress:
         argv.append("--no-progress")
-    t = time.perf_counter()
+    sw = harness.Stopwatch()
     r = wsd_bench.run(wsd_bench.parse_args(argv))
-    r["seconds"] = time.perf_counter() - t
+    r["seconds"] = sw.stop()
     logger.info("%s WSD: %s", name, {c: {d: round(v["F1"], 1) for d, v in e["datasets"].items()}
                                      for c, e in r["configs"].items()})
     return r
@@ -208,9 +193,9 @@ def gloss_only_scores(args, embedder, sets: list[Corpus]) -> dict:
     inventory = WordNetInventory()
     keys = list(dict.fromkeys(k for c in sets for s in c.sentences() for i in s.instances
                               for k in inventory.candidates(s.words[i.position], i.lemma, i.pos)))
-    t = time.perf_counter()
+    sw = harness.Stopwatch()
     vectors = embed_glosses(keys, embedder, batch_size=args.batch_size, show_progress_bar=not args.no_progress)
-    seconds = time.perf_counter() - t
+    seconds = sw.stop()
     store = SenseStore(vectors.shape[1], metadata={"embedder": embedder_config_dict(embedder), "prior_weight": 0.0,
                                                    "back_off": "first_sense", "multiword": "space"})
     store.set_vectors(keys, vectors, origin="gloss")
@@ -257,8 +242,8 @@ _EXAMPLE_SENSES_TEXT = {"seen": "the senses SemCor has", "all": "every sense the
 def to_markdown(r: dict) -> str:
     lines = [f"# WSD with a fine-tuned encoder: {r['model']}", ""]
     m = r["machine"]
-    lines.append(f"Hardware: {m['cpu']}, {m.get('cpu_count')} cores" + (f", GPU {m['gpu']}" if m.get("gpu") else "")
-                 + f", torch {m['torch']} with {m['threads']} threads; {m['platform']}.")
+    lines.append(f"Hardware: {harness.machine_line(m)}" + (f", GPU {m['gpu']}" if m.get("gpu") else "")
+                 + f", torch {m['torch']}; {m.get('os') or m.get('platform')}.")
     lines.append(f"Protocol: `benchmarks/wsd.py`'s (held-out SemCor = {r['held_out_fraction']:.0%} of the documents, "
                  f"seed {r['seed']}; its stores from the other documents, SemEval-2007's from all of SemCor); the "
                  "encoders are trained on the training documents only." + (" **Smoke run: reduced data.**"
@@ -327,14 +312,12 @@ def to_markdown(r: dict) -> str:
 
 
 def run(args) -> dict:
-    from ctxemb.embedding.embedder.embedder import Embedder
+    from ctxemb.embedding.embedder import Embedder
 
-    wsd_bench = _wsd_benchmark()
     results = {"model": args.model, "held_out_fraction": args.held_out_fraction, "seed": args.seed,
                "wordnet_examples": args.wordnet_examples, "train_wordnet_examples": args.train_wordnet_examples,
                "max_minutes": args.max_minutes, "configs": args.configs,
-               "machine": {**machine(), "platform": platform.platform(),
-                           "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None},
+               "machine": harness.machine(),
                "smoke": bool(args.max_train_sentences or args.max_eval_sentences or args.max_wic),
                "training": {}, "encoders": {}}
     encoders = {"frozen": (args.model, {"layers": [-4, -3, -2, -1], "layer_pooling": "mean",
@@ -363,18 +346,13 @@ def run(args) -> dict:
 def main(argv=None) -> int:
     args = parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    t = time.perf_counter()
+    sw = harness.Stopwatch()
     results = run(args)
-    results["total_seconds"] = time.perf_counter() - t
-    wsd_bench = _wsd_benchmark()
+    results["total_seconds"] = sw.stop()
     stem = "wsd_train_" + wsd_bench._slug(args.model) + (f"_{args.tag}" if args.tag else "")
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     md = to_markdown(results) + f"\nTotal time: {results['total_seconds'] / 60:.1f} min.\n"
-    with atomic_write(out / f"{stem}.json") as f:
-        json.dump(results, f, indent=2, default=lambda o: o.tolist() if isinstance(o, np.ndarray) else str(o))
-    with atomic_write(out / f"{stem}.md") as f:
-        f.write(md)
+    harness.write_results(stem, results, md, out_dir=out)
     print(md)
     print(f"wrote {out / stem}.md and .json")
     return 0

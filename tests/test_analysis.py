@@ -30,7 +30,7 @@ class FakeConfig:
 
 
 class FakeEmbedder:
-    """Deterministic stand-in for ctxemb.embedding.embedder.embedder.Embedder.
+    """Deterministic stand-in for ctxemb.embedding.embedder.Embedder.
 
     A word's vector mixes a hash-seeded vector for the word type with the mean of its sentence, more so in deeper
     layers, and dimension ROGUE_DIM grows with depth, so later layers are more anisotropic, as in real encoders.
@@ -220,7 +220,7 @@ def test_custom_postprocessor_mapping(corpus):
 
 
 def test_cli_entry_points(monkeypatch, tmp_path, capsys):
-    fake_module = types.ModuleType("ctxemb.embedding.embedder.embedder")
+    fake_module = types.ModuleType("ctxemb.embedding.embedder")
     created = {}
 
     class Embedder:
@@ -230,7 +230,7 @@ def test_cli_entry_points(monkeypatch, tmp_path, capsys):
             return FakeEmbedder(dim=8, num_layers=2)
 
     fake_module.Embedder = Embedder
-    monkeypatch.setitem(sys.modules, "ctxemb.embedding.embedder.embedder", fake_module)
+    monkeypatch.setitem(sys.modules, "ctxemb.embedding.embedder", fake_module)
 
     parser = argparse.ArgumentParser(prog="ctxemb")
     add_analyze_subparser(parser.add_subparsers(dest="command"))

@@ -6,7 +6,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ctxemb.embedding.embedder.embedder import Embedder
+from ctxemb.embedding.embedder import Embedder
 from ctxemb.evaluation.similarity.records import WordInContext
 from ctxemb.evaluation.similarity.spans import embed_spans
 from ctxemb.geometry.analysis import analyze

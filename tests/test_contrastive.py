@@ -375,7 +375,7 @@ def _write_pairs(path, n, seed):
 
 
 def test_a_tiny_model_learns_recoverable_positives_and_saves_a_sentence_transformers_directory(tmp_path):
-    from ctxemb.embedding.embedder.embedder import Embedder
+    from ctxemb.embedding.embedder import Embedder
 
     model = write_tiny_model(tmp_path / "tiny")
     train = _write_pairs(tmp_path / "train.tsv", 40, 0)

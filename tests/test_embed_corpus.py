@@ -16,10 +16,10 @@ import numpy as np
 import pytest
 import torch
 
-import ctxemb.embedding.embedder.embedder as embedding
+import ctxemb.embedding.embedder as embedding
 from ctxemb.cli import main
-from ctxemb.embedding.embedder.corpus import _deal, _units, embed_corpus_to_file, read_text_lines
-from ctxemb.embedding.embedder.embedder import Embedder, PlannedBatch
+from ctxemb.embedding.corpus import _deal, _units, embed_corpus_to_file, read_text_lines
+from ctxemb.embedding.embedder import Embedder, PlannedBatch
 from ctxemb.runtime.distributed import DistributedContext, call_on_every_rank
 from tests.helpers import write_tiny_model
 

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from ctxemb.embedding.embedder.embedder import Embedder, EmbedderConfig
+from ctxemb.embedding.embedder import Embedder, EmbedderConfig
 from ctxemb.modeling.loading import load_encoder
 from tests.helpers import write_tiny_model
 
@@ -146,14 +146,14 @@ def test_bf16_without_hardware_support_warns_once(emb, monkeypatch, caplog):
 
 
 def test_token_budget_defaults_to_the_machines_and_keeps_a_given_one(tiny, monkeypatch):
-    from ctxemb.runtime import backends
+    from ctxemb.runtime import token_budget
 
     emb = Embedder.from_pretrained(tiny)
-    assert emb.max_tokens_per_batch == backends.recommended_tokens_per_batch(emb.encoder.config)
-    monkeypatch.setattr(backends, "last_level_cache_bytes", lambda: 1 << 40)  # a huge cache: the largest budget
+    assert emb.max_tokens_per_batch == token_budget.recommended_tokens_per_batch(emb.encoder.config)
+    monkeypatch.setattr(token_budget, "last_level_cache_bytes", lambda: 1 << 40)  # a huge cache: the largest budget
     assert Embedder.from_pretrained(tiny).max_tokens_per_batch == 8192
-    monkeypatch.setattr(backends, "last_level_cache_bytes", lambda: None)  # unknown: the documented fallback
-    assert Embedder.from_pretrained(tiny).max_tokens_per_batch == backends.DEFAULT_TOKENS_PER_BATCH
+    monkeypatch.setattr(token_budget, "last_level_cache_bytes", lambda: None)  # unknown: the documented fallback
+    assert Embedder.from_pretrained(tiny).max_tokens_per_batch == token_budget.DEFAULT_TOKENS_PER_BATCH
     assert Embedder.from_pretrained(tiny, max_tokens_per_batch=300).max_tokens_per_batch == 300
     assert Embedder.from_pretrained(tiny, max_tokens_per_batch=None).max_tokens_per_batch is None
     # the budget changes batching, never the vectors

@@ -4,7 +4,7 @@ recorded in the configuration that indexes and stores keep."""
 import numpy as np
 import pytest
 
-from ctxemb.embedding.embedder.embedder import Embedder, EmbedderConfig
+from ctxemb.embedding.embedder import Embedder, EmbedderConfig
 from tests.helpers import write_tiny_model
 
 SENTENCES = [["the", "river", "bank"], ["he", "sat", "on", "a", "money", "plant"], ["bats"]]

@@ -168,7 +168,8 @@ def test_encoder_builds_modernbert_for_a_modernbert_config():
 def test_int8_path_runs_on_native_families(tmp_path, family):
     """The int8 path quantizes every nn.Linear of the new families too; its word vectors stay close to fp32."""
     from ctxemb.runtime.engine import TorchBackend
-    from ctxemb.runtime.int8 import calibrate_outliers, quantize_int8
+    from ctxemb.runtime.int8 import quantize_int8
+    from ctxemb.runtime.int8_calibration import calibrate_outliers
 
     ref = _reference(family, 4)
     ref.save_pretrained(tmp_path)

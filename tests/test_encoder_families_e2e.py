@@ -56,7 +56,7 @@ def test_analyze_cli_runs_on_the_family(checkpoint, tmp_path, capsys):
 
 
 def test_sense_store_builds_and_tags_on_the_family(checkpoint, wordnet, tmp_path):
-    from ctxemb.embedding.embedder.embedder import Embedder
+    from ctxemb.embedding.embedder import Embedder
     from ctxemb.evaluation.wsd import evaluate_wsd
     from ctxemb.modeling.encoder import Encoder
     from ctxemb.wsd.build import BuildConfig, build_sense_store

@@ -4,7 +4,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from ctxemb.embedding.embedder.embedder import Embedder
+from ctxemb.embedding.embedder import Embedder
 from ctxemb.modeling.loading import load_encoder, load_tokenizer
 from ctxemb.models.hub import resolve_model_dir
 

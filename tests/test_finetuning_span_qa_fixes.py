@@ -20,11 +20,13 @@ import torch.nn.functional as F
 from ctxemb.tasks.token.conll import write_conll
 from ctxemb.tasks.token.features import (TaggingCollator, bio_to_entities, decode_spans, encode_tagged,
                                        entities_to_bio, enumerate_spans, score_spans)
-from ctxemb.tasks.token.task import TokenFinetuneConfig, run_token_finetuning
+from ctxemb.tasks.token.config import TokenFinetuneConfig
 from ctxemb.modeling.loading import load_tokenizer
 from ctxemb.modeling.encoder import Encoder
 from ctxemb.modeling.span_classification import EncoderForSpanClassification
-from ctxemb.training.loop import TrainConfig
+from ctxemb.training.config import TrainConfig
+from ctxemb.training.registry import get_task
+from ctxemb.training.runner import run_task
 from tests.helpers import write_tiny_model
 from tests.test_modeling_task_heads import _config
 
@@ -73,7 +75,7 @@ def _overfit(four_type_fixture, name, **kw):
         group_by_length=False, **kw,
         train=TrainConfig(learning_rate=3e-3, warmup_ratio=0.1, out_dir=str(d / name),
                           progress_bar=False, precision="fp32", seed=0))
-    return run_token_finetuning(config).final_metrics
+    return run_task(get_task(config.task), config).final_metrics
 
 
 @pytest.mark.slow
@@ -202,15 +204,15 @@ def test_one_hot_span_scores_decode_back_to_the_gold_bio_tags():
 
 def _qa_config_from_cli(monkeypatch, tmp_path, *flags):
     """Run ``ctxemb finetune xquad ...`` up to the point where training would start; return the config."""
-    import ctxemb.tasks.token.task as token_tasks
+    import ctxemb.training.runner as runner
     from ctxemb.cli import main
     captured = {}
 
-    def fake_run(config):
+    def fake_run(task, config, **run_options):
         captured["config"] = config
         raise RuntimeError("resolved")
 
-    monkeypatch.setattr(token_tasks, "run_token_finetuning", fake_run)
+    monkeypatch.setattr(runner, "run_task", fake_run)
     with pytest.raises(RuntimeError, match="resolved"):
         main(["--debug", "finetune", "xquad", "--out", str(tmp_path / "qa"), *flags])
     return captured["config"]
@@ -243,11 +245,11 @@ def test_explicit_qa_windows_win_and_inconsistent_ones_are_refused(monkeypatch, 
 
 
 def test_tagging_tasks_keep_max_length_128(monkeypatch, tmp_path):
-    import ctxemb.tasks.token.task as token_tasks
+    import ctxemb.training.runner as runner
     from ctxemb.cli import main
     captured = {}
-    monkeypatch.setattr(token_tasks, "run_token_finetuning",
-                        lambda config: captured.setdefault("c", config) and (_ for _ in ()).throw(RuntimeError("x")))
+    monkeypatch.setattr(runner, "run_task", lambda task, config, **run_options:
+                        captured.setdefault("c", config) and (_ for _ in ()).throw(RuntimeError("x")))
     with pytest.raises(RuntimeError):
         main(["--debug", "finetune", "conll2003-ner", "--out", str(tmp_path / "n")])
     assert captured["c"].max_length == 128

@@ -345,7 +345,7 @@ def test_token_and_qa_tasks_train_the_same_model_from_tables(tables_dir, tmp_pat
 
 
 def test_lines_are_read_lazily_with_any_line_end_and_named_errors(tmp_path):
-    from ctxemb.io.tables import iter_lines
+    from ctxemb.io.text_files import iter_lines
 
     path = tmp_path / "l.txt"
     path.write_bytes("\ufeffa\rb\r\n\r\nc\n\n \n".encode("utf-8"))
@@ -394,7 +394,7 @@ MALFORMED_CSV = [  # (name, bytes, the line named, the message after "FILE line 
 
 @pytest.mark.parametrize("name, content, line, message", MALFORMED_CSV, ids=[c[0] for c in MALFORMED_CSV])
 def test_a_malformed_csv_is_refused_naming_its_line_never_read_short(tmp_path, name, content, line, message):
-    from ctxemb.io.tables import MalformedFileError
+    from ctxemb.io.text_files import MalformedFileError
 
     path = tmp_path / f"{name}.csv"
     path.write_bytes(content)
@@ -421,7 +421,7 @@ def _echo_predictor():
 def test_predict_over_a_malformed_csv_stops_and_writes_nothing_even_skipping_bad_rows(tmp_path, name, content, line,
                                                                                       message):
     from ctxemb.tasks.predict_files import predict_file
-    from ctxemb.io.tables import MalformedFileError
+    from ctxemb.io.text_files import MalformedFileError
 
     path, out = tmp_path / f"{name}.csv", tmp_path / "out.jsonl"
     path.write_bytes(content.replace(b"text,label", b"review,stars"))

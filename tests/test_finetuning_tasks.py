@@ -11,9 +11,12 @@ import pytest
 
 from ctxemb.tasks.sequence.features import encode_examples
 from ctxemb.tasks.sequence.data import TextExample
-from ctxemb.tasks.sequence.task import FinetuneConfig, build_model, load_task_data, run_finetuning, task_metrics
+from ctxemb.tasks.sequence.config import FinetuneConfig
+from ctxemb.tasks.sequence.task import build_model, load_task_data, task_metrics
 from ctxemb.modeling.loading import load_tokenizer
-from ctxemb.training.loop import TrainConfig
+from ctxemb.training.config import TrainConfig
+from ctxemb.training.registry import get_task
+from ctxemb.training.runner import run_task
 from tests.helpers import write_tiny_model
 
 WORDS = ["the", "river", "money", "sat", "on", "of", "he", "she", "a", "mouse", "cell", "plant"]
@@ -65,7 +68,7 @@ def finetuned(tmp_path_factory):
         label_names=["no_bank", "bank"],
         train=TrainConfig(learning_rate=3e-3, warmup_ratio=0.1, out_dir=str(d / "run"),
                           progress_bar=False, precision="fp32", seed=0))
-    return d, run_finetuning(config)
+    return d, run_task(get_task(config.task), config)
 
 
 def test_a_planted_task_is_learned_and_evaluated_each_epoch(finetuned):
@@ -78,7 +81,7 @@ def test_a_planted_task_is_learned_and_evaluated_each_epoch(finetuned):
 
 def test_saved_model_predicts_the_same_and_feeds_the_embedder(finetuned, capsys):
     from ctxemb.cli import main
-    from ctxemb.embedding.embedder.embedder import Embedder
+    from ctxemb.embedding.embedder import Embedder
     from ctxemb.tasks.sequence.predict import SequencePredictor
 
     d, result = finetuned
@@ -146,7 +149,7 @@ def test_a_cosent_bi_encoder_learns_scored_pairs(tmp_path):
     config = _scored_pairs_config(tmp_path, head="cosine", regression_loss="cosent", epochs=4)
     model = build_model(config, load_task_data(config))
     assert model.loss == "cosent"
-    result = run_finetuning(config)
+    result = run_task(get_task(config.task), config)
     assert result.final_metrics["spearman"] >= 80.0, result.eval_history
     with pytest.raises(ValueError, match="'cosent' is the bi-encoder's"):
         FinetuneConfig(task="stsb", head="mean", regression_loss="cosent",
@@ -154,11 +157,11 @@ def test_a_cosent_bi_encoder_learns_scored_pairs(tmp_path):
 
 
 def test_a_cosine_bi_encoder_learns_scored_pairs_and_saves_a_plain_encoder(tmp_path):
-    from ctxemb.embedding.embedder.embedder import Embedder
+    from ctxemb.embedding.embedder import Embedder
     from ctxemb.tasks.sequence.predict import SequencePredictor
 
     config = _scored_pairs_config(tmp_path, head="cosine", epochs=4)
-    result = run_finetuning(config)
+    result = run_task(get_task(config.task), config)
     assert result.final_metrics["spearman"] >= 80.0, result.eval_history
     raw = json.loads((result.model_dir / "config.json").read_text())
     assert raw["architectures"] == ["BertModel"] and raw["ctxemb_pair_similarity"]["score_scale"] == 5.0
@@ -190,7 +193,7 @@ def test_a_bce_cross_encoder_learns_scored_pairs_and_predicts_in_score_units(tmp
     from ctxemb.tasks.sequence.predict import SequencePredictor
 
     config = _scored_pairs_config(tmp_path, head="mean", regression_loss="bce", epochs=3)
-    result = run_finetuning(config)
+    result = run_task(get_task(config.task), config)
     assert result.final_metrics["spearman"] >= 80.0, result.eval_history
     raw = json.loads((result.model_dir / "config.json").read_text())
     assert raw["ctxemb_regression_loss"] == "bce" and raw["ctxemb_score_scale"] == 5.0

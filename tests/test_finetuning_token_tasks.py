@@ -11,10 +11,12 @@ import pytest
 from ctxemb.tasks.token.conll import read_conll, write_conll
 from ctxemb.tasks.token.features import (ScoredSpan, TaggingCollator, calibrate_threshold, decode_spans,
                                        encode_tagged, enumerate_spans, stitch_words)
-from ctxemb.tasks.token.task import TokenFinetuneConfig, run_token_finetuning
+from ctxemb.tasks.token.config import TokenFinetuneConfig
 from ctxemb.modeling.loading import load_tokenizer
 from ctxemb.modeling.token_classification import IGNORE_INDEX
-from ctxemb.training.loop import TrainConfig
+from ctxemb.training.config import TrainConfig
+from ctxemb.training.registry import get_task
+from ctxemb.training.runner import run_task
 from tests.helpers import WORDS, write_tiny_model
 
 # ---- alignment, spans, decoding ----------------------------------------------------------------------------------
@@ -150,12 +152,12 @@ def _run(conll_files, head, **kw):
         epochs=8 if head == "span" else 3, batch_size=16, max_length=48, max_span_length=3, **kw,
         train=TrainConfig(learning_rate=3e-3, warmup_ratio=0.1, out_dir=str(d / f"run_{head}"),
                           progress_bar=False, precision="fp32", seed=0))
-    return run_token_finetuning(config)
+    return run_task(get_task(config.task), config)
 
 
 @pytest.mark.parametrize("head", ["softmax", "crf", "span"])
 def test_each_head_learns_planted_entities_and_predicts_the_same_after_loading(conll_files, head):
-    from ctxemb.embedding.embedder.embedder import Embedder
+    from ctxemb.embedding.embedder import Embedder
     from ctxemb.tasks.token.predict import TokenPredictor
 
     result = _run(conll_files, head)
@@ -218,7 +220,7 @@ def test_qa_learns_a_planted_answer_and_predicts_offsets(conll_files, tmp_path):
         doc_stride=8, max_query_length=8, max_answer_length=4,
         train=TrainConfig(learning_rate=3e-3, warmup_ratio=0.1, out_dir=str(tmp_path / "run"),
                           progress_bar=False, precision="fp32", seed=0))
-    result = run_token_finetuning(config)
+    result = run_task(get_task(config.task), config)
     assert result.final_metrics["exact_match"] >= 90.0, result.eval_history
     context = "she sat on the bank , a bat of the river"
     (answer,) = QAPredictor.from_pretrained(result.model_dir).answer(["what animal ?"], [context])

@@ -19,7 +19,7 @@ from ctxemb.training.task_config import FinetuneRunConfig
 from ctxemb.tasks.sequence.task import FinetuneConfig
 from ctxemb.tasks.token.task import TokenFinetuneConfig
 from ctxemb.tasks.pretraining.config import PretrainConfig, PretrainMaskingConfig
-from ctxemb.tasks.sense.inventory import SenseTrainConfig
+from ctxemb.tasks.sense.config import SenseTrainConfig
 
 
 def _subparser(parser, *path):

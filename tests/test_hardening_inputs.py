@@ -19,7 +19,7 @@ import torch
 
 from ctxemb.core.validation import CorruptFileError, check_string_batch, unit_rows
 from ctxemb.models.encoder_config import EncoderConfig
-from ctxemb.embedding.embedder.embedder import Embedder, EmbedderConfig
+from ctxemb.embedding.embedder import Embedder, EmbedderConfig
 from ctxemb.geometry import (
     AllButTheTop,
     MeanCenterer,
@@ -81,7 +81,7 @@ def test_text_with_no_token_is_rejected_like_an_empty_one(emb, text):
 
 
 def test_no_token_error_names_the_index_in_the_callers_batch(emb, monkeypatch, tmp_path):
-    import ctxemb.embedding.embedder.embedder as embedding
+    import ctxemb.embedding.embedder as embedding
 
     monkeypatch.setattr(embedding, "_CHUNK", 2)  # texts are tokenized in chunks: the index must still be global
     with pytest.raises(ValueError, match=r"texts\[3\] has no token"):

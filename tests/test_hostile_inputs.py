@@ -168,8 +168,8 @@ def tiny3(tmp_path_factory):
 def _st_with_dense(out, base, *, layers=(-1,)):
     import torch
 
-    from ctxemb.embedding.embedder.st_format import DenseLayer, LayerNormStep
-    from ctxemb.embedding.embedder.st_writer import save_sentence_transformers
+    from ctxemb.embedding.st_format import DenseLayer, LayerNormStep
+    from ctxemb.embedding.st_writer import save_sentence_transformers
 
     torch.manual_seed(0)
     steps = [DenseLayer(torch.randn(16, 32) * 0.3, torch.zeros(16)), LayerNormStep(torch.ones(16), torch.zeros(16))]
@@ -192,7 +192,7 @@ def _dense_weights(folder, n_out, n_in):
 
 def test_a_dense_layer_that_does_not_take_the_pooled_size_is_named_at_load(tmp_path, tiny3):
     from ctxemb.core.validation import CorruptFileError
-    from ctxemb.embedding.embedder.embedder import Embedder
+    from ctxemb.embedding.embedder import Embedder
 
     path = _st_with_dense(tmp_path / "st", tiny3)
     assert Embedder.from_pretrained(path).embed_sentences("the bank", show_progress_bar=False).shape == (16,)
@@ -208,7 +208,7 @@ def test_a_dense_layer_that_does_not_take_the_pooled_size_is_named_at_load(tmp_p
 
 def test_a_layer_norm_after_a_resized_dense_is_named(tmp_path, tiny3):
     from ctxemb.core.validation import CorruptFileError
-    from ctxemb.embedding.embedder.st_format import read_sentence_transformers
+    from ctxemb.embedding.st_format import read_sentence_transformers
 
     path = _st_with_dense(tmp_path / "st", tiny3)
     dense = path / "2_Dense"
@@ -225,7 +225,7 @@ def test_a_weighted_layer_pooling_for_another_depth_is_named_at_load(tmp_path, t
     from safetensors.torch import save_file
 
     from ctxemb.core.validation import CorruptFileError
-    from ctxemb.embedding.embedder.embedder import Embedder
+    from ctxemb.embedding.embedder import Embedder
 
     path = _st_with_dense(tmp_path / "st", tiny3, layers=(-2, -1))
     wlp = path / "1_WeightedLayerPooling"
@@ -245,7 +245,7 @@ def test_weighted_layer_pooling_weights_of_the_wrong_count_name_the_files(tmp_pa
     from safetensors.torch import save_file
 
     from ctxemb.core.validation import CorruptFileError
-    from ctxemb.embedding.embedder.st_format import read_sentence_transformers
+    from ctxemb.embedding.st_format import read_sentence_transformers
 
     path = _st_with_dense(tmp_path / "st", tiny3, layers=(-2, -1))
     wlp = path / "1_WeightedLayerPooling"
@@ -261,7 +261,7 @@ def test_weighted_layer_pooling_weights_of_the_wrong_count_name_the_files(tmp_pa
     ([-2, -1], "mean", None), ([-1], "mean", None), ([0, 2], "weighted", [1.0, 3.0])])
 def test_a_two_layer_model_saved_by_ctxemb_loads_back_with_the_same_vectors(tmp_path, layers, layer_pooling,
                                                                             layer_weights):
-    from ctxemb.embedding.embedder.embedder import Embedder
+    from ctxemb.embedding.embedder import Embedder
 
     base = write_tiny_model(tmp_path / "two", num_hidden_layers=2)
     emb = Embedder.from_pretrained(base, layers=layers, layer_pooling=layer_pooling, layer_weights=layer_weights,
@@ -282,7 +282,7 @@ def test_a_two_layer_model_saved_by_ctxemb_loads_back_with_the_same_vectors(tmp_
 
 def test_a_recorded_configuration_that_does_not_fit_is_named(tmp_path):
     from ctxemb.core.validation import CorruptFileError
-    from ctxemb.embedding.embedder.embedder import Embedder
+    from ctxemb.embedding.embedder import Embedder
 
     base = write_tiny_model(tmp_path / "two", num_hidden_layers=2)
     saved = Embedder.from_pretrained(base, layers=[-1]).save_pretrained(tmp_path / "saved")
@@ -302,7 +302,7 @@ def test_a_recorded_configuration_that_does_not_fit_is_named(tmp_path):
 
 @pytest.fixture(scope="module")
 def minilm():
-    from ctxemb.embedding.embedder.embedder import Embedder
+    from ctxemb.embedding.embedder import Embedder
     from ctxemb.models.hub import resolve_model_dir
 
     try:

@@ -13,11 +13,11 @@ from ctxemb.runtime import backends
 
 from ctxemb.runtime import int8 as quantization
 from ctxemb.runtime.kernels import int8_vnni_cpu, int8_vnni_ops
-from ctxemb.embedding.embedder.embedder import Embedder, EmbedderConfig
+from ctxemb.embedding.embedder import Embedder, EmbedderConfig
 from ctxemb.modeling.loading import load_encoder, load_tokenizer
 from ctxemb.modeling.encoder import Layer
-from ctxemb.runtime.int8 import (Int8Calibration, Int8Linear, Int8ResidualNorm, Int8SelfAttention,
-                                 calibrate_outliers, quantize_int8)
+from ctxemb.runtime.int8 import Int8Calibration, Int8Linear, Int8ResidualNorm, Int8SelfAttention, quantize_int8
+from ctxemb.runtime.int8_calibration import calibrate_outliers
 from tests.helpers import write_tiny_model
 
 MODES = ["eager", pytest.param("inductor", marks=pytest.mark.skipif(

@@ -21,10 +21,10 @@ import numpy as np
 import pytest
 
 from ctxemb.core import exchange as _exchange
-from ctxemb.embedding.embedder.embedder import Embedder
+from ctxemb.embedding.embedder import Embedder
 from ctxemb.modeling.loading import load_model
 from ctxemb.models.hub import resolve_model_dir
-from ctxemb.embedding.embedder.st_writer import save_sentence_transformers
+from ctxemb.embedding.st_writer import save_sentence_transformers
 from tests.helpers import write_tiny_model
 
 REPO = Path(__file__).resolve().parent.parent
@@ -34,7 +34,7 @@ CHILD = """
 import json, os, signal, sys
 
 from ctxemb.core import exchange as _exchange
-from ctxemb.embedding.embedder.embedder import Embedder
+from ctxemb.embedding.embedder import Embedder
 
 spec = json.loads(sys.argv[1])
 emb = Embedder.from_pretrained(spec["model"])

@@ -167,7 +167,7 @@ def test_continued_pretraining_starts_a_fresh_head_on_a_bare_encoder(tmp_path, c
 def test_fill_mask_matches_transformers_pipeline_probabilities(tmp_path):
     from tests.helpers import VOCAB
 
-    from ctxemb.embedding.embedder.fill_mask import fill_mask
+    from ctxemb.embedding.fill_mask import fill_mask
 
     torch.manual_seed(6)
     cfg = transformers.BertConfig(vocab_size=len(VOCAB), hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
@@ -192,7 +192,7 @@ def test_fill_mask_matches_transformers_pipeline_probabilities(tmp_path):
 def test_fill_mask_refuses_a_bare_encoder(tmp_path):
     from tests.helpers import write_tiny_model
 
-    from ctxemb.embedding.embedder.fill_mask import fill_mask
+    from ctxemb.embedding.fill_mask import fill_mask
 
     write_tiny_model(tmp_path)
     with pytest.raises(ValueError, match="no masked-LM head"):

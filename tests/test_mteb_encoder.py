@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from ctxemb.embedding.embedder.embedder import Embedder
+from ctxemb.embedding.embedder import Embedder
 from ctxemb.evaluation.mteb_encoder import MTEBEncoder, local_sts_task, stsb_task
 from ctxemb.evaluation.similarity.records import SentencePair
 from ctxemb.evaluation.similarity.sentences import evaluate_sentence_similarity

@@ -1,4 +1,4 @@
-"""Crash-safe saves (ctxemb.core.paths): fault injection at every step of a save, recovery, leftovers, fsync, modes.
+"""Crash-safe saves (ctxemb.core.atomic): fault injection at every step of a save, recovery, leftovers, fsync, modes.
 
 A save is interrupted in two ways: in this process, by making ``os.rename`` fail at its n-th call (and optionally
 at every later one, so that the rollback fails too, which leaves what a crash would); and for real, by a child

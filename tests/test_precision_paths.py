@@ -17,8 +17,9 @@ from ctxemb.runtime import engine as inference
 from ctxemb.runtime import int8 as quantization
 from ctxemb.runtime.autoprecision import available_precisions, choose_precision
 from ctxemb.runtime.backends import OnnxBackend, load_backend, onnx_model_path
-from ctxemb.embedding.embedder.embedder import Embedder, EmbedderConfig
-from ctxemb.runtime.engine import ACCURACY_BOUNDS, PRECISIONS, run_encoder
+from ctxemb.embedding.embedder import Embedder, EmbedderConfig
+from ctxemb.core.precision import ACCURACY_BOUNDS, INFERENCE_PRECISIONS as PRECISIONS
+from ctxemb.runtime.engine import run_encoder
 from ctxemb.modeling.loading import load_encoder
 from ctxemb.core.protocols import embedder_config_dict
 from tests.helpers import write_tiny_model

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from ctxemb.core import precision
-from ctxemb.embedding.embedder.config import EmbedderConfig
+from ctxemb.embedding.config import EmbedderConfig
 from ctxemb.training.config import TrainConfig
 
 PACKAGE = Path(__file__).resolve().parent.parent / "ctxemb"
@@ -23,18 +23,14 @@ def test_the_two_sets_are_distinct_and_defined_once():
     assert precision.INFERENCE_PRECISION_CHOICES == precision.INFERENCE_PRECISIONS + ("auto",)
     assert precision.TRAINING_PRECISIONS == ("auto", "fp32", "bf16")
     assert set(precision.ACCURACY_BOUNDS) == set(precision.INFERENCE_PRECISIONS)
-    # the modules that used to define their own read these very objects
+    # the modules that check a precision read these very objects
     from ctxemb.runtime import autoprecision
     from ctxemb.runtime import backends
-    from ctxemb.runtime import engine as inference
-    from ctxemb.training import config, loop
+    from ctxemb.training import config
 
-    assert inference.PRECISIONS is precision.INFERENCE_PRECISIONS
-    assert inference.PRECISION_CHOICES is precision.INFERENCE_PRECISION_CHOICES
-    assert autoprecision.ACCURACY_BOUNDS is precision.ACCURACY_BOUNDS is inference.ACCURACY_BOUNDS
+    assert autoprecision.ACCURACY_BOUNDS is precision.ACCURACY_BOUNDS
     assert backends.PRECISIONS is precision.INFERENCE_PRECISIONS
-    assert config.PRECISIONS is loop.PRECISIONS is precision.TRAINING_PRECISIONS
-    assert inference.cpu_info is precision.cpu_info and inference.cpu_has_native_bf16 is precision.cpu_has_native_bf16
+    assert config.PRECISIONS is precision.TRAINING_PRECISIONS
 
 
 def test_no_module_but_precision_py_declares_a_precision_set_or_the_bf16_warning():

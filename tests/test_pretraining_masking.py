@@ -14,16 +14,9 @@ import numpy as np
 import pytest
 import torch
 
-from ctxemb.tasks.pretraining.masking import (
-    IGNORE_INDEX,
-    MaskedBatch,
-    Masker,
-    MaskingConfig,
-    clipped_geometric_mean,
-    clipped_geometric_pmf,
-    masking_budget,
-    unigram_weights,
-)
+from ctxemb.tasks.pretraining.masking import (IGNORE_INDEX, MaskedBatch, Masker, MaskingConfig,
+                                              clipped_geometric_pmf, masking_budget)
+from ctxemb.tasks.pretraining.mask_distributions import clipped_geometric_mean, unigram_weights
 
 PAD, CLS, SEP, MASK = 0, 1, 2, 3
 SPECIALS = (PAD, CLS, SEP, MASK)

@@ -55,8 +55,8 @@ def test_tiny_model_overfits_a_tiny_corpus(trained):
 
 
 def test_checkpoint_feeds_embedder_fill_mask_and_transformers(trained):
-    from ctxemb.embedding.embedder.embedder import Embedder
-    from ctxemb.embedding.embedder.fill_mask import fill_mask
+    from ctxemb.embedding.embedder import Embedder
+    from ctxemb.embedding.fill_mask import fill_mask
 
     model_dir = trained[0] / "model"
     emb = Embedder.from_pretrained(model_dir, layers=[-1])

@@ -16,7 +16,7 @@ from ctxemb.tasks.pretraining.config import PretrainConfig
 from ctxemb.tasks.pretraining.task import PretrainingTask, objectives, task_for_config
 from ctxemb.training.config import TrainConfig
 from ctxemb.training.recipe import read_run_record
-from ctxemb.tasks.sense.inventory import SenseTrainConfig
+from ctxemb.tasks.sense.config import SenseTrainConfig
 from ctxemb.tasks.sense.task import SenseTask
 from tests.helpers import write_corpus, write_tiny_model
 from tests.test_wsd_training import TRAIN, PlantedInventory

@@ -25,7 +25,7 @@ hypothesis = pytest.importorskip("hypothesis")
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from ctxemb.embedding.embedder.corpus import read_text_lines  # noqa: E402
+from ctxemb.embedding.corpus import read_text_lines  # noqa: E402
 from ctxemb.evaluation.similarity import data as sim  # noqa: E402
 from ctxemb.tasks.token.conll import read_conll  # noqa: E402
 from ctxemb.tasks.sequence.data import read_table  # noqa: E402
@@ -150,7 +150,8 @@ def test_a_csv_with_one_quote_lost_is_refused_never_read_short(rows, data):
     """Any one quote of a well-formed CSV file deleted (an unclosed field, a stray quote) leaves an odd number of
     quotes, which no well-formed file has: reading the rows stops with an error naming the file, never with rows
     lost (a record before the defect may be complete and come first, as a row or a bad row)."""
-    from ctxemb.io.tables import MalformedFileError, open_rows
+    from ctxemb.io.tables import open_rows
+    from ctxemb.io.text_files import MalformedFileError
 
     text = _csv_file(rows)
     quotes = [i for i, c in enumerate(text) if c == '"']

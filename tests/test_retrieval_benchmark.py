@@ -1,28 +1,20 @@
-"""benchmarks/retrieval.py end to end on a tiny random model (the XQuAD split, BM25 check, fusion choice, files)."""
+"""``python -m benchmarks.retrieval`` end to end on a tiny random model (the XQuAD split, BM25 check, fusion choice,
+files)."""
 
-import importlib.util
 import json
-import sys
-from pathlib import Path
 
 import pytest
 
 from tests.helpers import write_tiny_model
 
 pytest.importorskip("bm25s")
-ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(scope="module")
 def bench():
-    sys.path.insert(0, str(ROOT / "benchmarks"))  # for its `from _common import ...`
-    try:
-        spec = importlib.util.spec_from_file_location("retrieval_benchmark", ROOT / "benchmarks" / "retrieval.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        yield module
-    finally:
-        sys.path.remove(str(ROOT / "benchmarks"))
+    from benchmarks import retrieval
+
+    return retrieval
 
 
 def test_retrieval_benchmark_on_a_tiny_model(bench, shared_data, tmp_path):

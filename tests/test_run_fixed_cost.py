@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from ctxemb.tasks.sequence.features import encode_examples, Collator
-from ctxemb.tasks.outputs import model_logits, predict_outputs
+from ctxemb.training.outputs import model_logits, predict_outputs
 from ctxemb.tasks.sequence.data import TextExample
 from ctxemb.training.task import feature_lengths
 from ctxemb.tasks.sequence.task import FinetuneConfig, run_finetuning

@@ -1,22 +1,18 @@
-"""benchmarks/search.py's real-data mode: the sentence sample and the whole run on a tiny random model."""
+"""``python -m benchmarks.search``'s real-data mode: the sentence sample and the whole run on a tiny random model."""
 
-import importlib.util
 import json
-from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from tests.helpers import write_tiny_model
 
-ROOT = Path(__file__).resolve().parent.parent
-
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("search_benchmark", ROOT / "benchmarks" / "search.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    from benchmarks.search import cli, real
+
+    return SimpleNamespace(main=cli.main, sample_real=real.sample_real)
 
 
 def test_sample_is_distinct_held_out_deterministic_and_counted(bench, shared_data):
@@ -51,7 +47,7 @@ def test_real_mode_end_to_end_and_from_the_cache(bench, shared_data, tmp_path, m
     assert "## Sentences" in md and "## Embedding cost" in md and "## Real vs synthetic" in md
 
     # A rerun finds the vectors in the cache and never embeds.
-    from ctxemb.embedding.embedder.embedder import Embedder
+    from ctxemb.embedding.embedder import Embedder
 
     def no_embedding(*args, **kwargs):
         raise AssertionError("embedded again despite the cache")

@@ -394,8 +394,8 @@ def test_cli_separate_machines_with_their_own_files_and_usage_errors(tmp_path, d
 
 @pytest.mark.slow
 def test_the_benchmark_runs_and_finds_identical_results(tmp_path):
-    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "sharded_index.py"), "--quick", "--out",
-                           str(tmp_path), "--tmp", str(tmp_path)], env=dict(os.environ, PYTHONPATH=str(REPO)),
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.sharded_index", "--quick", "--out", str(tmp_path),
+                           "--tmp", str(tmp_path)], env=dict(os.environ, PYTHONPATH=str(REPO)), cwd=REPO,
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads((tmp_path / "sharded_index_quick.json").read_text())

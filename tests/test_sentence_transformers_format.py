@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 import torch
 
-from ctxemb.embedding.embedder.embedder import Embedder
-from ctxemb.embedding.embedder.st_format import SENTENCE_POOLINGS, CorruptFileError, read_sentence_transformers
-from ctxemb.embedding.embedder.st_writer import st_layer_pooling, write_sentence_transformers_modules
+from ctxemb.embedding.embedder import Embedder
+from ctxemb.embedding.st_format import SENTENCE_POOLINGS, CorruptFileError, read_sentence_transformers
+from ctxemb.embedding.st_writer import st_layer_pooling, write_sentence_transformers_modules
 from tests.helpers import write_tiny_model
 
 st = pytest.importorskip("sentence_transformers")
@@ -140,7 +140,7 @@ def test_explicit_options_win_and_word_vectors_do_not_move(tmp_path, tiny, caplo
     emb = Embedder.from_pretrained(path)
     plain = Embedder.from_pretrained(tiny)
     assert plain.sentence_modules is None
-    with caplog.at_level(logging.INFO, logger="ctxemb.embedding.embedder.st_format"):
+    with caplog.at_level(logging.INFO, logger="ctxemb.embedding.st_format"):
         got = emb.embed_sentences(TEXTS, pooling="mean", normalize=False, layers=[-2, -1], max_seq_length=6,
                                   show_progress_bar=False)
     assert "except the options given: pooling, normalize, layers, max_seq_length" in caplog.text

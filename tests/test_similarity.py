@@ -441,10 +441,10 @@ def _parser():
 
 
 def test_cli_parses_and_runs(monkeypatch, tmp_path, capsys):
-    import ctxemb.embedding.embedder.embedder
+    import ctxemb.embedding.embedder
 
     fake = FakeEmbedder()
-    monkeypatch.setattr(ctxemb.embedding.embedder.embedder.Embedder, "from_pretrained", classmethod(lambda cls, *a, **k: fake))
+    monkeypatch.setattr(ctxemb.embedding.embedder.Embedder, "from_pretrained", classmethod(lambda cls, *a, **k: fake))
     out = tmp_path / "sim.json"
     args = _parser().parse_args(["similarity", "eval", "--tasks", "wic,stsb", "--postprocess", "none,center",
                                  "--data", str(FIX), "--json", str(out), "--markdown", str(tmp_path / "sim.md"),
@@ -477,7 +477,7 @@ def test_cli_rejects_bad_values(capsys):
 @pytest.mark.parity
 def test_stsb_mean_pooling_matches_sentence_transformers(shared_data):
     st_module = pytest.importorskip("sentence_transformers")
-    from ctxemb.embedding.embedder.embedder import Embedder
+    from ctxemb.embedding.embedder import Embedder
     from ctxemb.models.hub import resolve_model_dir
 
     pairs = sd.load_stsb("dev", shared_data / "similarity")[:300]

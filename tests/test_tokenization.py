@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from ctxemb.embedding.embedder.embedder import Embedder
+from ctxemb.embedding.embedder import Embedder
 from ctxemb.modeling.loading import load_encoder, load_tokenizer
 from ctxemb.models.tokenization import plan_windows
 from tests.helpers import write_tiny_model

@@ -9,14 +9,17 @@ import logging
 import pytest
 import torch
 
-from ctxemb.tasks.sequence.task import FinetuneConfig, run_finetuning
-from ctxemb.tasks.token.task import TokenFinetuneConfig, run_token_finetuning
+from ctxemb.tasks.sequence.config import FinetuneConfig
+from ctxemb.tasks.token.config import TokenFinetuneConfig
 from ctxemb.modeling.checkpoint import read_training_run
-from ctxemb.tasks.pretraining.recipe import PretrainConfig, run_pretraining_recipe
+from ctxemb.tasks.pretraining.config import PretrainConfig
+from ctxemb.tasks.pretraining.task import task_for_config
+from ctxemb.tasks.sense.task import SenseTask
 from ctxemb.training.callbacks import BestWeights, EarlyStopping
 from ctxemb.training.config import TrainConfig
 from ctxemb.training.recipe import RUN_RECORD_FILE, SETTINGS_FILE, check_run_settings, read_run_record, resolve_steps
-from ctxemb.tasks.sense.training import run_sense_training
+from ctxemb.training.registry import get_task
+from ctxemb.training.runner import run_task
 from tests.helpers import write_corpus, write_tiny_model
 from tests.test_finetuning_tasks import _write_task
 from tests.test_finetuning_token_tasks import _write_conll_file, _write_squad
@@ -45,27 +48,28 @@ def _pretrain(data, out, **kw):
                                                                                         model=TINY)
     config = PretrainConfig(train_corpus=[str(data["corpus"])], eval_corpus=[str(data["corpus"])], eval_batches=2,
                             max_length=24, batch_size=8, train=_train(out), **model, **kw)
-    return run_pretraining_recipe(config).model_dir
+    return run_task(task_for_config(config), config).model_dir
 
 
 def _finetune(data, out, **kw):
-    return run_finetuning(FinetuneConfig(task="custom", model=str(data["model"]), head="cls", batch_size=8,
-                                         max_length=24, train_file=str(data["tsv"]), dev_file=str(data["tsv"]),
-                                         train=_train(out), **kw)).model_dir
+    return run_task(get_task("custom"), FinetuneConfig(
+        task="custom", model=str(data["model"]), head="cls", batch_size=8, max_length=24, train_file=str(data["tsv"]),
+        dev_file=str(data["tsv"]), train=_train(out), **kw)).model_dir
 
 
 def _token(data, out, head):
     squad = head == "qa"
     files = data["squad"] if squad else data["conll"]
     extra = dict(doc_stride=8, max_query_length=8) if squad else dict(max_span_length=3)
-    return run_token_finetuning(TokenFinetuneConfig(
+    config = TokenFinetuneConfig(
         task="squad-file" if squad else "conll-file", head=head, model=str(data["model"]), batch_size=8,
-        max_length=32, train_file=str(files), dev_file=str(files), train=_train(out), **extra)).model_dir
+        max_length=32, train_file=str(files), dev_file=str(files), train=_train(out), **extra)
+    return run_task(get_task(config.task), config).model_dir
 
 
 def _sense(data, out, recipe):
     cfg = sense_config(recipe, out, model=str(data["model"]), max_steps=3)
-    return run_sense_training(cfg, corpus=TRAIN, inventory=PlantedInventory()).model_dir
+    return run_task(SenseTask(cfg.recipe, corpus=TRAIN, inventory=PlantedInventory()), cfg).model_dir
 
 
 RECIPES = {
@@ -122,9 +126,9 @@ def test_auto_precision_is_recorded_as_what_it_resolved_to(data, tmp_path, monke
     from ctxemb.core import precision
 
     monkeypatch.setattr(precision, "cpu_has_native_bf16", lambda: False)
-    model_dir = run_finetuning(FinetuneConfig(task="custom", model=str(data["model"]), head="cls", batch_size=8,
-                                              max_length=24, train_file=str(data["tsv"]), dev_file=str(data["tsv"]),
-                                              train=_train(tmp_path / "r", precision="auto", max_steps=1))).model_dir
+    model_dir = run_task(get_task("custom"), FinetuneConfig(
+        task="custom", model=str(data["model"]), head="cls", batch_size=8, max_length=24, train_file=str(data["tsv"]),
+        dev_file=str(data["tsv"]), train=_train(tmp_path / "r", precision="auto", max_steps=1))).model_dir
     recorded = read_run_record(model_dir)["precision"]
     assert (recorded["requested"], recorded["resolved"]) == ("auto", "fp32")
     assert "no AVX512-BF16/AMX-BF16" in recorded["reason"]  # why auto became fp32
@@ -165,10 +169,10 @@ def test_keep_best_restores_the_best_evaluation_and_early_stopping_stops():
 
 
 def test_keep_best_in_a_finetuning_run_saves_the_best_evaluation(data, tmp_path):
-    result = run_finetuning(FinetuneConfig(task="custom", model=str(data["model"]), head="cls", batch_size=8,
-                                           max_length=24, epochs=3, train_file=str(data["tsv"]),
-                                           dev_file=str(data["tsv"]),
-                                           train=_train(tmp_path / "r", max_steps=None, keep_best=True)))
+    result = run_task(get_task("custom"), FinetuneConfig(
+        task="custom", model=str(data["model"]), head="cls", batch_size=8, max_length=24, epochs=3,
+        train_file=str(data["tsv"]), dev_file=str(data["tsv"]),
+        train=_train(tmp_path / "r", max_steps=None, keep_best=True)))
     record = read_run_record(result.model_dir)
     history = record["metrics"]["history"]
     assert len(history) == 3 and record["metrics"]["best_step"] is not None

@@ -10,7 +10,7 @@ import shutil
 import pytest
 import torch
 
-from ctxemb.embedding.embedder.embedder import Embedder, EmbedderConfig
+from ctxemb.embedding.embedder import Embedder, EmbedderConfig
 from ctxemb.modeling.loading import load_encoder
 from ctxemb.modeling.checkpoint import TRAINING_RUN_KEY, read_training_run, save_pretrained, stamp_training_run
 from tests.helpers import write_tiny_model

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from ctxemb.embedding.embedder.embedder import Embedder
+from ctxemb.embedding.embedder import Embedder
 from ctxemb.modeling.loading import choose_backend, load_encoder, load_tokenizer
 from ctxemb.modeling.encoder import Encoder
 from ctxemb.modeling.transformers_backend import TransformersEncoder, import_transformers

@@ -1,6 +1,5 @@
 """WSD end to end with the real Embedder class on a tiny random model: build, save/load, evaluate, benchmark."""
 
-import importlib.util
 import json
 from pathlib import Path
 
@@ -13,7 +12,6 @@ from ctxemb.wsd.disambiguate import Disambiguator
 from ctxemb.wsd.sense_store import SenseStore
 from tests.helpers import write_tiny_model
 
-ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).parent / "fixtures" / "wsd"
 
 
@@ -28,7 +26,7 @@ def tiny_model(tmp_path_factory):
 
 
 def test_real_embedder_build_save_load_evaluate(tiny_model, tmp_path):
-    from ctxemb.embedding.embedder.embedder import Embedder
+    from ctxemb.embedding.embedder import Embedder
 
     emb = Embedder.from_pretrained(tiny_model, layers=(-2, -1))
     train = read_dataset(FIXTURES / "tiny_train")
@@ -52,9 +50,8 @@ def test_first_sense_baseline_on_semeval2007(shared_data):
 
 
 def test_benchmark_script_end_to_end(tiny_model, tmp_path, monkeypatch):
-    spec = importlib.util.spec_from_file_location("wsd_benchmark", ROOT / "benchmarks" / "wsd.py")
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    from benchmarks import wsd as bench
+
     out = tmp_path / "results"
     argv = [
         "--model", str(tiny_model), "--train", str(FIXTURES / "tiny_train"), "--datasets", str(FIXTURES / "tiny_eval"),
@@ -74,7 +71,7 @@ def test_benchmark_script_end_to_end(tiny_model, tmp_path, monkeypatch):
     assert "| WordNet first sense |" in md and "## Cost" in md and "Best by mean F1" in md
 
     # A rerun from the cache never runs the encoder and scores exactly the same.
-    from ctxemb.embedding.embedder.embedder import Embedder
+    from ctxemb.embedding.embedder import Embedder
 
     def no_encoder(*args, **kwargs):
         raise AssertionError("the encoder ran although everything was cached")

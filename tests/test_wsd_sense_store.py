@@ -5,7 +5,8 @@ import time
 import numpy as np
 import pytest
 
-from ctxemb.wsd.sense_store import QueryTransform, SenseStore, directory_size
+from ctxemb.wsd.sense_store import QueryTransform, SenseStore
+from ctxemb.wsd.sense_store_files import directory_size
 
 
 def _random_occurrences(rng, n_keys=50, n=600, dim=16):

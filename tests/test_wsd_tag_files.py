@@ -230,7 +230,7 @@ def test_whole_file_problems(dis, tmp_path):
 @pytest.fixture(scope="module")
 def tiny_store(tmp_path_factory):
     """A store built with a tiny random BERT whose config.json carries a training-run stamp (as `wsd train`'s)."""
-    from ctxemb.embedding.embedder.embedder import Embedder
+    from ctxemb.embedding.embedder import Embedder
     from ctxemb.modeling.checkpoint import stamp_training_run
     from tests.helpers import write_tiny_model
 

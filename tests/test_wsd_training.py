@@ -1,4 +1,4 @@
-"""Sense training (ctxemb.tasks.sense.training, ctxemb.modeling.sense_heads) on a tiny model and a planted task: the pooling is
+"""Sense training (ctxemb.tasks.sense.task, ctxemb.modeling.sense_heads) on a tiny model and a planted task: the pooling is
 the Embedder's, the losses are what they say, both recipes learn a planted sense distinction, the saved encoder feeds
 the Embedder and the sense store, a store refuses queries from another training run, and resuming is exact."""
 
@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from ctxemb.embedding.embedder.embedder import Embedder
+from ctxemb.embedding.embedder import Embedder
 from ctxemb.modeling.loading import load_encoder, load_tokenizer
 from ctxemb.modeling.checkpoint import read_training_run
 from ctxemb.modeling.sense_heads import (ContextGlossBiEncoder, SupConSenseEncoder, bem_loss, pool_in_length_chunks,
@@ -23,9 +23,14 @@ from ctxemb.wsd.build import BuildConfig, build_sense_store
 from ctxemb.wsd.corpus import Corpus, Document, Instance, Sentence, regex_tokenize
 from ctxemb.wsd.disambiguate import Disambiguator
 from ctxemb.wsd.sense_store import SenseStore
-from ctxemb.tasks.sense.training import (SETTINGS_FILE, TRAINING_FILE, SenseTrainConfig, build_features,
-                                 check_held_out_documents, make_batch_source, run_sense_training,
-                                 trained_embedder_options)
+from ctxemb.tasks.sense.batches import build_features, make_batch_source
+from ctxemb.tasks.sense.config import SenseTrainConfig
+from ctxemb.tasks.sense.inventory import TRAINING_FILE
+from ctxemb.tasks.sense.task import SenseTask
+from ctxemb.tasks.sense.training import check_held_out_documents, trained_embedder_options
+from ctxemb.training.recipe import SETTINGS_FILE
+from ctxemb.training.registry import get_task
+from ctxemb.training.runner import run_task
 from tests.helpers import write_tiny_model
 
 # ---- a planted task: the sense of "bank" / "plant" is told by one cue word somewhere in the sentence -------------
@@ -100,12 +105,12 @@ def base_model(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def trained(base_model, tmp_path_factory):
-    """Both recipes trained on the planted task; name -> (SenseTrainResult, run directory)."""
+    """Both recipes trained on the planted task; name -> (RunResult, run directory)."""
     out = {}
     for recipe, steps, lr in (("bem", 100, 3e-3), ("supcon", 100, 1e-2)):
         d = tmp_path_factory.mktemp(recipe)
         cfg = config(recipe, d / "run", model=str(base_model), max_steps=steps, train={"learning_rate": lr})
-        out[recipe] = (run_sense_training(cfg, corpus=TRAIN, inventory=PlantedInventory()), d / "run")
+        out[recipe] = (run_task(SenseTask(recipe, corpus=TRAIN, inventory=PlantedInventory()), cfg), d / "run")
     return out
 
 
@@ -274,11 +279,12 @@ def test_settings_that_the_model_or_run_directory_refuse_fail_before_the_corpus_
     for bad, error, match in (({"trainable_layers": 4}, ValueError, "trainable_layers=4, but .* has 3 layers"),
                               ({"layers": (-5, 4)}, ValueError, "layer")):
         with pytest.raises(error, match=match):
-            run_sense_training(config("bem", tmp_path / "run", model=str(base_model), corpus=missing, **bad))
+            run_task(get_task("wsd-bem"), config("bem", tmp_path / "run", model=str(base_model), corpus=missing,
+                                                 **bad))
     (tmp_path / "run" / "checkpoint-2").mkdir(parents=True)
     (tmp_path / "run" / "checkpoint-2" / "trainer_state.json").write_text("{}")
     with pytest.raises(FileExistsError, match="already holds checkpoints"):
-        run_sense_training(config("bem", tmp_path / "run", model=str(base_model), corpus=missing))
+        run_task(get_task("wsd-bem"), config("bem", tmp_path / "run", model=str(base_model), corpus=missing))
 
 
 def test_an_evaluation_cannot_hold_out_documents_the_encoder_was_trained_on(tmp_path):
@@ -378,7 +384,7 @@ def test_a_store_records_the_training_run_and_refuses_another_encoder(trained, b
 def test_a_separate_gloss_encoder_and_frozen_lower_layers(base_model, tmp_path):
     cfg = config("bem", tmp_path / "run", model=str(base_model), max_steps=4, gloss_encoder="separate",
                  trainable_layers=1, train={"learning_rate": 1e-2})
-    result = run_sense_training(cfg, corpus=SMALL, inventory=PlantedInventory())
+    result = run_task(SenseTask("bem", corpus=SMALL, inventory=PlantedInventory()), cfg)
     base = load_encoder(base_model).state_dict()
     ctx = load_encoder(result.model_dir).state_dict()
     gloss = load_encoder(result.model_dir / "gloss_encoder").state_dict()
@@ -413,13 +419,13 @@ def test_resume_gives_the_uninterrupted_run(base_model, recipe, tmp_path):
         kw = dict(model=str(dropout), max_steps=6, held_out_fraction=0.25, eval_sentences=8, **shape,
                   train={"save_every": 2, "eval_every": 3, "grad_accumulation_steps": 2})
         if name == "split":
-            first = run_sense_training(config(recipe, tmp_path / name, **kw), corpus=corpus,
-                                       inventory=PlantedInventory(), callbacks=[StopAt(3)])
+            first = run_task(SenseTask(recipe, corpus=corpus, inventory=PlantedInventory()),
+                             config(recipe, tmp_path / name, **kw), callbacks=[StopAt(3)])
             assert first.train.step == 3 and first.train.stopped_early
             random.seed(99), np.random.seed(99), torch.manual_seed(99)
             kw["train"] = dict(kw["train"], resume=True)
-        runs[name] = run_sense_training(config(recipe, tmp_path / name, **kw), corpus=corpus,
-                                        inventory=PlantedInventory())
+        runs[name] = run_task(SenseTask(recipe, corpus=corpus, inventory=PlantedInventory()),
+                              config(recipe, tmp_path / name, **kw))
     straight, resumed = runs["straight"], runs["split"]
     assert resumed.train.start_step == 3
     assert first.train.losses + resumed.train.losses == straight.train.losses
@@ -430,15 +436,16 @@ def test_resume_gives_the_uninterrupted_run(base_model, recipe, tmp_path):
 
 def test_a_resume_with_other_recipe_settings_is_flagged_and_a_time_budget_stops(base_model, tmp_path, caplog):
     kw = dict(model=str(base_model), max_steps=50, max_targets_per_sentence=1, max_candidates=2)
-    first = run_sense_training(config("bem", tmp_path / "run", max_minutes=1e-9, **kw), corpus=SMALL,
-                               inventory=PlantedInventory())
+    first = run_task(SenseTask("bem", corpus=SMALL, inventory=PlantedInventory()),
+                     config("bem", tmp_path / "run", max_minutes=1e-9, **kw))
     assert first.train.step == 1 and first.train.stopped_early  # the budget ran out after the first step
     info = json.loads((first.model_dir / TRAINING_FILE).read_text())
     assert info["training"]["time_budget_hit"] is True
     assert json.loads((tmp_path / "run" / SETTINGS_FILE).read_text())["max_candidates"] == 2
     with caplog.at_level("WARNING", logger="ctxemb.training.recipe"):  # the one resume check of every recipe
-        again = run_sense_training(config("bem", tmp_path / "run", max_minutes=1e-9, **{**kw, "max_candidates": 3},
-                                          train={"resume": True}), corpus=SMALL, inventory=PlantedInventory())
+        again = run_task(SenseTask("bem", corpus=SMALL, inventory=PlantedInventory()),
+                         config("bem", tmp_path / "run", max_minutes=1e-9, **{**kw, "max_candidates": 3},
+                                train={"resume": True}))
     assert again.train.start_step == 1 and again.train.step == 2
     assert "changed recipe settings" in caplog.text and "max_candidates 2 -> 3" in caplog.text
     assert "max_minutes" not in caplog.text  # a budget may change between sessions

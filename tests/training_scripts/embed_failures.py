@@ -13,9 +13,9 @@ from pathlib import Path
 
 import torch
 
-import ctxemb.embedding.embedder.corpus as corpus_embedding
-from ctxemb.embedding.embedder.corpus import embed_corpus_to_file
-from ctxemb.embedding.embedder.embedder import Embedder
+import ctxemb.embedding.corpus as corpus_embedding
+from ctxemb.embedding.corpus import embed_corpus_to_file
+from ctxemb.embedding.embedder import Embedder
 from ctxemb.runtime.distributed import barrier, distributed_session
 
 WORDS = "the bank river money sat on of he she a mouse die cell plant bat".split()
