@@ -92,7 +92,7 @@ class TokenFinetuneConfig(FinetuneRunConfig):
         "span head: its learning rate as a multiple of the encoder's", type='positive_float'))
     # None: QA_MAX_LENGTH for QA, TAGGING_MAX_LENGTH otherwise (Attributes)
     max_length: int | None = field(default=None, metadata=_meta(
-        'longest model input in tokens (QA: 384 unless set)', cli=False))
+        'longest model input in tokens (default: 384 for QA, 128 otherwise)', type='positive_int'))
     # None: QA_DOC_STRIDE, or less when it would not fit the window
     doc_stride: int | None = field(default=None, metadata=_meta(
         'QA: step between window starts, in tokens (default 128, or less when it would not fit the '
