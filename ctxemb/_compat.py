@@ -135,6 +135,17 @@ STAND_INS: dict[str, tuple[str, ...]] = {
                             "ctxemb.tasks.sense.inventory", "ctxemb.tasks.sense.batches",
                             "ctxemb.tasks.sense.config", "ctxemb.training.recipe"),
     "ctxemb.wsd.sense_config": ("ctxemb.tasks.sense.inventory", "ctxemb.tasks.sense.config"),
+    "ctxemb.finetuning.tables": ("ctxemb.io.tables", "ctxemb.io.text_files"),
+    "ctxemb.backends": ("ctxemb.runtime.backends", "ctxemb.runtime.token_budget"),
+    "ctxemb.quantization": ("ctxemb.runtime.int8", "ctxemb.runtime.int8_calibration"),
+    "ctxemb.inference": ("ctxemb.runtime.engine", "ctxemb.core.precision"),
+    "ctxemb.paths": ("ctxemb.core.paths", "ctxemb.core.atomic"),
+}
+
+#: names a stand-in answers under their old spelling: old module -> {old name: the name at the new place}
+RENAMED: dict[str, dict[str, str]] = {
+    "ctxemb.inference": {"PRECISIONS": "INFERENCE_PRECISIONS", "PRECISION_CHOICES": "INFERENCE_PRECISION_CHOICES",
+                         "Precision": "InferencePrecision"},
 }
 
 
@@ -231,10 +242,11 @@ def _stand_in(name: str) -> types.ModuleType:
         if attr in own:
             value = own[attr]
             return value() if value is _run_result else value
+        attr_now = RENAMED.get(name, {}).get(attr, attr)
         for where in STAND_INS[name]:
             target = importlib.import_module(where)
-            if hasattr(target, attr):
-                return getattr(target, attr)
+            if hasattr(target, attr_now):
+                return getattr(target, attr_now)
         raise AttributeError(f"module {name!r} (moved to {STAND_INS[name][0]}) has no attribute {attr!r}")
 
     module.__getattr__ = __getattr__

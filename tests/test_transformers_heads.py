@@ -67,9 +67,9 @@ def _perturbed(model, seed=1):
     return model.eval()
 
 
-def _save(model, directory, src, **extra):
-    """Save as ``ctxemb finetune`` does (Task.save's default: save_model_files)."""
-    config = FinetuneRunConfig(task="sst2", model=str(src), train=TrainConfig(learning_rate=1e-3,
+def _save(model, directory, src, task="sst2", **extra):
+    """Save as ``ctxemb finetune`` does (Task.save's default: save_model_files), as a run of ``task``."""
+    config = FinetuneRunConfig(task=task, model=str(src), train=TrainConfig(learning_rate=1e-3,
                                                                                out_dir=str(directory.parent)))
     save_model_files(model, directory, config, Tokenizer.from_pretrained(src),
                      train_config=config.train, **extra)
@@ -158,12 +158,12 @@ def test_a_regression_mean_head_gives_ctxembs_score(sources, tmp_path):
 
 def _crf(src, out):
     model = _perturbed(EncoderForTokenClassification.from_pretrained(src, id2label=NER, crf=True))
-    return model, _save(model, out, src, kind="token")
+    return model, _save(model, out, src, task="conll2003-ner", kind="token")
 
 
 def _span(src, out):
     model = _perturbed(EncoderForSpanClassification.from_pretrained(src, id2label={0: "NULL", 1: "PER"}))
-    return model, _save(model, out, src, kind="token", head="span")
+    return model, _save(model, out, src, task="conll2003-ner", kind="token", head="span")
 
 
 @pytest.mark.parametrize("build", [_crf, _span], ids=["crf", "span"])
