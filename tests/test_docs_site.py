@@ -92,7 +92,7 @@ def test_links_out_of_docs_are_rewritten_for_the_site():
         == "../benchmarks/results/geometry_all-MiniLM-L6-v2/anisotropy_by_layer.png"
     assert hooks.site_target(page, "../../CHANGELOG.md") == "../changelog.md"
     assert hooks.site_target(page, "../../ctxemb/search/index.py") == "../reference/api/search.md#ctxemb.search.index"
-    assert hooks.site_target(page, "../../ctxemb/embedding/embedder.py") == "../reference/api/ctxemb.md#ctxemb.embedding.embedder"
+    assert hooks.site_target(page, "../../ctxemb/embedding/embedder.py") == "../reference/api/embedding.md#ctxemb.embedding.embedder"
     assert hooks.site_target(page, "../../examples/README.md") is None  # not published: the link keeps its text
     assert hooks.site_target(page, "search.md#measured") == "search.md#measured"  # inside docs/: mkdocs checks it
     assert hooks.site_target(page, "https://example.org/") == "https://example.org/"

@@ -16,15 +16,15 @@ of similar size the ranks end within about one batch of an even split. The batch
 model's maximum, cut into windows, stay together on one rank. To plan, each rank tokenizes 1/W of the texts and the
 token counts are all-gathered (N ints); each rank then tokenizes the texts of its batches again to embed them.
 
-Writing. Rank 0 creates the output's temporary beside ``out_path`` (named as :mod:`ctxemb.core.atomic` names them) with its
-``.npy`` header and full size. Every rank checks that it sees that very file, so across machines ``out_path`` must
-be on a filesystem all ranks share; each then writes its rows in place with positioned writes (``os.pwrite``, not
-through an mmap, whose page-sized write-backs could overwrite a neighbour's rows on a network filesystem), fsyncs,
-and reports a checksum of its rows. Rank 0 reads the file back, checks every rank's checksum, and renames the
-temporary to ``out_path``. Every step's outcome is shared by all ranks
+Writing. Rank 0 creates the output's temporary beside ``out_path`` (named as :mod:`ctxemb.core.atomic` names them)
+with its ``.npy`` header and full size. Every rank checks that it sees that very file, so across machines
+``out_path`` must be on a filesystem all ranks share; each then writes its rows in place with positioned writes
+(``os.pwrite``, not through an mmap, whose page-sized write-backs could overwrite a neighbour's rows on a network
+filesystem), fsyncs, and reports a checksum of its rows. Rank 0 reads the file back, checks every rank's checksum,
+and renames the temporary to ``out_path``. Every step's outcome is shared by all ranks
 (:func:`~ctxemb.runtime.distributed.call_on_every_rank`): a failure on any rank raises on all of them, nothing
-appears at ``out_path`` (a file already there is left as it was) and the temporary is deleted. A rank that fails while
-the others are encoding leaves a marker beside the temporary that stops them after their current batch.
+appears at ``out_path`` (a file already there is left as it was) and the temporary is deleted. A rank that fails
+while the others are encoding leaves a marker beside the temporary that stops them after their current batch.
 
 Threads. :func:`~ctxemb.runtime.distributed.init_distributed` gives each of P processes on a machine cores / P torch
 threads. The bitwise guarantee holds for the same number of threads per process as the one process had (``--threads``

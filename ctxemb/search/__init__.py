@@ -23,15 +23,15 @@ A corrupt, truncated or inconsistent saved file raises ``CorruptFileError`` (a `
 ``embedder_config_differences`` is the configuration comparison that indexes and the WSD sense store share.
 
 Concurrency: a save holds the directory's lock (a second writer gets ``DirectoryLockedError``, from
-``ctxemb.core.locks``, or waits with ``lock_timeout=``); loads see one complete save; an index is thread-safe (concurrent
-searches, exclusive mutation). See docs/guide/reliability.md.
+``ctxemb.core.locks``, or waits with ``lock_timeout=``); loads see one complete save; an index is thread-safe
+(concurrent searches, exclusive mutation). See docs/guide/reliability.md.
 
 Modules: ``params`` (index kinds and their parameter objects), ``index`` (``SemanticIndex``), ``inputs`` (argument
-checks, the embedder-configuration comparison), ``results`` (``Hit``), ``persistence`` (save, load, the on-disk
-write lock), ``storage`` (the saved directory), ``faiss_structures`` (the FAISS structures), ``text`` (the embedder helpers),
-``documents`` (``DocumentIndex``), ``fusion`` (hybrid settings, rank fusion), ``lexical`` (the BM25 half, on ``bm25s``),
-``sharded`` (one on-disk IVF-PQ index from shards added by several processes or machines) and ``shard_files`` (its
-trained-quantizer and partial directories).
+checks, the embedder-configuration comparison), ``results`` (``Hit``), ``persistence`` (save, load, the on-disk write
+lock), ``storage`` (the saved directory), ``faiss_structures`` (the FAISS structures), ``text`` (the embedder
+helpers), ``documents`` (``DocumentIndex``), ``fusion`` (hybrid settings, rank fusion), ``lexical`` (the BM25 half,
+on ``bm25s``), ``sharded`` (one on-disk IVF-PQ index from shards added by several processes or machines) and
+``shard_files`` (its trained-quantizer and partial directories).
 
 The names below are imported on first use: reading the option names of :mod:`~ctxemb.search.params` and
 :mod:`~ctxemb.search.fusion` (what ``ctxemb index --help`` does) loads no FAISS.
