@@ -72,7 +72,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser("finetune", help=command_help("finetune"), description=description(__doc__),
                               epilog="Each task takes the flags of its own settings: `ctxemb finetune TASK --help` "
                                      "lists them with the defaults the task runs with.")
-    p.add_argument("task", choices=_TaskChoices(),
+    p.add_argument("task", nargs="?", choices=_TaskChoices(),
                    help="a registered task: a shared one, 'custom' (a table), 'conll-file' or 'squad-file' with "
                         "--train-file/--dev-file, or one registered with ctxemb.training.registry.register_task")
     p.add_argument("rest", nargs=argparse.REMAINDER, metavar="...",
@@ -96,8 +96,8 @@ def task_parser(name: str) -> argparse.ArgumentParser:
     the loop's, and the run-level options (preset, search, seeds); the help shows the defaults the task runs with
     (its shipped recipe over its settings' defaults)."""
     cls = _config_class(name)
-    p = argparse.ArgumentParser(prog=f"ctxemb finetune {name}", description=f"ctxemb finetune {name}: "
-                                f"{cls.__name__} settings (a flag overrides the preset, which overrides the defaults)")
+    p = _TaskParser(prog=f"ctxemb finetune {name}", description=f"ctxemb finetune {name}: "
+                    f"{cls.__name__} settings (a flag overrides the preset, which overrides the defaults)")
     p.add_argument("--preset", default=None,
                    help="a TOML file of the run's settings ([train] for the loop's), or a preset shipped in "
                         "ctxemb/presets (e.g. 'stsb-bi-encoder' for finetune-stsb-bi-encoder.toml); flags override "
@@ -123,6 +123,33 @@ def task_parser(name: str) -> argparse.ArgumentParser:
     return p
 
 
+class _TaskParser(argparse.ArgumentParser):
+    """A task's flags: a mistake is a :class:`UsageError` naming the flag (``ctxemb finetune TASK --help`` lists
+    them), not a page of usage."""
+
+    def error(self, message: str):
+        raise UsageError(f"{self.prog}: {message} (`{self.prog} --help` lists the task's flags)")
+
+
+def _unknown_flags(name: str, extras: list[str]) -> str:
+    """Why ``extras`` are refused: a flag of another task's settings names those tasks."""
+    owners: dict[str, list[str]] = {}
+    for other, entry in catalog().items():
+        if entry.command != "finetune" or other == name:
+            continue
+        for f in dataclasses.fields(entry.config_class):
+            flag = f.metadata.get("flag") or "--" + f.name.replace("_", "-")
+            owners.setdefault(flag, []).append(other)
+    parts = []
+    for arg in (a for a in extras if a.startswith("--")):
+        flag = arg.split("=", 1)[0]
+        tasks = owners.get(flag)
+        parts.append(f"{flag} does not apply to task {name!r} ({_config_class(name).__name__})"
+                     + (f"; it is a setting of {', '.join(tasks[:6])}{' ...' if len(tasks) > 6 else ''}" if tasks
+                        else ""))
+    return "; ".join(parts) or f"unexpected arguments {' '.join(extras)}"
+
+
 def _recipe_defaults(name: str, cls: type) -> tuple[dict, dict]:
     """The task's settings and loop settings as its default recipe (the shipped preset) sets them, for the help."""
     preset_name = default_preset("finetune", name)
@@ -135,7 +162,12 @@ def _task_args(args: argparse.Namespace) -> argparse.Namespace:
     """``args`` with the task's own flags (``args.rest``) parsed by :func:`task_parser` (once)."""
     if getattr(args, "rest", None) is None:
         return args
-    parsed = task_parser(args.task).parse_args(args.rest)
+    if args.task is None:
+        raise UsageError(f"give a task: ctxemb finetune TASK [flags] (tasks: {', '.join(_TaskChoices())}; "
+                         f"`ctxemb finetune TASK --help` lists a task's flags)")
+    parsed, extras = task_parser(args.task).parse_known_args(args.rest)
+    if extras:
+        raise UsageError(_unknown_flags(args.task, extras))
     merged = argparse.Namespace(**{**vars(args), **vars(parsed)})
     merged.rest = None
     return merged
