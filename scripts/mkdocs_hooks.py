@@ -215,6 +215,13 @@ def cli_reference_markdown() -> str:
             parser.prog = title
             level = "#" * min(6, 2 + max(0, len(path) - 1))
             parts.append(f"{level} `{title}`\n\n```text\n{parser.format_help().rstrip()}\n```\n")
+            if path == ("finetune",):  # each task takes the flags of its own settings
+                from ctxemb.cli.finetune import task_parser
+                from ctxemb.tasks.catalog import FINETUNE_TASKS
+
+                for task in FINETUNE_TASKS:
+                    help_text = task_parser(task).format_help().rstrip()
+                    parts.append(f"### `ctxemb finetune {task}`\n\n```text\n{help_text}\n```\n")
         return "\n".join(parts)
     finally:
         if old is None:
