@@ -38,7 +38,7 @@ import torch
 from benchmarks import harness
 from ctxemb.tasks.contrastive.task import ContrastiveConfig
 from ctxemb.training.registry import get_task
-from ctxemb.training.runner import run_task  # noqa: E402
+from ctxemb.training.runner import run_task
 from ctxemb.modeling.loading import load_tokenizer
 from ctxemb.modeling.bi_encoder import EncoderForContrastive
 from ctxemb.models.hub import resolve_model_dir
@@ -99,14 +99,14 @@ def run_part(name: str, models_dir: Path) -> dict:
     shutil.copytree(done.model_dir, target)
     record = json.loads((done.model_dir / "run.json").read_text())
     row = {"part": name, "task": task_name, "settings": {**recipe, **loop}, "before": before,
-           "after": done.final_metrics, "history": done.run.eval_history, "best_step": done.run.best_step,
-           "steps": done.run.train.step, "train_examples": record["data"]["train_examples"],
+           "after": done.final_metrics, "history": done.eval_history, "best_step": done.best_step,
+           "steps": done.train.step, "train_examples": record["data"]["train_examples"],
            "mining": record.get("mining") or json.loads((done.model_dir / "finetune_config.json").read_text()).get(
                "mining"),
            "run_seconds": round(seconds, 1), "eval_before_seconds": round(t_before, 1),
            "train_seconds": round(record["training"]["train_seconds"], 1), "model_dir": str(target),
-           "training_run": done.run.training_run, "load_average": round(os.getloadavg()[0], 1),
-           "interpolation": done.run.interpolation}
+           "training_run": done.training_run, "load_average": round(os.getloadavg()[0], 1),
+           "interpolation": done.interpolation}
     print(json.dumps({k: row[k] for k in ("part", "before", "after", "run_seconds")}, indent=1), flush=True)
     return row
 
@@ -118,8 +118,8 @@ def _f(x: float, digits: int = 1) -> str:
 def report(rows: dict) -> str:
     lines = ["# Contrastive training (all-MiniLM-L6-v2)", "",
              f"Machine: {harness.machine_line()}, torch {torch.__version__}, fp32, OMP threads 2. Each part gives "
-             "the machine's 1-minute load average at its end (above 2 on 2 cores: other jobs shared them, so its time is not a "
-             "speed figure; parts without one ran at a load of about 10).",
+             "the machine's 1-minute load average at its end (above 2 on 2 cores: other jobs shared them, so its time "
+             "is not a speed figure; parts without one ran at a load of about 10).",
              "Each run: the task through `ctxemb finetune`'s run skeleton, evaluated on dev at the end of each epoch "
              "(and every `eval_every` steps where the settings give one), the best dev evaluation kept (MRR@10 for retrieval, STS-B Spearman for allnli). Numbers x 100, dev "
              "only; before = all-MiniLM-L6-v2 as downloaded, through the same evaluator.", ""]

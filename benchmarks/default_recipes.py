@@ -33,7 +33,8 @@ from pathlib import Path
 from benchmarks import harness
 from ctxemb.cli import build_parser
 from ctxemb.cli._common import load_preset
-from ctxemb.cli.finetune import finetune_config_from_args, train_task  # noqa: E402
+from ctxemb.cli.finetune import finetune_config_from_args
+from ctxemb.training.runner import run_task
 
 TASKS = ["stsb", "mrpc", "rte", "sst2", "conll2003-ner", "conll2003-pos", "xquad"]
 # Rows that run a task's default recipe with one form changed: row name -> (task, the flags added).
@@ -59,14 +60,13 @@ def run(name: str, extra: list[str]) -> dict:
                                                 *extra])
     task_obj, config = finetune_config_from_args(args)
     sw = harness.Stopwatch()
-    result = train_task(task_obj, config)
+    result = run_task(task_obj, config)
     seconds = sw.stop()
     record = json.loads((Path(result.model_dir) / "run.json").read_text())
     primary = record["metrics"]["primary_metric"]
     row = {"task": name, "recipe": _recipe(name), "dev " + primary: f"{result.final_metrics[primary]:.2f}",
            "dev per type": _per_type(result.final_metrics),
-           "best step": record["metrics"].get("best_step"), "steps": result.train.step if hasattr(result, "train")
-           else record.get("steps"), "precision": record.get("precision", {}).get("resolved"),
+           "best step": record["metrics"].get("best_step"), "steps": result.train.step, "precision": record.get("precision", {}).get("resolved"),
            "padding": _percent(record.get("data", {}).get("padding_fraction")), "minutes": f"{seconds / 60:.1f}",
            "held-out": _held_out(task, Path(result.model_dir)), "goal": GOALS[name], "anchor": ANCHORS[name],
            "load": f"{os.getloadavg()[0]:.1f}"}
@@ -193,8 +193,8 @@ def report(rows: list[dict]) -> None:
         cols.append("recorded from")
     md = ["# Default recipes (`ctxemb finetune TASK`, no flags)", "",
           f"all-MiniLM-L6-v2 on {harness.machine_line()}; one seed each. Dev = the saved model (the best dev "
-          "epoch). Held-out: XQuAD-en's 12 held-out articles; SST-2's GLUE dev (alps_test.tsv). Other test splits are held back. "
-          "`minutes` is the wall time as the machine was; `load` is its 1-minute load average at the end (2 cores: "
+          "epoch). Held-out: XQuAD-en's 12 held-out articles; SST-2's GLUE dev (alps_test.tsv). Other test splits are "
+          "held back. `minutes` is the wall time as the machine was; `load` is its 1-minute load average at the end (2 cores: "
           "above 2, other jobs shared them, so the time is not a speed figure).", "",
           harness.markdown_table([{c: r.get(c, "") for c in cols} for r in rows], cols)]
     harness.write_results("default_recipes", {"rows": rows}, "\n".join(md))

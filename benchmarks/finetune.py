@@ -32,7 +32,8 @@ import torch
 from benchmarks import harness
 from ctxemb.tasks.sequence.data import load_task
 from ctxemb.cli import build_parser
-from ctxemb.cli.finetune import finetune_config_from_args, train_task  # noqa: E402
+from ctxemb.cli.finetune import finetune_config_from_args
+from ctxemb.training.runner import run_task as run_training_task
 from ctxemb.tasks.sequence.features import model_inputs
 from ctxemb.training.outputs import predict_outputs
 from ctxemb.tasks.sequence.task import task_metrics
@@ -66,13 +67,13 @@ EXTRA: list[str] = []
 
 def cli_run(task: str, out: Path, flags: list[str]):
     """Parse ``ctxemb finetune TASK --out-dir OUT FLAGS`` with the command line's parser and train it as the command
-    does (:func:`ctxemb.cli.finetune.train_task`): the benchmark and the CLI share one code path. Returns the parsed
+    does (:func:`ctxemb.training.runner.run_task`): the benchmark and the CLI share one code path. Returns the parsed
     config and the result."""
     argv = ["finetune", task, "--out-dir", str(out), "--no-progress", "--seed", "0", "--log-every", "50", *flags,
             *EXTRA, *SMOKE]
     args = build_parser("finetune").parse_args(argv)
     task_obj, config = finetune_config_from_args(args)
-    return config, train_task(task_obj, config)
+    return config, run_training_task(task_obj, config)
 
 
 def _flags(task: str, *, regime="full", head="checkpoint", precision="fp32") -> list[str]:

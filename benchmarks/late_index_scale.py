@@ -83,7 +83,7 @@ def search_child(directory: str, queries_path: str, out_path: str) -> None:
     from ctxemb.search.late.index import LateInteractionIndex
 
     qs = np.load(queries_path)
-    rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    rss_before = _peak_rss()
     index = LateInteractionIndex.load(directory)
     times, hits = [], []
     for q in qs:
@@ -93,7 +93,19 @@ def search_child(directory: str, queries_path: str, out_path: str) -> None:
     Path(out_path).write_text(json.dumps({
         "hits": hits, "latency_ms_p50": harness.summarize(times).median,
         "latency_ms_p99": float(np.percentile(times, 99)),
-        "rss_before_load": rss_before, "peak_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}))
+        "rss_before_load": rss_before, "peak_rss": _peak_rss()}))
+
+
+def _peak_rss() -> int:
+    """This process's peak resident memory in bytes: ``VmHWM`` of ``/proc/self/status``, which belongs to the process's
+    own memory since its ``exec``. (``getrusage``'s ``ru_maxrss`` keeps the parent's peak across ``fork`` and
+    ``exec`` on Linux, so a child started by a parent that built a large index would report the parent's memory.)"""
+    status = Path("/proc/self/status")
+    if status.is_file():
+        for line in status.read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
 def exhaustive_top10(directory: Path, qs: np.ndarray) -> list[list[str]]:

@@ -31,7 +31,9 @@ from ctxemb.modeling.pretraining_heads import IGNORE_INDEX, EncoderForPretrainin
 from ctxemb.core.paths import shared_data_dir
 from ctxemb.tasks.pretraining.batches import PretrainingBatches
 from ctxemb.tasks.pretraining.masking import Masker, MaskingConfig
-from ctxemb.tasks.pretraining.recipe import PretrainConfig, run_pretraining  # noqa: E402
+from ctxemb.tasks.pretraining.config import PretrainConfig
+from ctxemb.tasks.pretraining.task import task_for_config
+from ctxemb.training.runner import run_task
 from ctxemb.tasks.pretraining.shards import TokenShards, build_token_shards
 from ctxemb.training.loop import TrainConfig
 from ctxemb.models.tokenization import Tokenizer
@@ -282,7 +284,7 @@ def run_scratch(args) -> None:
                               eval_every=max(1, ours_steps // 6), log_every=max(1, ours_steps // 50),
                               progress_bar=False, seed=0, precision="fp32"))
         sw = harness.Stopwatch()
-        run_pretraining(config)
+        run_task(task_for_config(config), config)
         ours_seconds = sw.stop()
         ours_model = EncoderForPretraining.from_pretrained(out_dir / "model")
         results["ctxemb"] = dict(steps=ours_steps, seconds=ours_seconds,
@@ -384,7 +386,7 @@ def run_span(args) -> None:
             train=TrainConfig(learning_rate=args.lr, max_steps=args.steps, warmup_ratio=0.06, out_dir=str(out_dir),
                               log_every=max(1, args.steps // 50), progress_bar=False, seed=0, precision="fp32"))
         sw = harness.Stopwatch()
-        run_pretraining(config)
+        run_task(task_for_config(config), config)
         seconds = sw.stop()
         model = EncoderForPretraining.from_pretrained(out_dir / "model", sbo=False)
         s = mlm_scores(ours_logits(model), span_eval)
@@ -420,7 +422,7 @@ def run_continued(args) -> None:
     fresh = EncoderForPretraining.from_pretrained(tok_dir())
     before = mlm_scores(ours_logits(fresh), eval_batches)
     sw = harness.Stopwatch()
-    run_pretraining(config)
+    run_task(task_for_config(config), config)
     seconds = sw.stop()
     after = mlm_scores(ours_logits(EncoderForPretraining.from_pretrained(out_dir / "model")), eval_batches)
     curve = [json.loads(line) for line in (out_dir / "metrics.jsonl").read_text().splitlines()]

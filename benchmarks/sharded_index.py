@@ -1,8 +1,8 @@
 """Sharded IVF-PQ build benchmark: S shards added by separate processes and merged on disk, against one process.
 
 Data: ``--shards`` x ``--per-shard`` vectors (default 4 x 200,000) in d=384 from the Gaussian mixture of
-``python -m benchmarks.search`` (``MixtureData``, calibrated there against real all-MiniLM-L6-v2 sentence embeddings), each
-shard saved as its own ``.npy`` (as ``ctxemb embed`` on separate machines would leave them), plus 1,000 held-out
+``python -m benchmarks.search`` (``MixtureData``, calibrated there against real all-MiniLM-L6-v2 sentence embeddings),
+each shard saved as its own ``.npy`` (as ``ctxemb embed`` on separate machines would leave them), plus 1,000 held-out
 queries. Steps, each in its own process so that its peak resident memory (``ru_maxrss``) is its own:
 
 1. ``train_ivfpq`` on a sample drawn from all shard files (``--train-size``, ``--nlist``, ``--pq-m``);
@@ -15,9 +15,9 @@ Then the merged and the reference index answer the queries (k=10, default ``npro
 setting): the ids and scores must be identical; recall@10 is measured against exact search (``IndexFlatIP``) over
 all vectors. Writes ``benchmarks/results/sharded_index.{md,json}`` with the machine (the harness's description) and
 its load average at the start and the end (the machine is shared). ``--quick`` runs a small configuration (for
-tests). ``--real`` uses real sentences instead of the mixture: the search benchmark's sample of the shared corpora (``sample_real``,
-seed 0, 5-60 words; the first ``--queries`` held out as queries) embedded by ``--model`` on ``precision="auto"``
-(``embed_real``, cached), written to ``sharded_index_real.{md,json}``.
+tests). ``--real`` uses real sentences instead of the mixture: the search benchmark's sample of the shared corpora
+(``sample_real``, seed 0, 5-60 words; the first ``--queries`` held out as queries) embedded by ``--model`` on
+``precision="auto"`` (``embed_real``, cached), written to ``sharded_index_real.{md,json}``.
 """
 
 from __future__ import annotations
@@ -26,16 +26,16 @@ import os
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-import argparse  # noqa: E402
-import json  # noqa: E402
-import resource  # noqa: E402
-import shutil  # noqa: E402
-import subprocess  # noqa: E402
-import sys  # noqa: E402
-import tempfile  # noqa: E402
-from pathlib import Path  # noqa: E402
+import argparse
+import json
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
 
-import numpy as np  # noqa: E402
+import numpy as np
 
 from benchmarks import harness  # noqa: E402  (imports no torch: each step's peak memory stays its own)
 

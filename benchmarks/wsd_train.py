@@ -55,8 +55,10 @@ from ctxemb.wsd.corpus_pass import EXAMPLE_SENSES
 from ctxemb.wsd.disambiguate import Disambiguator
 from ctxemb.wsd.glosses import embed_glosses
 from ctxemb.wsd.sense_store import SenseStore
-from ctxemb.tasks.sense.training import (MODEL_DIR, RECIPES, TRAINING_FILE, SenseTrainConfig,  # noqa: E402
-                                 WordNetInventory, run_sense_training)
+from ctxemb.tasks.sense.config import RECIPES, SenseTrainConfig
+from ctxemb.tasks.sense.inventory import MODEL_DIR, TRAINING_FILE, WordNetInventory
+from ctxemb.training.registry import get_task
+from ctxemb.training.runner import run_task
 
 logger = logging.getLogger("benchmarks.wsd_train")
 
@@ -148,7 +150,7 @@ def train_recipe(args, recipe: str) -> dict:
         train=TrainConfig(learning_rate=args.learning_rate, warmup_ratio=0.1, out_dir=str(out_dir),
                           save_every=args.save_every, eval_every=max(1, steps // 4), log_every=10, resume=resume,
                           progress_bar=not args.no_progress, seed=0))
-    result = run_sense_training(config)
+    result = run_task(get_task(f"wsd-{config.recipe}"), config)
     info = json.loads((result.model_dir / TRAINING_FILE).read_text())
     return {**info, "model_dir": str(result.model_dir), "reused": False}
 
