@@ -12,8 +12,8 @@ as editors count). ``query`` loads the embedder recorded
 in the index (or ``--model``) and refuses to run if its configuration differs from the one the index was built with.
 ``build --hybrid`` also keeps BM25 over the lines (``bm25s``), and ``query`` then fuses both rankings (``--mode``,
 ``--fusion``, ``--rrf-k``, ``--alpha``). ``build --documents`` takes each line as a document (a paragraph) and builds
-a :class:`~ctxemb.search.DocumentIndex` (whole text and sentences, ``--passage-weight``); ``query`` recognises it and
-prints each document's best sentence.
+a :class:`~ctxemb.search.DocumentIndex` (whole text and sentences, ``--passage-weight``; ``--chunking late`` pools
+each sentence from its document's encoding); ``query`` recognises it and prints each document's best sentence.
 """
 
 from __future__ import annotations
@@ -75,14 +75,15 @@ def _index_kwargs(args: argparse.Namespace) -> dict[str, Any]:
 
 def run_build(args: argparse.Namespace) -> int:
     from ctxemb.search import build_document_index, build_sentence_index, build_word_index
-    from ctxemb.search.documents import DEFAULT_PASSAGE_WEIGHT
+    from ctxemb.search.documents import CHUNKINGS, DEFAULT_PASSAGE_WEIGHT
 
     if args.hybrid and args.words:
         raise ValueError("--hybrid indexes whole lines (BM25 over their text); it cannot be combined with --words")
     if args.documents and (args.words or args.on_disk or args.no_text):
         raise ValueError("--documents cannot be combined with --words, --on-disk or --no-text")
-    if args.passage_weight is not None and not args.documents:
-        raise ValueError("--passage-weight applies to document indexes: add --documents")
+    for flag, dest in (("--passage-weight", "passage_weight"), ("--chunking", "chunking")):
+        if getattr(args, dest) is not None and not args.documents:
+            raise ValueError("%s applies to document indexes: add --documents" % flag)
     hybrid = _hybrid_params(args)  # checked before anything is read or embedded
     texts, lines = _read_corpus(Path(args.corpus))
     emb = load_embedder(args.model, device=args.device)
@@ -93,6 +94,7 @@ def run_build(args: argparse.Namespace) -> int:
         index = build_document_index(
             emb, texts, metadata=[{"text": t, "line": n} for t, n in zip(texts, lines)],
             passage_weight=DEFAULT_PASSAGE_WEIGHT if args.passage_weight is None else args.passage_weight,
+            chunking=args.chunking or CHUNKINGS[0],
             pooling=args.pooling, layers=args.layers if args.layers is not None else [-1],
             layer_pooling=args.layer_pooling, hybrid=hybrid, kind=args.kind, params=_index_kwargs(args)["params"],
             batch_size=args.batch_size, show_progress_bar=progress,
@@ -234,6 +236,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     build.add_argument("--passage-weight", type=_unit_float, default=None,
                        help="--documents: the whole text's share of a document's score, the rest its best sentence's "
                             "(default 0.3)")
+    build.add_argument("--chunking", choices=("naive", "late"), default=None,
+                       help="--documents: embed each sentence alone (naive, the default) or pool it from its whole "
+                            "document's encoding, so that it keeps the document's context (late)")
     build.add_argument("--no-progress", action="store_true", help="hide progress bars")
     _add_index_options(build)
     build.add_argument("--hnsw-m", type=positive_int, default=None, help="hnsw: graph degree, FAISS's M (default 32)")

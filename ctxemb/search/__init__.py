@@ -29,7 +29,8 @@ Concurrency: a save holds the directory's lock (a second writer gets ``Directory
 Modules: ``params`` (index kinds and their parameter objects), ``index`` (``SemanticIndex``), ``inputs`` (argument
 checks, the embedder-configuration comparison), ``results`` (``Hit``), ``persistence`` (save, load, the on-disk write
 lock), ``storage`` (the saved directory), ``faiss_structures`` (the FAISS structures), ``text`` (the embedder
-helpers), ``documents`` (``DocumentIndex``), ``fusion`` (hybrid settings, rank fusion), ``lexical`` (the BM25 half,
+helpers), ``documents`` (``DocumentIndex``), ``chunking`` (late chunking: passages pooled from the whole
+document's token vectors), ``fusion`` (hybrid settings, rank fusion), ``lexical`` (the BM25 half,
 on ``bm25s``), ``sharded`` (one on-disk IVF-PQ index from shards added by several processes or machines) and
 ``shard_files`` (its trained-quantizer and partial directories).
 

@@ -19,6 +19,12 @@ the formula above from its stored vectors, so with flat indexes and ``candidates
 passages the ranking is exact. Hybrid documents (``hybrid=``) keep BM25 over the whole texts and fuse its ranking
 with this one, as :class:`~ctxemb.search.SemanticIndex` does for single vectors.
 
+Passage vectors (``chunking``): ``"naive"`` (the default) embeds each passage alone, as a sentence; ``"late"`` (late
+chunking, :mod:`ctxemb.search.chunking`) encodes each document whole (in overlapping windows when it is longer than
+the model's window) and takes each passage's vector as the mean of its tokens' vectors from that encoding, so a
+passage keeps the context of its document ("It" in a passage still knows what it refers to). Whole texts and
+queries are embedded the same way under both.
+
 The index is built once from all its documents (:func:`build_document_index`) and saved and loaded whole; adding or
 removing documents later is not supported (build again).
 
@@ -34,27 +40,36 @@ from typing import Sequence
 
 import numpy as np
 
-from ctxemb.core.validation import check_int, check_probability, check_string_batch, read_json_file
+from ctxemb.core.validation import check_choice, check_int, check_probability, check_string_batch, read_json_file
 from ctxemb.core.atomic import atomic_directory, atomic_write, resolve_saved_directory
 from ctxemb.core.protocols import EmbedderLike, embedder_config_dict
+from ctxemb.search.chunking import late_chunk_means, passage_starts, passage_token_ranges, sentence_token_options
 from ctxemb.search.fusion import HybridParams, check_mode, fuse_batch, fusion_settings
 from ctxemb.search.index import SemanticIndex
 from ctxemb.search.storage import CorruptFileError
-from ctxemb.search.text import _embed_texts, _recipe, build_sentence_index
+from ctxemb.search.text import (SENTENCE_DEFAULTS_VERSION, _check_layers, _embed_texts, _index_factory, _recipe,
+                                build_sentence_index)
 from ctxemb.core.sentences import split_sentences
 
-__all__ = ["DEFAULT_PASSAGE_WEIGHT", "DocumentHit", "DocumentIndex", "build_document_index", "split_passages"]
+__all__ = ["CHUNKINGS", "DEFAULT_PASSAGE_WEIGHT", "DocumentHit", "DocumentIndex", "build_document_index",
+           "split_passages"]
 
 #: The whole text's share of a document's score (chosen on XQuAD-en's dev articles; see the module docstring).
 DEFAULT_PASSAGE_WEIGHT = 0.3
 #: Passages and whole texts each bring this many nearest neighbours per query as candidates.
 DEFAULT_CANDIDATES = 100
+#: How passage vectors are made (module docstring); the first is the default, and that of indexes saved without it.
+CHUNKINGS = ("naive", "late")
 _FORMAT = 1
 _SETTINGS_FILE = "document_index.json"
 
 
 def _check_weight(value) -> float:
     return check_probability(value, "passage_weight", allow_one=True)
+
+
+def _check_chunking(value) -> str:
+    return check_choice(value, "chunking", CHUNKINGS)
 
 
 def split_passages(text: str, *, min_words: int = 4) -> list[str]:
@@ -112,10 +127,11 @@ class DocumentIndex:
         passage_weight: w of the score formula.
         candidates: nearest neighbours each of the two indexes brings per query.
         min_words: the passage split's ``min_words``.
+        chunking: how the passage vectors were made, ``"naive"`` or ``"late"`` (module docstring).
     """
 
     def __init__(self, documents: SemanticIndex, passages: SemanticIndex, passage_counts: Sequence[int], *,
-                 passage_weight: float, candidates: int, min_words: int):
+                 passage_weight: float, candidates: int, min_words: int, chunking: str = CHUNKINGS[0]):
         if len(passage_counts) != len(documents) or sum(passage_counts) != len(passages):
             raise ValueError(f"{len(documents)} documents with {sum(passage_counts)} passages by their counts, but "
                              f"the indexes hold {len(documents)} and {len(passages)}")
@@ -123,6 +139,7 @@ class DocumentIndex:
         self.passage_weight = _check_weight(passage_weight)
         self.candidates = check_int(candidates, "candidates", low=1)
         self.min_words = min_words
+        self.chunking = _check_chunking(chunking)
         self._doc_ids = documents.ids
         self._position = {d: i for i, d in enumerate(self._doc_ids)}
         self._counts = [int(c) for c in passage_counts]
@@ -132,7 +149,8 @@ class DocumentIndex:
 
     def __repr__(self) -> str:
         return (f"DocumentIndex({len(self)} documents, {len(self.passages)} passages, "
-                f"passage_weight={self.passage_weight:g}, hybrid={self.documents.hybrid is not None})")
+                f"passage_weight={self.passage_weight:g}, chunking={self.chunking!r}, "
+                f"hybrid={self.documents.hybrid is not None})")
 
     def _passage_ids(self, doc: int) -> list[str]:
         return [f"{doc}:{j}" for j in range(self._counts[doc])]
@@ -245,7 +263,8 @@ class DocumentIndex:
             self.passages.save(tmp / "passages")
             with atomic_write(tmp / _SETTINGS_FILE) as f:
                 json.dump({"format": _FORMAT, "passage_weight": self.passage_weight, "candidates": self.candidates,
-                           "min_words": self.min_words, "passage_counts": self._counts}, f)
+                           "min_words": self.min_words, "chunking": self.chunking,
+                           "passage_counts": self._counts}, f)
         return directory
 
     @staticmethod
@@ -272,7 +291,8 @@ class DocumentIndex:
         passages = SemanticIndex.load(directory / "passages", expected_config=expected_config)
         try:
             return cls(documents, passages, settings["passage_counts"], passage_weight=settings["passage_weight"],
-                       candidates=settings["candidates"], min_words=settings["min_words"])
+                       candidates=settings["candidates"], min_words=settings["min_words"],
+                       chunking=settings.get("chunking", CHUNKINGS[0]))  # saved without it: naive
         except (KeyError, TypeError, ValueError) as e:
             raise CorruptFileError(f"{path}: {e}") from e
 
@@ -286,12 +306,19 @@ def build_document_index(
     passage_weight: float = DEFAULT_PASSAGE_WEIGHT,
     candidates: int = DEFAULT_CANDIDATES,
     min_words: int = 4,
+    chunking: str = CHUNKINGS[0],
     hybrid: HybridParams | bool | None = None,
     batch_size: int = 32,
     show_progress_bar: bool = True,
     **index_args,
 ) -> DocumentIndex:
     """Embed each text whole and each of its passages (:func:`split_passages`), and index both.
+
+    With ``chunking="late"`` each document is also encoded whole once more, token by token (in overlapping windows
+    of the model's maximum length when longer), and a passage's vector is the mean of its tokens' vectors of the
+    layers the sentence vectors use (then the model's Dense/LayerNorm modules, if any), normalised as the others:
+    the passage keeps the context of its document. Texts are encoded in full (not cut at a sentence-transformers
+    model's ``max_seq_length``), and a model's prompt is prepended to each document but not pooled.
 
     Args:
         embedder: an ``Embedder`` (or anything with the same interface); its sentence vectors are used for texts,
@@ -302,6 +329,8 @@ def build_document_index(
         passage_weight: w of the score (module docstring), in [0, 1].
         candidates: nearest neighbours per query from each of the two indexes (>= 1).
         min_words: passages shorter than this are joined to a neighbour (>= 1).
+        chunking: ``"naive"`` (each passage embedded alone) or ``"late"`` (passages pooled from their document's
+            encoding; needs ``embed_tokens`` and ``pooling="mean"``).
         hybrid: keep BM25 over the whole texts too (``True`` or ``HybridParams``; needs ``bm25s``).
         batch_size / show_progress_bar: passed to the embedder.
         **index_args: ``kind``, ``params``, ``pooling``, ``layers``, ``layer_pooling`` as for
@@ -311,6 +340,7 @@ def build_document_index(
         TypeError / ValueError: for bad texts, ids or settings, before anything is embedded.
     """
     texts = check_string_batch(texts, "texts")
+    chunking = _check_chunking(chunking)
     _check_weight(passage_weight)
     check_int(candidates, "candidates", low=1)
     min_words = check_int(min_words, "min_words", low=1)
@@ -322,11 +352,58 @@ def build_document_index(
     empty = [i for i, s in enumerate(split) if not s]
     if empty:
         raise ValueError(f"texts[{empty[0]}] is empty or blank: a document needs some text")
+    if chunking == "late":  # what build_sentence_index will record, checked for late chunking before any work
+        if not callable(getattr(embedder, "embed_tokens", None)):
+            raise TypeError("chunking='late' needs token vectors: the embedder (%s) has no embed_tokens; use an "
+                            "Embedder" % type(embedder).__name__)
+        sentence_token_options(embedder, {"mode": "sentences", "pooling": index_args.get("pooling", "mean"),
+                                          "layers": _check_layers(index_args.get("layers")),
+                                          "layer_pooling": index_args.get("layer_pooling"),
+                                          "sentence_defaults": SENTENCE_DEFAULTS_VERSION})
     documents = build_sentence_index(embedder, texts, ids, metadata=metadata, hybrid=hybrid, batch_size=batch_size,
                                      show_progress_bar=show_progress_bar, **index_args)
     passage_texts = [p for s in split for p in s]
     passage_ids = [f"{i}:{j}" for i, s in enumerate(split) for j in range(len(s))]
-    passages = build_sentence_index(embedder, passage_texts, passage_ids, batch_size=batch_size,
-                                    show_progress_bar=show_progress_bar, **index_args)
+    if chunking == "late":
+        vectors = late_passage_vectors(embedder, texts, split, documents.recipe, batch_size=batch_size,
+                                       show_progress_bar=show_progress_bar)
+        make_index = _index_factory(embedder, documents.recipe, kind=index_args.get("kind"),
+                                    params=index_args.get("params"))
+        passages = make_index(vectors.shape[1]).add(passage_ids, vectors, [{"text": p} for p in passage_texts],
+                                                    show_progress_bar=show_progress_bar)
+    else:
+        passages = build_sentence_index(embedder, passage_texts, passage_ids, batch_size=batch_size,
+                                        show_progress_bar=show_progress_bar, **index_args)
     return DocumentIndex(documents, passages, [len(s) for s in split], passage_weight=passage_weight,
-                         candidates=candidates, min_words=min_words)
+                         candidates=candidates, min_words=min_words, chunking=chunking)
+
+
+def late_passage_vectors(embedder, texts: Sequence[str], passages: Sequence[Sequence[str]], recipe: dict, *,
+                         batch_size: int = 32, show_progress_bar: bool = False) -> np.ndarray:
+    """(P, H) late-chunked passage vectors, not normalised: each text encoded whole once, each of its passages the
+    mean of its tokens' vectors (:mod:`ctxemb.search.chunking`), in the space of the sentence vectors ``recipe``
+    gives (see :func:`build_document_index`).
+
+    Args:
+        embedder: has ``embed_tokens``.
+        texts: N documents.
+        passages: N lists of passages, each :func:`split_passages` of its text.
+        recipe: a sentence index's recipe (``SemanticIndex.recipe``): pooling (must be "mean") and layer choice.
+        batch_size / show_progress_bar: passed to ``embed_tokens``.
+
+    Raises:
+        ValueError: a passage gives no token, or the recipe or model cannot be late-chunked (named).
+    """
+    layer_args, prompt, finish = sentence_token_options(embedder, recipe)
+    starts = [passage_starts(t, p) for t, p in zip(texts, passages)]
+
+    def ranges(i: int, tokenized) -> list[tuple[int, int]]:
+        out = passage_token_ranges(tokenized.offsets, starts[i], shift=len(prompt))
+        for j, (start, stop) in enumerate(out):
+            if start == stop:
+                raise ValueError(f"texts[{i}]: passage {j} {passages[i][j]!r} gives no token to pool")
+        return out
+
+    means = late_chunk_means(embedder, texts, ranges, batch_size=batch_size, show_progress_bar=show_progress_bar,
+                             prefix=prompt, **layer_args)
+    return np.ascontiguousarray(finish(np.concatenate(means)), dtype=np.float32)  # (P, H)

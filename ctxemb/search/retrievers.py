@@ -22,6 +22,7 @@ from typing import Mapping, Protocol, Sequence
 import numpy as np
 
 from ctxemb.core.validation import check_int
+from ctxemb.search.chunking import late_chunk_means
 from ctxemb.search.fusion import HybridParams
 from ctxemb.search.late.index import LateInteractionIndex
 from ctxemb.search.late.scoring import MaxSimReranker, maxsim_concatenated
@@ -150,17 +151,16 @@ class DenseRetriever:
 def _chunk_vectors(embedder, texts: list[str], chunking: str, chunk_tokens: int, batch_size: int,
                    show_progress_bar: bool) -> tuple[np.ndarray, np.ndarray]:
     """(C, H) unit chunk vectors and (C,) the text each belongs to (see :class:`DenseRetriever`)."""
-    owners, vectors = [], []
+    owners = []
     if chunking == "late":
-        for n, tokens in enumerate(embedder.embed_tokens(texts, batch_size=batch_size, layers=[-1],
-                                                         show_progress_bar=show_progress_bar)):
-            for lo in range(0, max(1, len(tokens.vectors)), chunk_tokens):
-                piece = tokens.vectors[lo:lo + chunk_tokens]
-                if len(piece):
-                    vectors.append(piece.mean(axis=0))
-                    owners.append(n)
-        x = np.asarray(vectors, dtype=np.float32)
-        return x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12), np.asarray(owners)
+        def runs(_, tokenized):
+            return [(lo, min(lo + chunk_tokens, len(tokenized))) for lo in range(0, len(tokenized), chunk_tokens)]
+
+        means = late_chunk_means(embedder, texts, runs, batch_size=batch_size, show_progress_bar=show_progress_bar,
+                                 layers=[-1])
+        x = np.concatenate(means).astype(np.float32, copy=False)  # (C, H)
+        owners = np.repeat(np.arange(len(texts)), [len(m) for m in means])
+        return x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12), owners
     pieces = []
     for n, item in enumerate(embedder.tokenizer.tokenize(texts)):
         offsets = item.offsets
