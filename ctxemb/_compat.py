@@ -276,20 +276,11 @@ class _OldNames(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path=None, target=None):
         if name in MOVED:
             warnings.warn(f"{name} moved to {MOVED[name]}; import it from there (the old path goes in a later "
-                          f"release)", DeprecationWarning, stacklevel=_caller_level())
+                          f"release)", DeprecationWarning, stacklevel=2)
             return importlib.util.spec_from_loader(name, _Alias(MOVED[name]))
         if name in REMOVED_PACKAGES:
             return importlib.machinery.ModuleSpec(name, _Alias(None), is_package=True)
         return None
-
-
-def _caller_level() -> int:
-    """The stack level of the import statement that named the old path (past importlib's own frames)."""
-    frame, level = sys._getframe(1), 1
-    while frame is not None and (frame.f_code.co_filename.startswith("<frozen importlib")
-                                 or frame.f_code.co_filename == __file__):
-        frame, level = frame.f_back, level + 1
-    return level
 
 
 def install() -> None:

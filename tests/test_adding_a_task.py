@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import random
 from dataclasses import dataclass
+from typing import Any, ClassVar, Mapping
 
 import pytest
 import torch
@@ -15,10 +16,10 @@ import torch
 from ctxemb.cli import main
 from ctxemb.training.task_config import FinetuneRunConfig
 from ctxemb.tasks.sequence.features import encode_examples
-from ctxemb.tasks.predictor import TaskPredictor, load_predictor
+from ctxemb.tasks.predictor import load_predictor
 from ctxemb.tasks.sequence.data import TextExample
 from ctxemb.training.registry import register_task, task_names, unregister_task
-from ctxemb.training.task import Task, TaskData
+from ctxemb.training.task import Task, TaskData, TaskPredictor
 from ctxemb.modeling.checkpoint import read_training_run
 from ctxemb.modeling.multiple_choice import EncoderForMultipleChoice
 from ctxemb.models.hub import resolve_model_dir
@@ -97,14 +98,20 @@ def choice_logits(model, batches) -> torch.Tensor:
     return torch.cat(out)  # (N, C)
 
 
-# ---- 3. the task ----------------------------------------------------------------------------------------------------
+# ---- 3. the settings and the task -----------------------------------------------------------------------------------
+@dataclass
+class ToyMCConfig(FinetuneRunConfig):
+    """The shared fine-tuning settings; the loop's defaults declared once, here (a tiny model learns at 3e-3)."""
+
+    TRAIN_DEFAULTS: ClassVar[Mapping[str, Any]] = {**FinetuneRunConfig.TRAIN_DEFAULTS, "learning_rate": 3e-3}
+
+
 class ToyMultipleChoice(Task):
     name = "toy-mc"
     family = "multiple_choice"
     primary_metric = "accuracy"
     greater_is_better = True
-    config_class = FinetuneRunConfig
-    default_learning_rate = 3e-3
+    config_class = ToyMCConfig
 
     def read(self, config):
         return TaskData(train=read_mc(config.train_file), eval=read_mc(config.dev_file))
@@ -152,6 +159,7 @@ def test_a_task_defined_outside_the_library_trains_through_the_cli_saves_reloads
     record = read_run_record(model_dir)
     assert record["recipe"] == "finetune-multiple_choice" and record["metrics"]["primary_metric"] == "accuracy"
     assert record["metrics"]["final"]["accuracy"] >= 95.0  # the planted rule is learned
+    assert record["train"]["learning_rate"] == 3e-3  # the settings class's TRAIN_DEFAULTS
     assert read_training_run(model_dir) == record["training_run"]
     assert json.loads((model_dir / "config.json").read_text())["architectures"] == ["BertForMultipleChoice"]
 

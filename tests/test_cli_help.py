@@ -13,6 +13,7 @@ import pytest
 import ctxemb
 from ctxemb._version import __version__
 from ctxemb.cli import build_parser, main
+from ctxemb.tasks.catalog import FINETUNE_TASKS
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -32,9 +33,18 @@ def _key(path: str, action: argparse.Action) -> tuple[str, str]:
     return path, action.option_strings[0] if action.option_strings else action.dest
 
 
+def all_options():
+    """Every (command path, action): the command tree, and each fine-tuning task's own flags (``ctxemb finetune
+    TASK``, a parser of their own built from the task's settings)."""
+    from ctxemb.cli.finetune import task_parser
+
+    return [*walk_options(build_parser()),
+            *((f"finetune {task}", a) for task in FINETUNE_TASKS for _, a in walk_options(task_parser(task)))]
+
+
 @pytest.fixture(scope="module")
 def options():
-    return list(walk_options(build_parser()))
+    return all_options()
 
 
 def test_the_tree_is_complete(options):
@@ -86,7 +96,7 @@ def test_pyproject_takes_its_version_from_the_package():
 HELP_PATHS = ("", "demo", "analyze", "wsd", "wsd build", "wsd eval", "wsd tag", "wsd train", "similarity",
               "similarity eval", "embed", "index", "index build", "index query", "index train-quantizer",
               "index add-shard", "index merge", "retrieval", "retrieval eval", "retrieval pairs", "vocab", "pretrain",
-              "fill-mask", "finetune", "predict")
+              "fill-mask", "finetune", "predict", *(f"finetune {task}" for task in FINETUNE_TASKS))
 # libraries a --help must not import (each costs from a tenth of a second to seconds)
 HEAVY = ("torch", "transformers", "sklearn", "scipy", "pandas", "faiss", "nltk", "matplotlib")
 # the bound asserted; --help takes about half a second on a quiet 2-core machine (interpreter start included), and
@@ -121,8 +131,10 @@ def test_help_is_quick_and_imports_no_heavy_library(path):
 
 def test_help_texts_are_plain_text(options):
     """argparse prints descriptions as they are: no reST markup from a docstring."""
+    from ctxemb.cli.finetune import task_parser
+
     parser = build_parser()
-    parsers = [parser]
+    parsers = [parser, *(task_parser(task) for task in FINETUNE_TASKS)]
     for p in parsers:
         for action in p._actions:
             if isinstance(action, argparse._SubParsersAction):

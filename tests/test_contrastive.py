@@ -387,7 +387,7 @@ def test_a_tiny_model_learns_recoverable_positives_and_saves_a_sentence_transfor
     before = ContrastiveTask("contrastive")
     done = run_task(get_task("contrastive"), config)
     assert isinstance(before, ContrastiveTask)
-    history = done.run.eval_history
+    history = done.eval_history
     assert history[0]["recall@1"] < 60 and done.final_metrics["recall@1"] >= 95.0, history
     assert "mrr@10_16" in done.final_metrics
     model_dir = done.model_dir

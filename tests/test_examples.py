@@ -74,7 +74,7 @@ def test_every_example_is_tested_and_documented():
 
 
 def test_the_presets_are_valid_pretraining_configs():
-    from ctxemb.tasks.pretraining.recipe import PretrainConfig  # module path: update after the training restructure
+    from ctxemb.tasks.pretraining.config import PretrainConfig
 
     for preset in sorted((EXAMPLES / "pretraining").glob("*.toml")):
         config = PretrainConfig.from_toml(preset)

@@ -4,6 +4,7 @@ shows a progress bar and can be capped (``--max-eval-examples``)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import random
@@ -14,7 +15,8 @@ import pytest
 from ctxemb.cli import build_parser, main
 from ctxemb.tasks.sequence.label_classes import encode_labels
 from ctxemb.tasks.sequence.data import TextExample
-from ctxemb.tasks.sequence.task import SMALL_DATA_ROWS, FinetuneConfig, custom_recipe, load_task_data
+from ctxemb.tasks.sequence.config import FinetuneConfig
+from ctxemb.tasks.sequence.task import SMALL_DATA_ROWS, custom_recipe, load_task_data
 from ctxemb.training.config import TrainConfig
 from tests.helpers import write_tiny_model
 
@@ -109,7 +111,12 @@ def _config(tmp_path, *argv):
 def test_a_custom_task_picks_its_recipe_by_the_training_set_size(tmp_path, caplog):
     from ctxemb.cli._common import load_preset
 
-    small, large = load_preset("custom-small", "finetune"), load_preset("custom", "finetune")
+    def recipe(name):  # a preset states what differs from the settings' defaults: the recipe is both
+        preset = load_preset(name, "finetune")
+        defaults = {f.name: f.default for f in dataclasses.fields(FinetuneConfig)}
+        return {**defaults, **preset, "train": {**FinetuneConfig.TRAIN_DEFAULTS, **preset.get("train", {})}}
+
+    small, large = recipe("custom-small"), recipe("custom")
     # small data: small batches, more epochs, a learning rate that moves a small model, the best dev epoch kept
     assert small["batch_size"] <= 8 and small["epochs"] > large["epochs"]
     assert 5e-5 <= small["train"]["learning_rate"] <= 1e-4 and small["train"]["keep_best"]
@@ -157,7 +164,8 @@ def test_the_recipe_and_the_eval_cap_are_recorded_and_the_line_is_printed(tmp_pa
 
 
 def test_every_task_takes_max_eval_examples(tmp_path):
-    from ctxemb.cli.finetune import finetune_config_from_args
+    from ctxemb.cli._common import UsageError
+    from ctxemb.cli.finetune import _task_args, finetune_config_from_args
     from ctxemb.training.registry import task_names
 
     for task in ("sst2", "conll2003-ner", "xquad", "allnli", "late-interaction"):
@@ -166,8 +174,8 @@ def test_every_task_takes_max_eval_examples(tmp_path):
         args = build_parser("finetune").parse_args(["finetune", task, *extra, "--max-eval-examples", "64",
                                                     "--out-dir", str(tmp_path)])
         assert finetune_config_from_args(args)[1].max_eval_examples == 64, task
-    with pytest.raises(SystemExit):
-        build_parser("finetune").parse_args(["finetune", "sst2", "--max-eval-examples", "0"])
+    with pytest.raises(UsageError, match="--max-eval-examples"):  # the task's own flags: the task's parser
+        _task_args(build_parser("finetune").parse_args(["finetune", "sst2", "--max-eval-examples", "0"]))
 
 
 # --------------------------------------------------------------------------------------------------- predictions
@@ -176,7 +184,8 @@ def test_every_task_takes_max_eval_examples(tmp_path):
 @pytest.mark.parametrize("labels", [("neg", "pos"), (1, 5)])
 def test_predictions_are_the_labels_as_the_data_gave_them(tmp_path, capsys, labels):
     from ctxemb.tasks.sequence.predict import SequencePredictor
-    from ctxemb.tasks.sequence.task import run_finetuning
+    from ctxemb.training.registry import get_task
+    from ctxemb.training.runner import run_task
 
     rng = random.Random(0)
     words = ["the", "river", "money", "sat", "on", "of", "he", "she", "a", "mouse", "cell", "plant"]
@@ -198,7 +207,7 @@ def test_predictions_are_the_labels_as_the_data_gave_them(tmp_path, capsys, labe
                             batch_size=16, max_length=24, train_file=str(train), dev_file=str(dev),
                             train=TrainConfig(learning_rate=3e-3, out_dir=str(tmp_path / "run"), progress_bar=False,
                                               precision="fp32", seed=0))
-    result = run_finetuning(config)
+    result = run_task(get_task(config.task), config)
     assert result.final_metrics["accuracy"] >= 90, result.eval_history
     texts = ["he sat on the bank", "she sat on a plant"]
     got = SequencePredictor.from_pretrained(result.model_dir).predict(texts)
@@ -215,8 +224,8 @@ def test_predictions_are_the_labels_as_the_data_gave_them(tmp_path, capsys, labe
 def test_the_dev_evaluation_shows_a_progress_bar_over_its_batches(tmp_path, monkeypatch, capsys):
     import tqdm.auto
 
-    from ctxemb.tasks import outputs
     from ctxemb.tasks.sequence.features import model_inputs
+    from ctxemb.training import outputs
     from ctxemb.modeling.loading import load_tokenizer
     from ctxemb.modeling.sequence_classification import EncoderForSequenceClassification
     from ctxemb.training.data import EvalBatches
@@ -272,8 +281,9 @@ def test_the_readme_command_learns_a_dozen_rows_with_its_defaults(tmp_path, caps
 
 
 def test_a_taggers_dev_decoding_shows_a_bar_over_its_sentences(tmp_path, monkeypatch):
-    from ctxemb.tasks import outputs
+    from ctxemb.tasks.token import outputs as token_outputs
     from ctxemb.tasks.token.features import TaggingCollator, encode_tagged
+    from ctxemb.training import outputs
     from ctxemb.modeling.loading import load_tokenizer
     from ctxemb.modeling.token_classification import EncoderForTokenClassification
     from ctxemb.training.data import EvalBatches
@@ -287,9 +297,11 @@ def test_a_taggers_dev_decoding_shows_a_bar_over_its_sentences(tmp_path, monkeyp
                              label2id={v: k for k, v in id2label.items()})
     bars = []
     real = outputs.eval_bar
-    monkeypatch.setattr(outputs, "eval_bar", lambda total, **kw: bars.append((total, kw)) or real(total, **kw))
+    spy = lambda total, **kw: bars.append((total, kw)) or real(total, **kw)  # noqa: E731
+    monkeypatch.setattr(outputs, "eval_bar", spy)
+    monkeypatch.setattr(token_outputs, "eval_bar", spy)  # the token family's decoding draws the same bar
     logits = outputs.model_logits(model, EvalBatches(features, batch_size=64, collate=TaggingCollator(0)),
                                   progress=True)
-    tags = outputs.decode_tags(model, features, logits, len(sentences), progress=True)
+    tags = token_outputs.decode_tags(model, features, logits, len(sentences), progress=True)
     assert len(tags) == 120 and [len(t) for t in tags[:2]] == [3, 2]
     assert [(total, kw["desc"], kw["show"]) for total, kw in bars] == [(2, "dev", True), (120, "dev decoding", True)]

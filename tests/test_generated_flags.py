@@ -1,6 +1,7 @@
-"""The recipe-level flags of ``ctxemb pretrain`` and ``ctxemb wsd train`` are generated from their config dataclasses:
-every setting has a flag whose help is the field's ``metadata["help"]`` and whose default is the dataclass's, old
-spellings keep working with a warning, and the flags reach the config."""
+"""The recipe-level flags of ``ctxemb pretrain``, ``ctxemb wsd train`` and ``ctxemb finetune TASK`` are generated from
+their config dataclasses: every setting has a flag whose help is the field's ``metadata["help"]`` and whose default is
+the dataclass's (for a fine-tuning task, its shipped recipe's), old spellings keep working with a warning, and the
+flags reach the config."""
 
 from __future__ import annotations
 
@@ -16,8 +17,8 @@ from ctxemb.cli import build_parser
 from ctxemb.cli._common import add_dataclass_flags, dataclass_overrides
 from ctxemb.models.encoder_config import field_help
 from ctxemb.training.task_config import FinetuneRunConfig
-from ctxemb.tasks.sequence.task import FinetuneConfig
-from ctxemb.tasks.token.task import TokenFinetuneConfig
+from ctxemb.tasks.sequence.config import FinetuneConfig
+from ctxemb.tasks.token.config import TokenFinetuneConfig
 from ctxemb.tasks.pretraining.config import PretrainConfig, PretrainMaskingConfig
 from ctxemb.tasks.sense.config import SenseTrainConfig
 
@@ -34,23 +35,32 @@ def _actions(parser):
 
 @pytest.mark.parametrize("command, cls, prefix", [
     (("pretrain",), PretrainConfig, ""), (("pretrain",), PretrainMaskingConfig, "masking."),
-    (("wsd", "train"), SenseTrainConfig, ""), (("finetune",), FinetuneRunConfig, ""),
-    (("finetune",), FinetuneConfig, ""), (("finetune",), TokenFinetuneConfig, ""),
+    (("wsd", "train"), SenseTrainConfig, ""),
+    (("finetune", "custom"), FinetuneRunConfig, ""), (("finetune", "conll-file"), FinetuneRunConfig, ""),
+    (("finetune", "custom"), FinetuneConfig, ""), (("finetune", "conll-file"), TokenFinetuneConfig, ""),
 ])
 def test_every_setting_has_a_flag_with_the_fields_help_and_default(command, cls, prefix):
-    actions = _actions(_subparser(build_parser(command[0]), *command))
-    shared = {f.name for f in dataclasses.fields(FinetuneRunConfig)} if cls is not FinetuneRunConfig else set()
+    shown = {}
+    if command[0] == "finetune":  # a task's own parser, with the defaults it runs with (its recipe's, if shipped)
+        from ctxemb.cli.finetune import _config_class, _recipe_defaults, task_parser
+
+        family = {f.name: f for f in dataclasses.fields(_config_class(command[1]))}
+        actions = _actions(task_parser(command[1]))
+        shown = _recipe_defaults(command[1], _config_class(command[1]))[0]
+    else:
+        actions = _actions(_subparser(build_parser(command[0]), *command))
     for f in dataclasses.fields(cls):
-        if command == ("finetune",) and (f.name in shared or f.name in ("task", "head")):
-            continue  # the shared fields' flags come from FinetuneRunConfig; --head and the task are positional
+        if command[0] == "finetune" and family[f.name] is not f:
+            continue  # a shared setting the family declares again: checked with the family's own fields
         if f.metadata.get("cli", True) is False or (prefix == "" and f.name == "masking"):
             assert prefix + f.name not in actions
             continue
         action = actions[prefix + f.name]
         assert action.help.startswith(f.metadata["help"]), f.name  # one source for the help text
         assert action.default is None  # not given = the config's own default (or the preset's)
-        if f.default not in (dataclasses.MISSING, None, False, True) and not isinstance(f.default, tuple):
-            assert f"(default {f.default})" in action.help, f.name
+        default = shown.get(f.name, f.default)
+        if default not in (dataclasses.MISSING, None, False, True) and not isinstance(default, tuple):
+            assert f"(default {default})" in action.help, f.name
     flags = {s for a in actions.values() for s in a.option_strings}
     assert {"--out-dir", "--learning-rate", "--keep-best"} <= flags  # the loop's, generated from TrainConfig
 

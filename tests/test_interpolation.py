@@ -7,12 +7,14 @@ import pytest
 import torch
 from torch import nn
 
-from ctxemb.tasks.sequence.task import FinetuneConfig, run_finetuning
+from ctxemb.tasks.sequence.config import FinetuneConfig
 from ctxemb.modeling.loading import load_encoder
 from ctxemb.training.config import TrainConfig
 from ctxemb.training.interpolation import (check_alphas, choose_interpolation, interpolated_module,
                                            set_interpolation, snapshot)
 from ctxemb.training.recipe import read_run_record
+from ctxemb.training.registry import get_task
+from ctxemb.training.runner import run_task
 from tests.test_training_recipes import _train
 
 
@@ -100,7 +102,7 @@ def test_a_finetuning_run_saves_the_chosen_interpolation(data, tmp_path):
     config = FinetuneConfig(task="custom", model=str(data["model"]), head="cls", batch_size=8, max_length=24,
                             train_file=str(data["tsv"]), dev_file=str(data["tsv"]),
                             train=_train(tmp_path / "r", interpolate=[0.25, 0.5]))
-    result = run_finetuning(config)
+    result = run_task(get_task(config.task), config)
     record = read_run_record(result.model_dir)
     chosen = record["metrics"]["interpolation"]
     assert [c["alpha"] for c in chosen["candidates"]] == [1.0, 0.25, 0.5]
@@ -108,7 +110,7 @@ def test_a_finetuning_run_saves_the_chosen_interpolation(data, tmp_path):
     assert chosen["alpha"] == best["alpha"]
     assert record["metrics"]["final"] == {k: v for k, v in best.items() if k != "alpha"}
     # the saved encoder is start + alpha (trained - start): rerun without interpolation for the trained weights
-    plain = run_finetuning(FinetuneConfig(**{**config.__dict__, "train": _train(tmp_path / "p")}))
+    plain = run_task(get_task(config.task), FinetuneConfig(**{**config.__dict__, "train": _train(tmp_path / "p")}))
     start, trained, saved = (load_encoder(str(d)).state_dict() for d in (data["model"], plain.model_dir,
                                                                           result.model_dir))
     assert any(not torch.equal(start[k], trained[k]) for k in start)
@@ -117,13 +119,14 @@ def test_a_finetuning_run_saves_the_chosen_interpolation(data, tmp_path):
 
 
 def test_interpolation_needs_an_evaluator(tmp_path, data):
-    from ctxemb.tasks.pretraining.recipe import PretrainConfig, run_pretraining_recipe
+    from ctxemb.tasks.pretraining.config import PretrainConfig
+    from ctxemb.tasks.pretraining.task import task_for_config
 
     config = PretrainConfig(train_corpus=[str(data["corpus"])], eval_corpus=[str(data["corpus"])], eval_batches=2,
                             max_length=24, batch_size=8, init_from=str(data["model"]),
                             train=_train(tmp_path / "p", interpolate=[0.5]))
     with pytest.raises(ValueError, match="interpolate chooses its weight on the task's dev evaluator"):
-        run_pretraining_recipe(config)
+        run_task(task_for_config(config), config)
 
 
 @pytest.fixture(scope="module")

@@ -61,7 +61,7 @@ def test_a_run_trains_saves_and_the_search_encoder_gives_the_models_vectors(beir
         query_length=8, train=TrainConfig(out_dir=str(tmp_path / "run"), learning_rate=1e-3, seed=0,
                                           precision="fp32", progress_bar=False))
     run = run_task(task, config)
-    assert run.run.final_metrics["mrr@10"] > 0 and len(run.run.eval_history) == 2
+    assert run.final_metrics["mrr@10"] > 0 and len(run.eval_history) == 2
     saved = tmp_path / "run" / "model"
     assert (saved / "1_Dense" / "model.safetensors").is_file()
     encoder = LateInteractionEncoder.from_pretrained(saved, precision="fp32")

@@ -38,8 +38,10 @@ def test_bad_probabilities_are_named(tmp_path):
 
 
 def test_finetune_dropout_is_applied_and_saved(tmp_path):
-    from ctxemb.tasks.sequence.task import FinetuneConfig, run_finetuning
-    from ctxemb.training.loop import TrainConfig
+    from ctxemb.tasks.sequence.config import FinetuneConfig
+    from ctxemb.training.config import TrainConfig
+    from ctxemb.training.registry import get_task
+    from ctxemb.training.runner import run_task
 
     rows = ["sentence\tlabel"] + [f"{w} river bank\t{i % 2}" for i, w in enumerate(["the", "a", "he", "she"] * 4)]
     (tmp_path / "train.tsv").write_text("\n".join(rows) + "\n")
@@ -48,7 +50,7 @@ def test_finetune_dropout_is_applied_and_saved(tmp_path):
                             train_file=str(tmp_path / "train.tsv"), dev_file=str(tmp_path / "dev.tsv"), dropout=0.2,
                             train=TrainConfig(learning_rate=1e-3, out_dir=str(tmp_path / "run"), progress_bar=False,
                                               precision="fp32"))
-    result = run_finetuning(config)
+    result = run_task(get_task(config.task), config)
     saved = json.loads((result.model_dir / "config.json").read_text())
     assert saved["hidden_dropout_prob"] == saved["attention_probs_dropout_prob"] == 0.2  # the tiny model has 0
     with pytest.raises(ValueError, match="dropout must be None or a probability"):

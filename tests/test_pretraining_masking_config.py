@@ -11,9 +11,10 @@ import numpy as np
 import pytest
 
 from ctxemb.tasks.pretraining.masking import MaskingConfig
-from ctxemb.tasks.pretraining.recipe import (PretrainConfig, PretrainMaskingConfig, make_masker,
-                                       nest_flat_masking_keys)
+from ctxemb.tasks.pretraining.config import PretrainConfig, PretrainMaskingConfig, nest_flat_masking_keys
+from ctxemb.tasks.pretraining.task import make_masker
 from ctxemb.training.config import TrainConfig
+from ctxemb.training.task_config import loop_settings
 
 
 def _base(tmp_path, **kw):
@@ -78,8 +79,9 @@ def test_shipped_presets_use_the_table_and_load_without_warnings(preset, tmp_pat
 
     d = load_preset(preset, "pretrain")
     assert isinstance(d["masking"], dict) and not {"mlm_probability", "selection", "replacement"} & set(d)
-    with caplog.at_level(logging.WARNING):
-        config = PretrainConfig.from_dict({**d, **_base(tmp_path), "train": {**d["train"], "out_dir": str(tmp_path)}})
+    with caplog.at_level(logging.WARNING):  # the preset's [train] over the settings class's loop defaults, as the CLI
+        config = PretrainConfig.from_dict({**d, **_base(tmp_path), "train": loop_settings(
+            PretrainConfig, d["train"], {"out_dir": str(tmp_path)})})
     assert "deprecated" not in caplog.text
     assert config.masking.strategy == ("span" if preset == "spanbert" else "token")
 

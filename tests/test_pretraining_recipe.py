@@ -8,9 +8,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from ctxemb.tasks.pretraining.recipe import PretrainConfig, run_pretraining
+from ctxemb.tasks.pretraining.config import PretrainConfig
+from ctxemb.tasks.pretraining.task import task_for_config
 from ctxemb.tasks.pretraining.vocab import train_vocabulary
-from ctxemb.training.loop import TrainConfig
+from ctxemb.training.config import TrainConfig
+from ctxemb.training.runner import run_task
 
 DOCS = ["the cat sat on the mat .\nthe dog ran in the park .",
         "a bird sang in the tree .\nthe sun rose over the hill .",
@@ -40,7 +42,8 @@ def _config(corpus: Path, out: Path, **overrides) -> PretrainConfig:
 @pytest.fixture(scope="module")
 def trained(corpus, tmp_path_factory):
     out = tmp_path_factory.mktemp("run")
-    return out, run_pretraining(_config(corpus, out))
+    config = _config(corpus, out)
+    return out, run_task(task_for_config(config), config).train
 
 
 def test_tiny_model_overfits_a_tiny_corpus(trained):

@@ -14,12 +14,14 @@ from ctxemb.tasks.sequence.features import encode_examples, Collator
 from ctxemb.training.outputs import model_logits, predict_outputs
 from ctxemb.tasks.sequence.data import TextExample
 from ctxemb.training.task import feature_lengths
-from ctxemb.tasks.sequence.task import FinetuneConfig, run_finetuning
+from ctxemb.tasks.sequence.config import FinetuneConfig
 from ctxemb.modeling.loading import load_tokenizer
 from ctxemb.modeling.sequence_classification import EncoderForSequenceClassification
 from ctxemb.training.config import TrainConfig
 from ctxemb.training.data import EvalBatches, restore_order
 from ctxemb.training.recipe import read_run_record
+from ctxemb.training.registry import get_task
+from ctxemb.training.runner import run_task
 from tests.helpers import write_tiny_model
 from tests.test_finetuning_tasks import _write_task
 
@@ -78,7 +80,7 @@ def test_outputs_over_length_sorted_batches_equal_those_in_file_order(tiny):
 def test_run_record_says_where_the_time_went(tmp_path):
     model = write_tiny_model(tmp_path / "tiny")
     tsv = _write_task(tmp_path / "t.tsv", 24, 0)
-    result = run_finetuning(FinetuneConfig(
+    result = run_task(get_task("custom"), FinetuneConfig(
         task="custom", model=str(model), head="cls", batch_size=8, max_length=24, train_file=str(tsv),
         dev_file=str(tsv), train=TrainConfig(learning_rate=1e-3, max_steps=3, eval_every=3, out_dir=str(tmp_path / "r"),
                                             progress_bar=False, precision="fp32")))

@@ -349,12 +349,14 @@ def test_card_yaml_names_hub_models_and_datasets_and_keeps_odd_values():
 def test_a_bi_encoder_card_is_a_sentence_similarity_card(tmp_path):
     from huggingface_hub import ModelCard
 
-    from ctxemb.tasks.sequence.task import FinetuneConfig, run_finetuning
+    from ctxemb.tasks.sequence.config import FinetuneConfig
+    from ctxemb.training.registry import get_task
+    from ctxemb.training.runner import run_task
     from tests.helpers import write_tiny_model
     from tests.test_finetuning_tasks import _write_scored_pairs
 
     pairs = _write_scored_pairs(tmp_path / "pairs.tsv", 32, 0)
-    result = run_finetuning(FinetuneConfig(
+    result = run_task(get_task("custom"), FinetuneConfig(
         task="custom", model=str(write_tiny_model(tmp_path / "tiny")), head="cosine", batch_size=16, max_length=16,
         train_file=str(pairs), dev_file=str(pairs), text_a="sentence1", text_b="sentence2", label="score",
         regression=True, train=TrainConfig(learning_rate=1e-3, max_steps=2, out_dir=str(tmp_path / "run"),
@@ -379,7 +381,9 @@ def test_tensorboard_events_hold_the_logged_metrics(tmp_path):
 
 
 def test_keep_best_in_pretraining_records_the_best_evaluation(tmp_path):
-    from ctxemb.tasks.pretraining.recipe import PretrainConfig, run_pretraining_recipe
+    from ctxemb.tasks.pretraining.config import PretrainConfig
+    from ctxemb.tasks.pretraining.task import task_for_config
+    from ctxemb.training.runner import run_task
     from tests.helpers import write_corpus, write_tiny_model
 
     write_corpus(tmp_path / "corpus.txt", 12, seed=0)
@@ -388,7 +392,7 @@ def test_keep_best_in_pretraining_records_the_best_evaluation(tmp_path):
         max_len=24, batch_size=8, init_from=str(write_tiny_model(tmp_path / "tiny")),
         train=TrainConfig(learning_rate=0.5, max_steps=3, eval_every=1, save_every=1, keep_best=True,
                           out_dir=str(tmp_path / "run"), progress_bar=False, precision="fp32", seed=0))
-    run = run_pretraining_recipe(config)
+    run = run_task(task_for_config(config), config)
     evals = {int(r["step"]): r["eval_loss"] for r in run.train.history if "eval_loss" in r}
     best = min(evals, key=evals.get)
     assert best != max(evals)  # the best evaluation is not the last one (lr 0.5 overshoots at step 3)

@@ -27,20 +27,26 @@ def test_finetune_presets_build_their_task_config(name, tmp_path):
 
     task = "stsb" if name.startswith("finetune-stsb-") else "custom" if name.startswith("finetune-custom") \
         else name[len("finetune-"):]
-    files = ["--train-file", "train.csv", "--dev-file", "dev.csv"] if task == "custom" else []
     preset = load_preset(name, "finetune")
-    args = build_parser("finetune").parse_args(["finetune", task, *files, "--preset", name[len("finetune-"):],
+    args = build_parser("finetune").parse_args(["finetune", task, *_files(task), "--preset", name[len("finetune-"):],
                                                 "--out-dir", str(tmp_path), "--seed", "3"])
     _, config = finetune_config_from_args(args)
     for key, value in preset.items():
         if key != "train":
             assert getattr(config, key) == value, key
-    assert config.train.learning_rate == preset["train"]["learning_rate"] and config.train.seed == 3
+    # the loop: the preset's [train] over the settings class's defaults (a preset states only what differs)
+    loop = {**type(config).TRAIN_DEFAULTS, **preset.get("train", {}), "seed": 3}  # the flag wins
+    assert all(getattr(config.train, key) == value for key, value in loop.items()), (loop, config.train)
     if config.intermediate:  # a preset's intermediate stage builds its own task's config, with the run's seed
         from ctxemb.training.intermediate import intermediate_run
 
         _, stage = intermediate_run(config)
         assert stage.train.seed == 3 and stage.train.out_dir == str(tmp_path / "intermediate")
+
+
+def _files(task):
+    """The flags of the training and dev tables, for the tasks that read only a user's tables."""
+    return ["--train-file", "train.csv", "--dev-file", "dev.csv"] if task in ("custom", "multiple-choice") else []
 
 
 def _finetune_config(tmp_path, *argv):
@@ -62,19 +68,20 @@ def test_a_task_with_a_shipped_recipe_uses_it_by_default(tmp_path, caplog):
     bare = _finetune_config(tmp_path, "conll2003-ner", "--preset", "none")
     assert bare.head == "softmax" and not bare.train.keep_best  # the dataclass defaults
     for task in with_recipe:  # every shipped default recipe selects on dev
-        files = ["--train-file", "train.csv", "--dev-file", "dev.csv"] if task == "custom" else []
-        assert _finetune_config(tmp_path, task, *files).train.keep_best, task
+        assert _finetune_config(tmp_path, task, *_files(task)).train.keep_best, task
 
 
 @pytest.mark.parametrize("name", [p for p in PRESETS if p.startswith("pretrain-")])
 def test_pretrain_presets_build_a_pretraining_config(name, tmp_path):
     from ctxemb.cli.pretrain import config_from_args
+    from ctxemb.tasks.pretraining.config import PretrainConfig
 
     source = ["--init-from", "x"] if name == "pretrain-spanbert" else ["--tokenizer", "x"]
     args = build_parser("pretrain").parse_args(["pretrain", "--preset", name[len("pretrain-"):], "--train-corpus",
                                                 "c.txt", *source, "--out-dir", str(tmp_path), "--max-steps", "5"])
     config = config_from_args(args)
-    assert config.train.max_steps == 5 and config.train.learning_rate == load_preset(name, "")["train"]["learning_rate"]
+    loop = {**PretrainConfig.TRAIN_DEFAULTS, **load_preset(name, "")["train"], "max_steps": 5}  # the flag wins
+    assert all(getattr(config.train, key) == value for key, value in loop.items()), (loop, config.train)
 
 
 @pytest.mark.parametrize("name", [p for p in PRESETS if p.startswith("wsd-")])
@@ -107,7 +114,10 @@ def test_the_training_flags_are_the_same_in_every_training_command():
         group = next(g for g in parser._action_groups if g.title.startswith("training loop"))
         return {s for a in group._group_actions for s in a.option_strings}
 
-    flags = [loop_flags(build_parser("pretrain"), "pretrain"), loop_flags(build_parser("finetune"), "finetune"),
-             loop_flags(build_parser("wsd"), "wsd", "train")]
-    assert flags[0] == flags[1] == flags[2]
+    from ctxemb.cli.finetune import task_parser
+    from ctxemb.training.registry import task_names
+
+    flags = [loop_flags(build_parser("pretrain"), "pretrain"), loop_flags(build_parser("wsd"), "wsd", "train"),
+             *(loop_flags(task_parser(task)) for task in task_names(command="finetune"))]  # each task's own flags
+    assert all(f == flags[0] for f in flags)
     assert {"--out-dir", "--keep-best", "--early-stopping-patience", "--precision", "--seed"} <= flags[0]

@@ -136,7 +136,7 @@ def test_merge_corpora_refuses_a_document_id_twice():
 def test_sense_training_adds_the_examples_after_the_held_out_split():
     from ctxemb.training import TrainConfig
     from ctxemb.tasks.sense.task import SenseTask
-    from ctxemb.tasks.sense.training import SenseTrainConfig
+    from ctxemb.tasks.sense.config import SenseTrainConfig
 
     semcor_like = read_dataset(FIXTURES / "tiny_train")
     settings = dict(recipe="supcon", held_out_fraction=0.5, train=TrainConfig(learning_rate=2e-5, out_dir="unused"))

@@ -306,8 +306,7 @@ def add_dataclass_flags(group, cls, *, skip: Sequence[str] = (), aliases: Mappin
             elif f.default is False:
                 # a preset may turn the switch on: --no-NAME turns it off again (named in the switch's help)
                 group.add_argument("--no-" + name[2:], dest=dest, action="store_const", const=False, default=None,
-                                   help=argparse.SUPPRESS)
-                kwargs["help"] = (help_text + "; " if help_text else "") + f"--no-{name[2:]} turns it off"
+                                   help=f"turn {name} off (where a preset turns it on)")
                 add_option(group, name, deprecated=old, store_true=True, **kwargs)
             else:  # a default of True or None (= decided by other settings): both spellings
                 group.add_argument(name, *old, action=argparse.BooleanOptionalAction, **kwargs)

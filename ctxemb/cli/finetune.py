@@ -297,9 +297,9 @@ def _config(args: argparse.Namespace, task, d: dict, train: TrainConfig):
 
 
 def run_finetune(args: argparse.Namespace) -> int:
+    args = _task_args(args)  # first: `ctxemb finetune TASK --help` exits here, before torch is imported
     from ctxemb.training.runner import run_task
 
-    args = _task_args(args)
     task, config = finetune_config_from_args(args)
     if getattr(args, "recipe_line", None) and not logger.isEnabledFor(logging.INFO):
         print(args.recipe_line, file=sys.stderr)  # the recipe chosen for the data, shown without --verbose too

@@ -17,8 +17,8 @@ you).
 Only dev metrics are read: a trial's model is selected and reported on the task's ``eval_split``. Test splits are
 never touched here.
 
-The runs themselves go through a ``train_fn(task, config)`` the caller passes (the CLI's ``train_task``), so a
-trial is exactly what ``ctxemb finetune`` with the same flags would do.
+The runs themselves go through a ``train_fn(task, config)`` the caller passes (:func:`ctxemb.training.runner.run_task`
+passes itself), so a trial is exactly what ``ctxemb finetune`` with the same flags would do.
 """
 
 from __future__ import annotations

@@ -62,28 +62,34 @@ def run(recipe: str, work: Path, out: Path, resume: bool) -> None:
         config.learning_rate = 0.05
         train(make_model(seed=0, dropout=0.3), DatasetBatches(make_examples(24), batch_size=4, seed=9), config)
     elif recipe == "pretraining":
-        from ctxemb.tasks.pretraining.recipe import PretrainConfig, run_pretraining
+        from ctxemb.tasks.pretraining.config import PretrainConfig
+        from ctxemb.tasks.pretraining.task import task_for_config
+        from ctxemb.training.runner import run_task
 
         model = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
                      hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1)
-        run_pretraining(PretrainConfig(train_corpus=[str(work / "corpus.txt")], tokenizer=str(work / "vocab"),
-                                       model=model, sequences="doc_sentences", max_length=16, batch_size=8,
-                                       train=train_config(recipe, out, resume)))
+        config = PretrainConfig(train_corpus=[str(work / "corpus.txt")], tokenizer=str(work / "vocab"), model=model,
+                                sequences="doc_sentences", max_length=16, batch_size=8,
+                                train=train_config(recipe, out, resume))
+        run_task(task_for_config(config), config)
     elif recipe == "finetuning":
-        from ctxemb.tasks.sequence.task import FinetuneConfig, run_finetuning
+        from ctxemb.tasks.sequence.config import FinetuneConfig
+        from ctxemb.training.registry import get_task
+        from ctxemb.training.runner import run_task
 
-        run_finetuning(FinetuneConfig(task="custom", model=str(work / "tiny"), head="cls", epochs=1, batch_size=8,
-                                      max_length=16, train_file=str(work / "train.tsv"),
-                                      dev_file=str(work / "train.tsv"), label_names=["a", "b"],
-                                      train=train_config(recipe, out, resume)))
+        run_task(get_task("custom"), FinetuneConfig(
+            task="custom", model=str(work / "tiny"), head="cls", epochs=1, batch_size=8, max_length=16,
+            train_file=str(work / "train.tsv"), dev_file=str(work / "train.tsv"), label_names=["a", "b"],
+            train=train_config(recipe, out, resume)))
     elif recipe == "sense":
         from tests.test_wsd_training import SMALL, PlantedInventory, config
-        from ctxemb.tasks.sense.training import run_sense_training
+        from ctxemb.tasks.sense.task import SenseTask
+        from ctxemb.training.runner import run_task
 
         cfg = config("bem", out, model=str(work / "tiny"), max_steps=STEPS[recipe], max_targets_per_sentence=1,
                      max_candidates=2, max_items_per_batch=4,
                      train=dict(save_every=2, log_every=1, resume=resume))
-        run_sense_training(cfg, corpus=SMALL, inventory=PlantedInventory())
+        run_task(SenseTask("bem", corpus=SMALL, inventory=PlantedInventory()), cfg)
     else:
         raise SystemExit("unknown recipe %r" % recipe)
 

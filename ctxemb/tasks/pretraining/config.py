@@ -3,11 +3,11 @@
 
 One :class:`PretrainConfig` names the data, the model (a fresh config or an encoder to continue from), the
 sequences (BERT's NSP pairs or RoBERTa's packing, J&M 11.2.2-11.2.3), the masking (token, whole-word or SpanBERT
-spans, 11.2.1 and 11.5.1) and the loop's :class:`~ctxemb.training.loop.TrainConfig`. It reads from TOML
+spans, 11.2.1 and 11.5.1) and the loop's :class:`~ctxemb.training.config.TrainConfig`. It reads from TOML
 (``ctxemb pretrain --config run.toml``) with the loop's settings in a ``[train]`` table.
 
-The run itself is :mod:`ctxemb.tasks.pretraining.task` (the pretraining tasks) through the one run skeleton;
-:func:`ctxemb.tasks.pretraining.recipe.run_pretraining` runs a config.
+The run itself is a pretraining task (:mod:`ctxemb.tasks.pretraining.task`; ``task_for_config(config)`` picks the one
+that trains the config's heads) through :func:`ctxemb.training.runner.run_task`.
 """
 
 from __future__ import annotations
@@ -187,8 +187,8 @@ class PretrainConfig:
                            "use max_length")
             self.max_length = max_len
 
-        if isinstance(self.train, Mapping):
-            self.train = TrainConfig.from_dict(dict(self.train))
+        if isinstance(self.train, Mapping):  # a preset's [train] table: over this recipe's loop defaults
+            self.train = TrainConfig.from_dict({**self.TRAIN_DEFAULTS, **self.train})
         self.masking = PretrainMaskingConfig.coerce(self.masking)
         for name, choices in (("corpus_mode", CORPUS_MODES), ("sequences", SEQUENCE_MODES),
                               ("nsp_input", NSP_INPUTS)):

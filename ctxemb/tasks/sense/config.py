@@ -1,7 +1,6 @@
 """The settings of sense training (:class:`SenseTrainConfig`, ``ctxemb wsd train``), in a module that loads none of the
 WSD stack or torch: ``ctxemb wsd train --help`` builds its flags from it at once. The recipes are described in
-:mod:`ctxemb.tasks.sense.training`; ``ctxemb.tasks.sense.inventory.SenseTrainConfig`` and its other names there still name the
-same objects.
+:mod:`ctxemb.tasks.sense.training`; the tasks that run them in :mod:`ctxemb.tasks.sense.task`.
 """
 
 from __future__ import annotations
@@ -148,8 +147,8 @@ class SenseTrainConfig:
             logger.warning("sense-training settings: max_train_sentences is deprecated and will be removed in the "
                            "next release; use max_train_examples")
             self.max_train_examples = max_train_sentences
-        if isinstance(self.train, Mapping):
-            self.train = TrainConfig.from_dict(dict(self.train))
+        if isinstance(self.train, Mapping):  # a preset's [train] table: over this recipe's loop defaults
+            self.train = TrainConfig.from_dict({**self.TRAIN_DEFAULTS, **self.train})
         if not isinstance(self.train, TrainConfig):
             raise TypeError(f"train must be a TrainConfig, got {type(self.train).__name__}")
         check_choice(self.recipe, "recipe", RECIPES)
