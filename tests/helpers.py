@@ -66,3 +66,21 @@ def write_token_corpus(directory: Path, tokenizer: Tokenizer) -> tuple[list[list
     docs = write_corpus(directory / "a.txt", 40, 0) + write_corpus(directory / "b.txt", 30, 1, sentences=(6, 16))
     return docs, build_token_shards([directory / "a.txt", directory / "b.txt"], tokenizer, directory / "shards",
                                     max_tokens_per_shard=1500)
+
+
+CHOICE_WORDS = ["river", "money", "plant", "cell", "mouse", "bat", "die", "the", "sat", "he", "she"]
+
+
+def write_choice_questions(path, n: int, seed: int, n_choices: int = 3) -> None:
+    """Multiple-choice questions as JSONL (``id``, ``context``, ``choices``, ``label``) whose right choice is the one
+    that mentions a bank: a rule a tiny model learns in a few epochs."""
+    rng = random.Random(seed)
+    with open(path, "w", encoding="utf-8") as f:
+        for i in range(n):
+            choices = [" ".join(rng.choice(CHOICE_WORDS) for _ in range(3)) for _ in range(n_choices)]
+            label = rng.randrange(n_choices)
+            words = choices[label].split()
+            words[rng.randrange(3)] = "bank"
+            choices[label] = " ".join(words)
+            context = " ".join(rng.choice(CHOICE_WORDS) for _ in range(4))
+            f.write(json.dumps({"id": f"q{i}", "context": context, "choices": choices, "label": label}) + "\n")

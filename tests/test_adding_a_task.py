@@ -6,7 +6,6 @@ saves, reloads and predicts. docs/adding-a-task.md walks through this file."""
 from __future__ import annotations
 
 import json
-import random
 from dataclasses import dataclass
 from typing import Any, ClassVar, Mapping
 
@@ -25,29 +24,14 @@ from ctxemb.modeling.multiple_choice import EncoderForMultipleChoice
 from ctxemb.models.hub import resolve_model_dir
 from ctxemb.training.data import EvalBatches, move_to_device
 from ctxemb.training.recipe import read_run_record
-from tests.helpers import write_tiny_model
+from tests.helpers import write_choice_questions, write_tiny_model
 
-WORDS = ["river", "money", "plant", "cell", "mouse", "bat", "die", "the", "sat", "he", "she"]
 
 
 # ---- 1. the reader: one JSON object per line {"context", "choices", "label"} -------------------------------------
 def read_mc(path) -> list[dict]:
     with open(path, encoding="utf-8") as f:
         return [json.loads(line) for line in f if line.strip()]
-
-
-def write_fixture(path, n: int, seed: int, n_choices: int = 3) -> None:
-    """The right choice is the one that mentions a bank."""
-    rng = random.Random(seed)
-    with open(path, "w", encoding="utf-8") as f:
-        for _ in range(n):
-            choices = [" ".join(rng.choice(WORDS) for _ in range(3)) for _ in range(n_choices)]
-            label = rng.randrange(n_choices)
-            words = choices[label].split()
-            words[rng.randrange(3)] = "bank"
-            choices[label] = " ".join(words)
-            context = " ".join(rng.choice(WORDS) for _ in range(4))
-            f.write(json.dumps({"context": context, "choices": choices, "label": label}) + "\n")
 
 
 # ---- 2. features and the collator: (B, C, T) ------------------------------------------------------------------------
@@ -147,8 +131,8 @@ def test_a_task_defined_outside_the_library_trains_through_the_cli_saves_reloads
                                                                                               capsys):
     assert "toy-mc" in task_names()
     model = write_tiny_model(tmp_path / "tiny")
-    write_fixture(tmp_path / "train.jsonl", 240, seed=0)
-    write_fixture(tmp_path / "dev.jsonl", 60, seed=1)
+    write_choice_questions(tmp_path / "train.jsonl", 240, seed=0)
+    write_choice_questions(tmp_path / "dev.jsonl", 60, seed=1)
     out = tmp_path / "run"
     assert main(["finetune", "toy-mc", "--model", str(model), "--train-file", str(tmp_path / "train.jsonl"),
                  "--dev-file", str(tmp_path / "dev.jsonl"), "--out-dir", str(out), "--epochs", "6",

@@ -6,7 +6,6 @@ the CLI on a fixture, saves, and predicts through the one predict path."""
 from __future__ import annotations
 
 import json
-import random
 import subprocess
 from pathlib import Path
 
@@ -18,25 +17,10 @@ from ctxemb.tasks.multiple_choice.data import read_questions
 from ctxemb.tasks.predictor import load_predictor
 from ctxemb.training.recipe import read_run_record
 from ctxemb.training.registry import get_task
-from tests.helpers import write_tiny_model
+from tests.helpers import write_choice_questions, write_tiny_model
 
 ROOT = Path(__file__).resolve().parent.parent
-WORDS = ["river", "money", "plant", "cell", "mouse", "bat", "die", "the", "sat", "he", "she"]
 FAMILY_FILES = ("ctxemb/tasks/multiple_choice/", "ctxemb/presets/finetune-multiple-choice.toml")
-
-
-def write_questions(path: Path, n: int, seed: int, n_choices: int = 3) -> None:
-    """The fixture: the right choice is the one that mentions a bank."""
-    rng = random.Random(seed)
-    with open(path, "w", encoding="utf-8") as f:
-        for i in range(n):
-            choices = [" ".join(rng.choice(WORDS) for _ in range(3)) for _ in range(n_choices)]
-            label = rng.randrange(n_choices)
-            words = choices[label].split()
-            words[rng.randrange(3)] = "bank"
-            choices[label] = " ".join(words)
-            context = " ".join(rng.choice(WORDS) for _ in range(4))
-            f.write(json.dumps({"id": f"q{i}", "context": context, "choices": choices, "label": label}) + "\n")
 
 
 def test_step_1_the_folder_is_the_registration():
@@ -82,8 +66,8 @@ def test_bad_questions_are_refused_naming_the_row(tmp_path):
 
 def test_step_4_it_trains_saves_and_predicts_through_the_cli(tmp_path, capsys):
     model = write_tiny_model(tmp_path / "tiny")
-    write_questions(tmp_path / "train.jsonl", 240, seed=0)
-    write_questions(tmp_path / "dev.jsonl", 60, seed=1)
+    write_choice_questions(tmp_path / "train.jsonl", 240, seed=0)
+    write_choice_questions(tmp_path / "dev.jsonl", 60, seed=1)
     out = tmp_path / "run"
     assert main(["finetune", "multiple-choice", "--model", str(model), "--train-file", str(tmp_path / "train.jsonl"),
                  "--dev-file", str(tmp_path / "dev.jsonl"), "--out-dir", str(out), "--epochs", "6",
