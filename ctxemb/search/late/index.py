@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import logging
+import mmap
 import os
 import uuid
 from dataclasses import dataclass
@@ -208,11 +209,20 @@ class LateInteractionIndex:
         codes = np.empty(offsets[-1], dtype=self.codec.code_dtype)
         packed = np.empty((offsets[-1], self.dim * self.nbits // 8), dtype=np.uint8)
         for s, rows in groups:
-            src = _ranges(starts[rows], stops[rows])
-            dst = _ranges(offsets[rows], offsets[rows + 1])
-            codes[dst] = self._shards[s].codes[src]
-            packed[dst] = self._shards[s].packed[src]
+            _gather_rows(self._shards[s].codes, starts[rows], stops[rows], codes, offsets[rows])
+            _gather_rows(self._shards[s].packed, starts[rows], stops[rows], packed, offsets[rows])
         return codes, packed, offsets
+
+    def _token_counts(self, labels: np.ndarray) -> np.ndarray:
+        """The number of tokens of each document of ``labels``."""
+        which = self._shard_of(labels)
+        counts = np.empty(len(labels), dtype=np.int64)
+        for s in np.unique(which):
+            rows = np.flatnonzero(which == s)
+            shard = self._shards[s]
+            local = labels[rows] - shard.first_label
+            counts[rows] = shard.offsets[local + 1] - shard.offsets[local]
+        return counts
 
     def document_vectors(self, doc_id: str) -> np.ndarray:
         """The decompressed (T, D) token vectors of one document."""
@@ -280,8 +290,10 @@ class LateInteractionIndex:
             labels = self._candidates(q, nprobe, candidates, live)
         if not len(labels):
             return []
-        codes, packed, offsets = self._tokens(labels)
-        scores = maxsim_concatenated(q, self.codec.decompress(codes, packed), offsets)
+        scores = np.empty(len(labels), dtype=np.float32)
+        for lo, hi in _token_batches(self._token_counts(labels), _SCORE_TOKENS):
+            codes, packed, offsets = self._tokens(labels[lo:hi])  # a bounded slice of the candidates at a time
+            scores[lo:hi] = maxsim_concatenated(q, self.codec.decompress(codes, packed), offsets)
         order = np.lexsort((labels, -scores))[:k]
         return [(self._ids[labels[i]], float(scores[i])) for i in order]
 
@@ -294,7 +306,10 @@ class LateInteractionIndex:
         token = np.repeat(np.arange(len(q)), nprobe)
         cells = probed.ravel()
         sizes = ivf_offsets[cells + 1] - ivf_offsets[cells]
-        labels = np.asarray(ivf_labels[_ranges(ivf_offsets[cells], ivf_offsets[cells + 1])], dtype=np.int64)
+        gathered = np.empty(int(sizes.sum()), dtype=ivf_labels.dtype)
+        _gather_rows(ivf_labels, ivf_offsets[cells], ivf_offsets[cells + 1], gathered,
+                     np.concatenate([[0], np.cumsum(sizes)[:-1]]))
+        labels = gathered.astype(np.int64)
         values = np.repeat(sims[token, cells], sizes)
         tokens = np.repeat(token, sizes)
         keep = live[labels]
@@ -423,6 +438,51 @@ class LateInteractionIndex:
         index._live = np.array(live, dtype=bool)
         index.directory, index._generation = directory, manifest["generation"]
         return index
+
+
+# Candidates are decompressed and scored this many tokens at a time: the float32 vectors and the codec's
+# intermediates of one slice (about 80 bytes a token at D = 128) bound a search's working memory.
+_SCORE_TOKENS = 8192
+
+
+def _token_batches(counts: np.ndarray, limit: int):
+    """(lo, hi) slices of consecutive documents holding about ``limit`` tokens each (a longer document alone)."""
+    lo, total = 0, 0
+    for i, n in enumerate(counts):
+        if total and total + n > limit:
+            yield lo, i
+            lo, total = i, 0
+        total += int(n)
+    if lo < len(counts):
+        yield lo, len(counts)
+
+
+def _gather_rows(source: np.ndarray, starts: np.ndarray, stops: np.ndarray, out: np.ndarray,
+                 out_starts: np.ndarray) -> None:
+    """Copy rows ``starts[i]:stops[i]`` of ``source`` to ``out[out_starts[i]:...]``.
+
+    A memory-mapped ``source`` is read with ``pread`` instead of through the mapping: touching a mapped page maps
+    its neighbours too (the kernel's fault-around), so scattered reads through the mapping would leave most of a
+    shard resident in the process; a read keeps the file in the page cache, shared and reclaimable, and the
+    process holds only the rows it asked for.
+    """
+    filename, offset = getattr(source, "filename", None), getattr(source, "offset", None)
+    # a whole saved array mapped by np.load (its base is the mapping itself; a view of one has other offsets)
+    if filename is None or offset is None or not source.flags.c_contiguous or not isinstance(source.base, mmap.mmap):
+        out[_ranges(out_starts, np.asarray(out_starts) + (np.asarray(stops) - np.asarray(starts)))] = \
+            source[_ranges(starts, stops)]
+        return
+    row_bytes = source.dtype.itemsize * int(np.prod(source.shape[1:], dtype=np.int64))
+    fd = os.open(filename, os.O_RDONLY)
+    try:
+        for start, stop, at in zip(np.asarray(starts).tolist(), np.asarray(stops).tolist(),
+                                   np.asarray(out_starts).tolist()):
+            if stop <= start:
+                continue
+            data = os.pread(fd, (stop - start) * row_bytes, offset + start * row_bytes)
+            out[at:at + stop - start] = np.frombuffer(data, dtype=source.dtype).reshape(-1, *source.shape[1:])
+    finally:
+        os.close(fd)
 
 
 def _ranges(starts: np.ndarray, stops: np.ndarray) -> np.ndarray:
