@@ -11,15 +11,6 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-# ctxemb.training and ctxemb.tasks still import these from here: delete this import once they name ctxemb.core.atomic
-from ctxemb.core.atomic import (  # noqa: F401
-    atomic_directory,
-    atomic_path,
-    atomic_write,
-    recover_folder,
-    resolve_saved_directory,
-)
-
 _REPO_ROOT = Path(__file__).resolve().parents[2]  # ctxemb/core/paths.py -> the checkout
 
 

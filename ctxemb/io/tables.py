@@ -52,8 +52,6 @@ from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 from ctxemb.core.validation import check_choice, read_json_file
 from ctxemb.io.text_files import iter_csv_records, iter_lines
-# ctxemb.tasks.sequence.data still imports read_lines from here: delete this import once it names ctxemb.io.text_files
-from ctxemb.io.text_files import read_lines  # noqa: F401
 
 PathLike = str | os.PathLike
 

@@ -36,9 +36,6 @@ from ctxemb.modeling.checkpoint import load_encoder_dir, save_pretrained
 from ctxemb.modeling.contrastive_loss import false_negative_mask
 from ctxemb.modeling.encoder import Encoder
 from ctxemb.models.head_options import LateInteractionConfig
-# ctxemb.tasks.late_interaction.task still imports BERT_MARKERS from here: delete this import once it names
-# ctxemb.models.head_options
-from ctxemb.models.head_options import BERT_MARKERS  # noqa: F401
 
 DENSE_DIR = "1_Dense"
 LATE_CONFIG_KEY = "ctxemb_late_interaction"

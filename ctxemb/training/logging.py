@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 from tqdm.auto import tqdm
 
-from ctxemb.core.paths import atomic_path, atomic_write
+from ctxemb.core.atomic import atomic_path, atomic_write
 from ctxemb.training import faults
 
 if TYPE_CHECKING:

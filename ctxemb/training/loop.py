@@ -34,7 +34,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from ctxemb.core.paths import resolve_saved_directory
+from ctxemb.core.atomic import resolve_saved_directory
 from ctxemb.core.precision import bf16_autocast as autocast
 from ctxemb.core.precision import explain_training_precision
 from ctxemb.core.precision import resolve_training_precision as resolve_precision

@@ -45,7 +45,7 @@ from ctxemb._version import __version__
 from ctxemb.core.machine import describe_machine
 from ctxemb.core.precision import explain_training_precision
 from ctxemb.modeling.checkpoint import stamp_training_run
-from ctxemb.core.paths import atomic_directory, atomic_write
+from ctxemb.core.atomic import atomic_directory, atomic_write
 from ctxemb.training.callbacks import BestWeights, Callback, EarlyStopping, TrainResult
 # MODEL_DIR lives in training.config (the fine-tuning configuration reads it without torch); importable from here
 from ctxemb.training.config import MODEL_DIR, TrainConfig, epochs_to_steps

@@ -41,7 +41,7 @@ from safetensors.torch import save_model as save_safetensors_model
 from torch import nn
 
 from ctxemb.core.validation import read_json_file
-from ctxemb.core.paths import atomic_directory, recover_folder, resolve_saved_directory
+from ctxemb.core.atomic import atomic_directory, recover_folder, resolve_saved_directory
 from ctxemb.training import faults
 from ctxemb.runtime.distributed import DistributedContext, barrier, gather_to_main, unwrap_model
 

@@ -35,7 +35,8 @@ from ctxemb.tasks.sequence.features import pad_ids
 from ctxemb.tasks.late_interaction.config import LATE_INTERACTION_TASKS, LateInteractionTaskConfig  # noqa: F401
 from ctxemb.training.task import Task, TaskData
 from ctxemb.io.beir import load_beir
-from ctxemb.modeling.late_interaction import (BERT_MARKERS, EncoderForLateInteraction, LateInteractionConfig,
+from ctxemb.models.head_options import BERT_MARKERS
+from ctxemb.modeling.late_interaction import (EncoderForLateInteraction, LateInteractionConfig,
                                               document_pieces, load_projection, marker_ids, pad_queries,
                                               punctuation_ids, query_input_ids)
 from ctxemb.models.hub import resolve_model_dir

@@ -37,7 +37,7 @@ from typing import Iterator, Literal, Sequence
 import numpy as np
 
 from ctxemb.core.validation import check_choice, check_int, read_json_file
-from ctxemb.core.paths import atomic_directory, atomic_write, resolve_saved_directory
+from ctxemb.core.atomic import atomic_directory, atomic_write, resolve_saved_directory
 from ctxemb.models.tokenization import Tokenizer
 
 logger = logging.getLogger(__name__)

@@ -34,7 +34,7 @@ from tokenizers import AddedToken
 from tokenizers import Tokenizer as HFTokenizer
 
 from ctxemb.core.validation import check_choice, check_int
-from ctxemb.core.paths import atomic_write
+from ctxemb.core.atomic import atomic_write
 from ctxemb.tasks.pretraining.sampling import sampling_probabilities
 from ctxemb.models.tokenization import Tokenizer
 

@@ -64,7 +64,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from ctxemb.core.validation import check_choice, check_string_batch, is_int
-from ctxemb.io.tables import BadRow, check_keys, is_path, open_rows, read_lines, row_error
+from ctxemb.io.tables import BadRow, check_keys, is_path, open_rows, row_error
+from ctxemb.io.text_files import read_lines
 from ctxemb.core.paths import shared_data_dir
 
 logger = logging.getLogger(__name__)

@@ -55,7 +55,8 @@ from typing import Iterable, Literal, Sequence
 
 from ctxemb.core.validation import check_choice, check_string_batch
 from ctxemb.tasks.sequence.data import _read_lines
-from ctxemb.core.paths import atomic_write, shared_data_dir
+from ctxemb.core.atomic import atomic_write
+from ctxemb.core.paths import shared_data_dir
 
 logger = logging.getLogger(__name__)
 
