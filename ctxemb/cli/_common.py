@@ -234,6 +234,11 @@ def column_mapping(text: str) -> dict[str, str]:
 _ARG_TYPES: dict[str, Callable[[str], Any]] = {}
 
 
+def flag_of(f) -> str:
+    """The command-line spelling of a dataclass field: ``metadata["flag"]``, else ``--field-name``."""
+    return f.metadata.get("flag") or "--" + f.name.replace("_", "-")
+
+
 def add_dataclass_flags(group, cls, *, skip: Sequence[str] = (), aliases: Mapping[str, Sequence[str]] | None = None,
                         shown_defaults: Mapping[str, Any] | None = None, prefix: str = "",
                         nested: Sequence[str] = ()) -> list[str]:
@@ -294,7 +299,7 @@ def add_dataclass_flags(group, cls, *, skip: Sequence[str] = (), aliases: Mappin
         if default is not None and not isinstance(default, bool) and default != [] and default != ():
             shown_value = " ".join(map(str, default)) if isinstance(default, (list, tuple)) else default
             help_text += f" (default {shown_value})"
-        name = f.metadata.get("flag") or "--" + f.name.replace("_", "-")
+        name = flag_of(f)
         old = [*f.metadata.get("aliases", ()), *aliases.get(f.name, ())]
         kwargs: dict[str, Any] = dict(dest=dest, default=None, help=help_text)
         if f.metadata.get("required"):

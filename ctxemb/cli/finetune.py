@@ -27,7 +27,7 @@ import sys
 from pathlib import Path
 
 from ctxemb.cli._common import (UsageError, add_dataclass_flags, add_train_flags, command_help, dataclass_overrides,
-                                description, default_preset, load_preset, non_negative_float, positive_int,
+                                description, default_preset, flag_of, load_preset, non_negative_float, positive_int,
                                 preset_errors, train_overrides)
 # the parsers read the settings modules only (no torch): the built-in tasks' names and settings classes come from
 # the catalog; the registry, the tasks and the predictors are imported by the functions that run a command
@@ -138,7 +138,7 @@ def _unknown_flags(name: str, extras: list[str]) -> str:
         if entry.command != "finetune" or other == name:
             continue
         for f in dataclasses.fields(entry.config_class):
-            flag = f.metadata.get("flag") or "--" + f.name.replace("_", "-")
+            flag = flag_of(f)
             owners.setdefault(flag, []).append(other)
     parts = []
     for arg in (a for a in extras if a.startswith("--")):
@@ -268,7 +268,7 @@ def _in_flags(message: str, config_class: type = FinetuneRunConfig) -> str:
         for f in dataclasses.fields(cls):
             if f.metadata.get("cli", True) is False:
                 continue
-            flag = f.metadata.get("flag") or "--" + f.name.replace("_", "-")
+            flag = flag_of(f)
             if prefix:
                 flags[prefix + f.name] = flag  # train.seed: a dotted name is never a word
             if "_" in f.name and f.name not in ("text_a", "text_b"):
