@@ -7,7 +7,8 @@ is chosen on it. The 300 test queries (those without train qrels; their qrels ar
 ``--test``.
 
 Rows (all on dev): BM25 (bm25s, title + text); all-MiniLM-L6-v2 zero-shot, one vector (its sentence-transformers
-modules: 256 tokens), naive and late chunking into 128-token pieces; hybrid BM25 + dense (RRF, k 60); zero-shot
+modules: 256 tokens), naive and late chunking into 128- and 256-token pieces (late: windows of 256 and
+512 tokens); hybrid BM25 + dense (RRF, k 60); zero-shot
 MaxSim over MiniLM's last-layer token vectors (documents cut at 256 tokens, or whole in windows of 256), exhaustive;
 trained models given with ``--late-model`` (late interaction: exhaustive, compressed index at 2 and 4 bits, token
 pooling by 2, hybrid) and ``--dense-model`` (one vector, trained in-domain on the same rows); PyLate's dev run (``--peer-run``).
@@ -135,6 +136,25 @@ def query_profile(enc: LateInteractionEncoder, index: LateInteractionIndex, quer
     return {f"query_{k}_ms": harness.summarize(v).median for k, v in parts.items()}
 
 
+CHUNK_TOKENS = (128, 256)
+CHUNK_WINDOWS = (256, 512)
+
+
+def chunking_rows(evaluate, args, corpus: dict[str, str]) -> None:
+    """One vector per chunk, a document scoring as its best chunk: naive chunking (each piece embedded alone) and
+    late chunking (the whole document encoded in overlapping windows of 256 or 512 tokens, then each piece's token
+    vectors mean-pooled). The window is the tokenizer's ``max_length`` (the model's own is 512)."""
+    for size in CHUNK_TOKENS:
+        emb = Embedder.from_pretrained(args.model, precision=args.precision)
+        evaluate(f"dense-naive-{size}", f"MiniLM one vector per {size}-token chunk, naive chunking",
+                 DenseRetriever(emb, corpus, chunking="naive", chunk_tokens=size))
+        for window in CHUNK_WINDOWS:
+            emb.tokenizer.max_length = window
+            evaluate(f"dense-late-{size}-w{window}",
+                     f"MiniLM one vector per {size}-token chunk, late chunking, {window}-token windows",
+                     DenseRetriever(emb, corpus, chunking="late", chunk_tokens=size))
+
+
 def score_row(rows: list, key: str, label: str, retriever, dev, test_queries: dict | None, **extra) -> dict:
     """Answer the dev queries, append the row (scores x 100, batch ms/query, ``extra``) to ``rows`` and print it;
     with ``test_queries``, also write their run to ``scifact_test_<key>.trec``. Returns the dev run."""
@@ -228,11 +248,8 @@ def main(argv=None) -> None:
             return
         evaluate("dense", "MiniLM zero-shot, one vector (256 tokens)", dense)
         evaluate("hybrid", "hybrid: BM25 + MiniLM one vector (RRF 60)", FusionRetriever([bm25, dense]))
-        for chunking in () if args.skip_chunking else ("naive", "late"):
-            for size in (128,):
-                r = DenseRetriever(emb, corpus, chunking=chunking, chunk_tokens=size)
-                evaluate(f"dense-{chunking}-{size}", f"MiniLM one vector per {size}-token chunk, {chunking} chunking",
-                         r)
+        if not args.skip_chunking:
+            chunking_rows(evaluate, args, corpus)
         for name, cfg in zero_shot_configs.items():
             enc = LateInteractionEncoder(emb, cfg)
             docs, seconds = cached_tokens(enc, texts, f"{tag}-{name}")

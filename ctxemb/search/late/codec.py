@@ -56,8 +56,13 @@ class ResidualCodec:
         self.code_dtype = np.uint16 if K <= 65536 else np.int32
         per_byte = 8 // nbits
         byte = np.arange(256, dtype=np.uint16)[:, None]
-        self._unpack = ((byte >> (nbits * np.arange(per_byte))) & (2 ** nbits - 1)).astype(np.int64)  # (256, per)
-        self._flat_offset = (np.arange(D, dtype=np.int64) * 2 ** nbits)[None, :]
+        unpack = (byte >> (nbits * np.arange(per_byte))) & (2 ** nbits - 1)  # (256, per): a byte's bucket ids
+        # Decoding table: row p * 256 + b holds the per_byte residual values that byte b decodes to at byte position p,
+        # so decompressing is one gather of rows (N * P of them) instead of unpacking and gathering N * D values.
+        n_bytes = D // per_byte
+        dims = np.arange(D).reshape(n_bytes, 1, per_byte)
+        self._table = np.ascontiguousarray(self.values[dims, unpack[None]].reshape(n_bytes * 256, per_byte))
+        self._byte_offset = (np.arange(n_bytes, dtype=np.intp) * 256)[None, :]
         self._search = None
 
     @property
@@ -108,9 +113,9 @@ class ResidualCodec:
                     np.zeros((x.shape[1], 2 ** nbits), np.float32), nbits)
         residuals = x - codec.centroids[codec.assign(x)]
         B = 2 ** nbits
-        codec.cutoffs[:] = np.quantile(residuals, np.arange(1, B) / B, axis=0).T
-        codec.values[:] = np.quantile(residuals, (np.arange(B) + 0.5) / B, axis=0).T
-        return codec
+        cutoffs = np.quantile(residuals, np.arange(1, B) / B, axis=0).T
+        values = np.quantile(residuals, (np.arange(B) + 0.5) / B, axis=0).T
+        return cls(codec.centroids, cutoffs, values, nbits)
 
     # ------------------------------------------------------------------------------------------------ coding
     def assign(self, vectors: np.ndarray, *, batch: int = 65536) -> np.ndarray:
@@ -145,9 +150,10 @@ class ResidualCodec:
 
     def decompress(self, codes: np.ndarray, packed: np.ndarray) -> np.ndarray:
         """(N, D) float32 unit vectors from (N,) centroid ids and (N, P) packed residuals."""
-        buckets = self._unpack[np.asarray(packed)].reshape(len(packed), self.dim)  # (N, D) bucket ids
-        x = self.centroids[np.asarray(codes, dtype=np.int64)] + self.values.ravel()[buckets + self._flat_offset]
-        x /= np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
+        rows = np.asarray(packed).astype(np.intp) + self._byte_offset  # (N, P) rows of the decoding table
+        x = np.take(self._table, rows, axis=0).reshape(len(rows), self.dim)
+        x += np.take(self.centroids, np.asarray(codes, dtype=np.intp), axis=0)
+        x /= np.maximum(np.sqrt(np.einsum("nd,nd->n", x, x)), 1e-12)[:, None]
         return x
 
     # ------------------------------------------------------------------------------------------------ saving
