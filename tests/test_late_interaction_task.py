@@ -64,6 +64,10 @@ def test_a_run_trains_saves_and_the_search_encoder_gives_the_models_vectors(beir
     assert run.final_metrics["mrr@10"] > 0 and len(run.eval_history) == 2
     saved = tmp_path / "run" / "model"
     assert (saved / "1_Dense" / "model.safetensors").is_file()
+    pylate = json.loads((saved / "config_sentence_transformers.json").read_text())  # the tokenizer's punctuation
+    assert pylate["skiplist_words"] == ["!", ",", ".", "?"] and pylate["query_prefix"] == ""
+    assert (pylate["query_length"], pylate["document_length"]) == (8, 24)
+    assert "models.ColBERT(" in (saved / "README.md").read_text()
     encoder = LateInteractionEncoder.from_pretrained(saved, precision="fp32")
     assert encoder.dim == 16 and encoder.config.document_length == 24 and encoder.config.query_length == 8
     model = task.load(saved)

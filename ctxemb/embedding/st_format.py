@@ -44,6 +44,7 @@ import torch.nn.functional as F
 from ctxemb.core.validation import CorruptFileError, check_bool, check_choice, check_int, read_json_file
 from ctxemb.core.atomic import recover_directory
 from ctxemb.models.hub import resolve_model_dir
+from ctxemb.modeling.pylate_format import has_sentence_modules
 from ctxemb.embedding.st_fit import check_fit, recorded_choices
 from ctxemb.models.tokenization import TokenizedText, Tokenizer
 
@@ -174,7 +175,8 @@ def encoder_dir(model: str | os.PathLike) -> tuple[Path, SentenceModules | None]
 
     An s-t directory may keep its Transformer in a subfolder (``0_Transformer``, as older s-t versions saved it);
     every other model is resolved by :func:`ctxemb.models.hub.resolve_model_dir`. A directory a crashed save left
-    missing is restored first (:func:`ctxemb.core.atomic.recover_directory`).
+    missing is restored first (:func:`ctxemb.core.atomic.recover_directory`). A late-interaction model's
+    ``modules.json`` is PyLate's (:func:`~ctxemb.modeling.pylate_format.has_sentence_modules`): no modules.
 
     Raises:
         FileNotFoundError: the model or its Transformer folder cannot be found.
@@ -184,11 +186,11 @@ def encoder_dir(model: str | os.PathLike) -> tuple[Path, SentenceModules | None]
     path = Path(model).expanduser() if isinstance(model, (str, os.PathLike)) else None
     if path is not None:
         recover_directory(path)  # a save killed between the renames of a replace left no directory here until now
-    if path is not None and path.is_dir() and (path / "modules.json").is_file():
+    if path is not None and path.is_dir() and has_sentence_modules(path):
         modules = read_sentence_transformers(path)
         return path / modules.transformer_path, modules
     root = resolve_model_dir(model)
-    return root, read_sentence_transformers(root) if (root / "modules.json").is_file() else None
+    return root, read_sentence_transformers(root) if has_sentence_modules(root) else None
 
 
 def configured_layers_win(modules: SentenceModules | None, config_keys) -> SentenceModules | None:

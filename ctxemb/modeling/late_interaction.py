@@ -9,8 +9,13 @@ against its positive, the other queries' positives and every hard negative of th
 The conventions that turn texts into model inputs (:class:`LateInteractionConfig`, :func:`query_input_ids`,
 :func:`document_pieces`) live here too, so that training and search build the same inputs.
 
-Saved as the encoder's HF directory plus ``1_Dense/`` (``linear.weight``, (D, H)), the layout of PyLate's
-``Dense`` module; :class:`~ctxemb.search.late.LateInteractionEncoder` loads it for indexing and search.
+With ``cache_batch_size`` set, training embeds queries and documents in mini-batches and back-propagates through
+cached vector gradients (GradCache, :mod:`ctxemb.modeling.grad_cache`): the gradients of the plain loss with the
+activation memory of one mini-batch, for a second forward pass.
+
+Saved as the encoder's HF directory plus ``1_Dense/`` (``linear.weight``, (D, H)) and the files PyLate reads
+(:mod:`ctxemb.modeling.pylate_format`): ``pylate.models.ColBERT(DIR)`` loads it with the same conventions, and
+:class:`~ctxemb.search.late.LateInteractionEncoder` loads it for indexing and search.
 
 Shapes: B queries, N = B * (1 + K) documents (positives, then K blocks of B hard negatives), Tq query tokens,
 Td document tokens, H hidden size, D projection width.
@@ -18,7 +23,6 @@ Td document tokens, H hidden size, D projection width.
 
 from __future__ import annotations
 
-import json
 import os
 import string
 from dataclasses import dataclass, field
@@ -27,7 +31,7 @@ from typing import Sequence
 
 import torch
 import torch.nn.functional as F
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
 from torch import nn
 
 from ctxemb.core.validation import read_json_file
@@ -35,10 +39,9 @@ from ctxemb.modeling.base import EncoderWithHeads
 from ctxemb.modeling.checkpoint import load_encoder_dir, save_pretrained
 from ctxemb.modeling.contrastive_loss import false_negative_mask
 from ctxemb.modeling.encoder import Encoder
+from ctxemb.modeling.grad_cache import cached_loss, mini_batches
+from ctxemb.modeling.pylate_format import DENSE_DIR, LATE_CONFIG_KEY, write_pylate_modules
 from ctxemb.models.head_options import LateInteractionConfig
-
-DENSE_DIR = "1_Dense"
-LATE_CONFIG_KEY = "ctxemb_late_interaction"
 # LateInteractionConfig lives in ctxemb.models.head_options (the fine-tuning configuration reads it without torch)
 
 
@@ -132,13 +135,22 @@ class EncoderForLateInteraction(EncoderWithHeads):
         dim: D, the projection's width.
         scale: multiplies the scores in the loss (1 = ColBERT).
         projection: an initial (D, H) weight (e.g. a trained one); default random (PyTorch's Linear init).
+        cache_batch_size: GradCache mini-batch size in texts (None: the plain loss); see the module docstring.
+
+    Raises:
+        ValueError: a bad ``dim``, ``scale``, ``projection`` shape or ``cache_batch_size``.
     """
 
-    def __init__(self, encoder: Encoder, *, dim: int = 128, scale: float = 1.0, projection: torch.Tensor | None = None):
+    def __init__(self, encoder: Encoder, *, dim: int = 128, scale: float = 1.0, projection: torch.Tensor | None = None,
+                 cache_batch_size: int | None = None):
         if isinstance(dim, bool) or not isinstance(dim, int) or dim < 1:
             raise ValueError(f"dim must be a positive int, got {dim!r}")
         if not scale > 0:
             raise ValueError(f"scale must be > 0, got {scale!r}")
+        if cache_batch_size is not None and (isinstance(cache_batch_size, bool) or not isinstance(cache_batch_size, int)
+                                             or cache_batch_size < 1):
+            raise ValueError(f"cache_batch_size must be a positive int (texts per GradCache mini-batch) or None; got "
+                             f"{cache_batch_size!r}")
         super().__init__(encoder)
         self.linear = nn.Linear(encoder.config.hidden_size, dim, bias=False)
         if projection is not None:
@@ -148,6 +160,7 @@ class EncoderForLateInteraction(EncoderWithHeads):
             with torch.no_grad():
                 self.linear.weight.copy_(projection)
         self.scale = float(scale)
+        self.cache_batch_size = cache_batch_size
         self.conventions: dict = {}  # a LateInteractionConfig as a dict, saved with the model
         encoder.pooler.requires_grad_(False) if getattr(encoder, "pooler", None) is not None else None
         self.train(encoder.training)
@@ -164,44 +177,58 @@ class EncoderForLateInteraction(EncoderWithHeads):
                 ) -> LateInteractionOutput:
         """The loss of one batch: queries (B, Tq) (their [MASK] expansion positions carry attention mask 0 and are
         scored), documents (N, Td) with ``doc_mask`` (N, Td) marking the tokens that count; optional text keys (B,),
-        (N,) that leave false negatives out (:func:`~ctxemb.modeling.contrastive_loss.false_negative_mask`)."""
+        (N,) that leave false negatives out (:func:`~ctxemb.modeling.contrastive_loss.false_negative_mask`).
+        With ``cache_batch_size`` set, in training mode with gradients enabled, the GradCache path."""
         B, N = query_input_ids.shape[0], doc_input_ids.shape[0]
         if N % B or N < B:
             raise ValueError(f"doc_input_ids must hold B={B} positives and K blocks of B hard negatives; got {N} rows")
-        q = self.vectors(query_input_ids, query_attention_mask)
-        d = self.vectors(doc_input_ids, doc_attention_mask)
-        scores = maxsim_scores(q, d, doc_mask.bool())
+
+        def loss_of(q: torch.Tensor, d: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            return self.loss(q, d, doc_mask.bool(), query_keys, doc_keys)
+
+        if self.cache_batch_size is not None and self.training and torch.is_grad_enabled():
+            m = self.cache_batch_size
+            loss, scores = cached_loss(self.vectors, [mini_batches(m, query_input_ids, query_attention_mask),
+                                                      mini_batches(m, doc_input_ids, doc_attention_mask)], loss_of)
+        else:
+            loss, scores = loss_of(self.vectors(query_input_ids, query_attention_mask),
+                                   self.vectors(doc_input_ids, doc_attention_mask))
+        target = torch.arange(B, device=scores.device)
+        accuracy = float((scores.argmax(-1) == target).float().mean())
+        return LateInteractionOutput(loss=loss, metrics={"accuracy": accuracy})
+
+    def loss(self, queries: torch.Tensor, documents: torch.Tensor, doc_mask: torch.Tensor,
+             query_keys: torch.Tensor | None = None, doc_keys: torch.Tensor | None = None
+             ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(the loss, the (B, N) scores detached) of (B, Tq, D) query vectors against (N, Td, D) document vectors:
+        the cross-entropy of each query against its positive (document i) on ``scale`` times the MaxSim scores, false
+        negatives (equal text keys) left out."""
+        scores = maxsim_scores(queries, documents, doc_mask)
         if query_keys is not None and doc_keys is not None:
             scores = scores.masked_fill(false_negative_mask(query_keys, doc_keys), float("-inf"))
-        target = torch.arange(B, device=scores.device)
-        loss = F.cross_entropy(self.scale * scores, target)
-        accuracy = float((scores.detach().argmax(-1) == target).float().mean())
-        return LateInteractionOutput(loss=loss, metrics={"accuracy": accuracy})
+        target = torch.arange(queries.shape[0], device=scores.device)
+        return F.cross_entropy(self.scale * scores, target), scores.detach()
 
     def depth_modules(self) -> list[tuple[int, str, nn.Module]]:
         return self.encoder_depth_modules() + [(self.encoder.num_layers + 1, "linear", self.linear)]
 
-    def save_pretrained(self, out_dir: str | os.PathLike) -> Path:
-        """The encoder (a bare HF directory), the projection under ``1_Dense/`` and :attr:`conventions` (a
-        :class:`LateInteractionConfig` as a dict) under ``ctxemb_late_interaction`` in config.json."""
+    def save_pretrained(self, out_dir: str | os.PathLike, *, tokenizer=None) -> Path:
+        """The encoder (a bare HF directory), :attr:`conventions` (a :class:`LateInteractionConfig` as a dict) under
+        ``ctxemb_late_interaction`` in config.json, the projection under ``1_Dense/`` and the files PyLate reads
+        (:mod:`ctxemb.modeling.pylate_format`). The tokenizer's files are the caller's to copy; ``tokenizer``, if
+        given, restricts PyLate's punctuation skiplist to its vocabulary (default: every punctuation character)."""
         out_dir = Path(out_dir)
         extra = {LATE_CONFIG_KEY: {"dim": self.linear.out_features, "scale": self.scale,
                                    "conventions": self.conventions}}
         save_pretrained(self.encoder, out_dir, config_extra=extra)
-        dense = out_dir / DENSE_DIR
-        dense.mkdir(parents=True, exist_ok=True)
-        save_file({"linear.weight": self.linear.weight.detach().to("cpu", torch.float32).contiguous()},
-                  str(dense / "model.safetensors"))
-        (dense / "config.json").write_text(json.dumps({
-            "in_features": self.linear.in_features, "out_features": self.linear.out_features, "bias": False,
-            "activation_function": "torch.nn.modules.linear.Identity"}, indent=2))
+        write_pylate_modules(out_dir, self.linear.weight, LateInteractionConfig.from_dict(self.conventions), tokenizer)
         return out_dir
 
     @classmethod
-    def from_pretrained(cls, model_dir: str | os.PathLike, *, dim: int = 128, scale: float | None = None
-                        ) -> "EncoderForLateInteraction":
+    def from_pretrained(cls, model_dir: str | os.PathLike, *, dim: int = 128, scale: float | None = None,
+                        cache_batch_size: int | None = None) -> "EncoderForLateInteraction":
         """Load a saved late-interaction model, or start one from a plain encoder directory (a fresh projection of
-        width ``dim``)."""
+        width ``dim``); ``cache_batch_size`` as in the constructor (a training setting, not saved)."""
         model_dir = Path(model_dir)
         encoder, _ = load_encoder_dir(model_dir)
         projection = load_projection(model_dir)
@@ -209,7 +236,7 @@ class EncoderForLateInteraction(EncoderWithHeads):
         if projection is not None:
             dim = projection.shape[0]
         model = cls(encoder, dim=dim, scale=scale if scale is not None else settings.get("scale", 1.0),
-                    projection=projection)
+                    projection=projection, cache_batch_size=cache_batch_size)
         model.conventions = dict(settings.get("conventions") or {})
         return model
 

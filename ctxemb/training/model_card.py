@@ -24,6 +24,7 @@ from typing import Any, Mapping
 
 from ctxemb.core.validation import read_json_file
 from ctxemb.models.encoder_config import CTXEMB_MODEL_TYPE
+from ctxemb.modeling.pylate_format import LATE_CONFIG_KEY
 from ctxemb.modeling.remote_code import REFUSAL_KEY
 from ctxemb.models.hub import DEFAULT_MODEL
 
@@ -207,7 +208,15 @@ def _usage(record: Mapping[str, Any], model_dir: Path | None) -> list[str]:
         lines += [f"(transformers loads the encoder; the task head of this `{(record.get('settings') or {}).get('head')}`"
                   " model is ctxemb's, so use `ctxemb predict` or `ctxemb.tasks.predictor.load_predictor` for "
                   "predictions.)", ""]
-    if model_dir is not None and (model_dir / "modules.json").is_file():
+    if LATE_CONFIG_KEY in config:  # a late-interaction model: its modules.json is PyLate's ColBERT layout
+        lines += ["With ctxemb for search (the conventions it was trained with):", "", "```python",
+                  "from ctxemb.search.late import LateInteractionEncoder", "",
+                  f'encoder = LateInteractionEncoder.from_pretrained("{name}")', "```", "",
+                  "With PyLate (the same markers, lengths, [MASK] expansion, skiplist and projection):", "",
+                  "```python", "from pylate import models", "",
+                  f'model = models.ColBERT(model_name_or_path="{name}")',
+                  'queries = model.encode(["A query."], is_query=True)', "```", ""]
+    elif model_dir is not None and (model_dir / "modules.json").is_file():
         lines += ["With sentence-transformers (the directory has `modules.json`, so the pooling it was trained with "
                   "is used):", "", "```python", "from sentence_transformers import SentenceTransformer", "",
                   f'model = SentenceTransformer("{name}")', 'embeddings = model.encode(["A sentence to embed."])',

@@ -37,6 +37,8 @@ class LateInteractionTaskConfig(FinetuneRunConfig):
         projection_init: how a new projection starts: ``"pca"``, the top ``dim`` right singular vectors of the
             encoder's token vectors over up to 256 training documents (uncentred, so dot products are kept as well
             as ``dim`` dimensions can), or ``"random"`` (PyTorch's default init, as ColBERT).
+        cache_batch_size: GradCache mini-batch size in texts (None: the plain loss). Gradients equal the plain
+            loss's; activation memory holds one mini-batch, for a second forward pass of every text.
         eval_batch_size: texts per batch in the dev evaluation.
     """
 
@@ -62,6 +64,9 @@ class LateInteractionTaskConfig(FinetuneRunConfig):
     projection_init: str = field(default="pca", metadata=_meta(
         "a new projection starts as the top principal directions of the encoder's document token vectors (pca; "
         "MaxSim then starts near the encoder's own) or at random (random)", choices=("pca", "random")))
+    cache_batch_size: int | None = field(default=None, metadata=_meta(
+        "GradCache: embed queries and documents in mini-batches of this many texts (same gradients, memory of one "
+        "mini-batch, a second forward pass; for large batches)", type="positive_int"))
     eval_batch_size: int = field(default=32, metadata=_meta("texts per batch in the dev evaluation",
                                                             type="positive_int"))
 
@@ -81,6 +86,11 @@ class LateInteractionTaskConfig(FinetuneRunConfig):
         if isinstance(self.hard_negatives, bool) or not isinstance(self.hard_negatives, int) \
                 or self.hard_negatives < 0:
             raise ValueError(f"hard_negatives must be an int >= 0; got {self.hard_negatives!r}")
+        if self.cache_batch_size is not None and (isinstance(self.cache_batch_size, bool)
+                                                  or not isinstance(self.cache_batch_size, int)
+                                                  or self.cache_batch_size < 1):
+            raise ValueError(f"cache_batch_size must be a positive int (texts per GradCache mini-batch) or None; got "
+                             f"{self.cache_batch_size!r}")
         self.conventions()  # checks query_length and max_length
 
     def conventions(self) -> LateInteractionConfig:

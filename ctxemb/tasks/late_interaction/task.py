@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import random
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,12 +34,13 @@ from ctxemb.tasks.sequence.features import pad_ids
 # the settings (LateInteractionTaskConfig and the task names) live in finetuning.late_interaction_config, read without
 # torch; importable from here as before
 from ctxemb.tasks.late_interaction.config import LATE_INTERACTION_TASKS, LateInteractionTaskConfig  # noqa: F401
-from ctxemb.training.task import Task, TaskData
+from ctxemb.training.task import Task, TaskData, save_model_files
 from ctxemb.io.beir import load_beir
 from ctxemb.models.head_options import BERT_MARKERS
 from ctxemb.modeling.late_interaction import (EncoderForLateInteraction, LateInteractionConfig,
                                               document_pieces, load_projection, marker_ids, pad_queries,
                                               punctuation_ids, query_input_ids)
+from ctxemb.modeling.pylate_format import write_pylate_config
 from ctxemb.models.hub import resolve_model_dir
 
 logger = logging.getLogger(__name__)
@@ -146,8 +148,12 @@ class LateInteractionTask(Task):
         return TaskData(train=train, eval=evaluation, labels=None)
 
     def build_model(self, config: LateInteractionTaskConfig, data: TaskData) -> EncoderForLateInteraction:
+        if config.cache_batch_size is not None and int(os.environ.get("WORLD_SIZE", "1")) > 1:
+            raise ValueError("cache_batch_size (GradCache) runs in a single process; under torchrun "
+                             f"(WORLD_SIZE={os.environ['WORLD_SIZE']}) use the plain loss (cache_batch_size=None)")
         directory = resolve_model_dir(config.model)
-        model = EncoderForLateInteraction.from_pretrained(directory, dim=config.dim, scale=config.scale)
+        model = EncoderForLateInteraction.from_pretrained(directory, dim=config.dim, scale=config.scale,
+                                                          cache_batch_size=config.cache_batch_size)
         model.conventions = config.conventions().to_dict()
         if config.projection_init == "pca" and load_projection(directory) is None:
             from ctxemb.modeling.loading import load_tokenizer
@@ -183,6 +189,13 @@ class LateInteractionTask(Task):
             return _mrr(q, d, relevant)
 
         return evaluate
+
+    def save(self, model, directory, config: LateInteractionTaskConfig, data: TaskData, tokenizer, *,
+             train_config) -> None:
+        save_model_files(model, directory, config, tokenizer, train_config=train_config)
+        # PyLate's punctuation skiplist from this tokenizer's vocabulary, as ctxemb skips (save_pretrained alone
+        # writes every punctuation character)
+        write_pylate_config(directory, config.conventions(), tokenizer)
 
     def load(self, model_dir) -> EncoderForLateInteraction:
         return EncoderForLateInteraction.from_pretrained(resolve_model_dir(model_dir))
