@@ -1,6 +1,6 @@
 """The embedding API: :class:`Embedder` (layer and subword pooling over an encoder's hidden states), its settings,
-a corpus embedded into one array (one process, torchrun), fill-mask, and the sentence-transformers directory format
-(read, checked against its encoder, written).
+a corpus embedded into one array (one process, torchrun) or into vector shards by a pool of Ray actors, fill-mask,
+and the sentence-transformers directory format (read, checked against its encoder, written).
 
 The names below are imported on first use, so that reading :mod:`ctxemb.embedding.config` loads no torch.
 """

@@ -31,8 +31,9 @@ checks, the embedder-configuration comparison), ``results`` (``Hit``), ``persist
 lock), ``storage`` (the saved directory), ``faiss_structures`` (the FAISS structures), ``text`` (the embedder
 helpers), ``documents`` (``DocumentIndex``), ``chunking`` (late chunking: passages pooled from the whole
 document's token vectors), ``fusion`` (hybrid settings, rank fusion), ``lexical`` (the BM25 half,
-on ``bm25s``), ``sharded`` (one on-disk IVF-PQ index from shards added by several processes or machines) and
-``shard_files`` (its trained-quantizer and partial directories).
+on ``bm25s``), ``sharded`` (one on-disk IVF-PQ index from shards added by several processes or machines),
+``shard_files`` (its trained-quantizer and partial directories) and ``ray_build`` (an index from the vector shards a
+Ray cluster embedded).
 
 The names below are imported on first use: reading the option names of :mod:`~ctxemb.search.params` and
 :mod:`~ctxemb.search.fusion` (what ``ctxemb index --help`` does) loads no FAISS.
