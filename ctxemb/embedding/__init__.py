@@ -13,6 +13,7 @@ _EXPORTS = {
     "Embedder": "ctxemb.embedding.embedder",
     "EmbedderConfig": "ctxemb.embedding.config",
     "PlannedBatch": "ctxemb.embedding.embedder",
+    "QueryEncoder": "ctxemb.embedding.query",
     "SENTENCE_POOLINGS": "ctxemb.embedding.st_format",
 }
 

@@ -11,7 +11,8 @@ Array level (no model needed)::
 
 With an embedder: ``build_sentence_index``, ``build_word_index``, ``query_sentences``, ``query_words``; and
 ``build_document_index`` for documents longer than a sentence (a ``DocumentIndex``: each document scored by its whole
-text and its best passage, ``index.search(embedder, queries)``).
+text and its best passage, ``index.search(embedder, queries)``). One query at a time, for serving:
+``QuerySearcher(index, QueryEncoder(emb, **query_options(index, emb)))``, its set-up done once.
 
 Hybrid (BM25 beside the vectors, ids shared; needs ``bm25s``)::
 
@@ -29,7 +30,8 @@ Concurrency: a save holds the directory's lock (a second writer gets ``Directory
 Modules: ``params`` (index kinds and their parameter objects), ``index`` (``SemanticIndex``), ``inputs`` (argument
 checks, the embedder-configuration comparison), ``results`` (``Hit``), ``persistence`` (save, load, the on-disk write
 lock), ``storage`` (the saved directory), ``faiss_structures`` (the FAISS structures), ``text`` (the embedder
-helpers), ``documents`` (``DocumentIndex``), ``chunking`` (late chunking: passages pooled from the whole
+helpers), ``documents`` (``DocumentIndex``), ``serving`` (``QuerySearcher``: one query text at a time, for
+serving), ``chunking`` (late chunking: passages pooled from the whole
 document's token vectors), ``fusion`` (hybrid settings, rank fusion), ``lexical`` (the BM25 half,
 on ``bm25s``), ``sharded`` (one on-disk IVF-PQ index from shards added by several processes or machines),
 ``shard_files`` (its trained-quantizer and partial directories) and ``ray_build`` (an index from the vector shards a
@@ -60,12 +62,14 @@ _EXPORTS = {
     "IndexKind": "ctxemb.search.params",
     "IndexParams": "ctxemb.search.params",
     "Metric": "ctxemb.search.params",
+    "QuerySearcher": "ctxemb.search.serving",
     "SemanticIndex": "ctxemb.search.index",
     "build_document_index": "ctxemb.search.documents",
     "build_sentence_index": "ctxemb.search.text",
     "build_word_index": "ctxemb.search.text",
     "embedder_config_differences": "ctxemb.search.inputs",
     "make_params": "ctxemb.search.params",
+    "query_options": "ctxemb.search.serving",
     "query_sentences": "ctxemb.search.text",
     "query_words": "ctxemb.search.text",
     "split_passages": "ctxemb.search.documents",

@@ -218,6 +218,30 @@ class DocumentIndex:
         recipe = _recipe(self.documents, "sentences")
         self.documents.check_config(embedder_config_dict(embedder))
         mode = check_mode(mode, self.documents.hybrid)
+        fusion_settings(self.documents.hybrid, mode, fusion)  # every argument checked before anything is embedded
+        check_int(k, "k", low=1)
+        single = isinstance(texts, str)
+        batch = check_string_batch([texts] if single else texts, "texts", allow_empty_batch=True)
+        q = None
+        if batch and mode != "bm25":
+            q = _embed_texts(embedder, batch, recipe, batch_size=batch_size,
+                             show_progress_bar=show_progress_bar)  # (Q, H)
+        return self.search_embedded(q, texts, k, mode=mode, passage_weight=passage_weight, candidates=candidates,
+                                    **fusion)
+
+    def search_embedded(self, queries: np.ndarray | None, texts: str | Sequence[str], k: int = 10, *,
+                        mode: str | None = None, passage_weight: float | None = None, candidates: int | None = None,
+                        **fusion) -> list[list[DocumentHit]] | list[DocumentHit]:
+        """:meth:`search` of queries already embedded as the index's texts were (``embed_sentences`` with
+        :func:`ctxemb.search.serving.query_options`, or a :class:`~ctxemb.embedding.query.QueryEncoder` made with
+        them); the embedder's configuration is the caller's to check.
+
+        Args:
+            queries: (Q, H) query vectors, or (H,) for a single text; None for ``mode="bm25"``.
+            texts: the Q query texts (one str for a single query): BM25's input.
+            k, mode, passage_weight, candidates, fusion: as for :meth:`search`.
+        """
+        mode = check_mode(mode, self.documents.hybrid)
         settings = fusion_settings(self.documents.hybrid, mode, fusion)
         single = isinstance(texts, str)
         texts = check_string_batch([texts] if single else texts, "texts", allow_empty_batch=True)
@@ -229,7 +253,12 @@ class DocumentIndex:
             hits = [[DocumentHit(h.id, h.score, h.metadata, None) for h in row]
                     for row in self.documents.search(None, k, texts=texts, mode="bm25")]
             return hits[0] if single else hits
-        q = _embed_texts(embedder, texts, recipe, batch_size=batch_size, show_progress_bar=show_progress_bar)  # (Q, H)
+        if queries is None:
+            raise ValueError(f"queries (the query vectors) are needed for mode={mode!r}")
+        q = np.asarray(queries, dtype=np.float32)
+        q = q[None] if q.ndim == 1 else q  # (Q, H)
+        if len(q) != len(texts):
+            raise ValueError(f"{len(q)} query vectors for {len(texts)} texts: expected one vector per text")
         c = self.candidates if candidates is None else check_int(candidates, "candidates", low=1)
         ranked = self.search_vectors(q, k if mode == "vector" else c, passage_weight=passage_weight, candidates=c)
         if mode == "hybrid":
