@@ -18,7 +18,7 @@ import torch
 
 import ctxemb.embedding.embedder as embedding
 from ctxemb.cli import main
-from ctxemb.embedding.corpus import _deal, _units, embed_corpus_to_file, read_text_lines
+from ctxemb.embedding.corpus import _deal, batch_units, embed_corpus_to_file, read_text_lines
 from ctxemb.embedding.embedder import Embedder, PlannedBatch
 from ctxemb.runtime.distributed import DistributedContext, call_on_every_rank
 from tests.helpers import write_tiny_model
@@ -79,7 +79,7 @@ def test_every_rank_running_its_whole_batches_gives_the_same_bits(emb, monkeypat
     texts = _texts(45, seed=2)
     reference = emb.embed_sentences(texts, batch_size=3, **NO_BAR)
     counts = [len(t) for t in emb.tokenizer.tokenize(texts)]
-    plan = _deal(_units(emb.plan_sentence_batches(counts, batch_size=3)), world_size)
+    plan = _deal(batch_units(emb.plan_sentence_batches(counts, batch_size=3)), world_size)
     seen = []
     for units in plan:
         for unit in units:
@@ -96,7 +96,7 @@ def test_every_rank_running_its_whole_batches_gives_the_same_bits(emb, monkeypat
 
 def test_batches_sharing_a_windowed_text_stay_on_one_rank():
     batches = [PlannedBatch((5, 1), 40), PlannedBatch((2,), 30), PlannedBatch((5, 3), 20), PlannedBatch((4,), 10)]
-    units = _units(batches)
+    units = batch_units(batches)
     assert [(u.texts, u.tokens, u.order) for u in units] == [((1, 3, 5), 60, 0), ((2,), 30, 1), ((4,), 10, 3)]
     plan = _deal(units, 2)
     assert [[u.texts for u in shard] for shard in plan] == [[(1, 3, 5)], [(2,), (4,)]]

@@ -83,7 +83,7 @@ def test_text_with_no_token_is_rejected_like_an_empty_one(emb, text):
 def test_no_token_error_names_the_index_in_the_callers_batch(emb, monkeypatch, tmp_path):
     import ctxemb.embedding.embedder as embedding
 
-    monkeypatch.setattr(embedding, "_CHUNK", 2)  # texts are tokenized in chunks: the index must still be global
+    monkeypatch.setattr(embedding, "TEXTS_PER_PLAN", 2)  # tokenized in chunks: the index must stay global
     with pytest.raises(ValueError, match=r"texts\[3\] has no token"):
         emb.embed_sentences(["a", "b", "c", "\x00", "d"], **NO_BAR)
     out = tmp_path / "e.npy"

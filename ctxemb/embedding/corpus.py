@@ -181,7 +181,7 @@ def embed_corpus_to_file(embedder: Embedder, texts: Sequence[str] | os.PathLike,
         _check_same_everywhere(call_on_every_rank(prepare, ctx))
         job = here["job"]
         counts = np.concatenate(call_on_every_rank(lambda: job.count_tokens(ctx), ctx)).tolist()
-        plan = _deal(_units(embedder.plan_sentence_batches(counts, batch_size=job.batch_size)), ctx.world_size)
+        plan = _deal(batch_units(embedder.plan_sentence_batches(counts, batch_size=job.batch_size)), ctx.world_size)
         if ctx.is_main:
             logger.info("%d texts, %d batches, %d process(es): padded tokens per process %s", len(job.texts),
                         sum(len(units) for units in plan), ctx.world_size, [sum(u.tokens for u in units)
@@ -214,7 +214,7 @@ class _Unit:
     order: int
 
 
-def _units(batches: Sequence[PlannedBatch]) -> list[_Unit]:
+def batch_units(batches: Sequence[PlannedBatch]) -> list[_Unit]:
     """Group the batches that share a text (a long text's windows) so that one rank runs all of them."""
     parent = list(range(len(batches)))
 
@@ -280,7 +280,7 @@ def _check_out_path(out_path, overwrite: bool) -> Path:
     return out
 
 
-def _text_list(texts) -> tuple[list[str], Path | None]:
+def text_list(texts) -> tuple[list[str], Path | None]:
     """The texts, checked, and the file they came from (None for a list)."""
     if isinstance(texts, os.PathLike):
         return read_text_lines(texts), Path(texts)
@@ -364,7 +364,7 @@ class _Job:
         dim = embedder.sentence_dim(layers=layers, layer_pooling=layer_pooling, layer_weights=layer_weights,
                                     pooling=pooling)
         out = _check_out_path(out_path, overwrite)
-        texts, source = _text_list(texts)
+        texts, source = text_list(texts)
         options = dict(pooling=pooling, normalize=normalize, layers=layers, layer_pooling=layer_pooling,
                        layer_weights=layer_weights, batch_size=batch_size)
         return cls(embedder, texts, source, out, dim, options, batch_size, show_progress_bar)

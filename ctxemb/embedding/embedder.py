@@ -44,7 +44,7 @@ from ctxemb.models.tokenization import TokenizedText, Tokenizer
 
 logger = logging.getLogger(__name__)
 
-_CHUNK = 4096  # texts sorted and batched together; bounds memory for corpora of any size
+TEXTS_PER_PLAN = 4096  # texts sorted and batched together; bounds memory for corpora of any size
 
 
 class PlannedBatch(NamedTuple):
@@ -340,8 +340,8 @@ class Embedder:
         if cap is not None:
             counts = [min(n, cap - self.tokenizer.num_special_tokens) for n in counts]
         out = []
-        for lo in range(0, len(counts), _CHUNK):
-            windows, lengths, batches = plan_batches(self.tokenizer, counts[lo:lo + _CHUNK], batch_size=batch_size,
+        for lo in range(0, len(counts), TEXTS_PER_PLAN):
+            windows, lengths, batches = plan_batches(self.tokenizer, counts[lo:lo + TEXTS_PER_PLAN], batch_size=batch_size,
                                                      max_tokens_per_batch=self.max_tokens_per_batch)
             for batch in batches:
                 texts = tuple(dict.fromkeys(lo + windows[j].item for j in batch))
@@ -404,10 +404,10 @@ class Embedder:
     def _chunks(self, n: int, show_progress_bar: bool):
         """Chunks of texts, so that tokenized text and pending outputs never hold a whole corpus."""
         from tqdm.auto import tqdm
-        bar = tqdm(total=n, disable=not show_progress_bar or n <= _CHUNK, desc="texts", unit="text")
-        for start in range(0, n, _CHUNK):
-            yield start, min(n, start + _CHUNK)
-            bar.update(min(n, start + _CHUNK) - start)
+        bar = tqdm(total=n, disable=not show_progress_bar or n <= TEXTS_PER_PLAN, desc="texts", unit="text")
+        for start in range(0, n, TEXTS_PER_PLAN):
+            yield start, min(n, start + TEXTS_PER_PLAN)
+            bar.update(min(n, start + TEXTS_PER_PLAN) - start)
         bar.close()
 
     # ---- words --------------------------------------------------------------------------------------------

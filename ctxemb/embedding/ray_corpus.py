@@ -51,8 +51,8 @@ import numpy as np
 from ctxemb.core.locks import DirectoryLock, lock_file_inside
 from ctxemb.core.validation import check_bool, check_choice, check_int
 from ctxemb.embedding.config import EmbedderConfig
-from ctxemb.embedding.corpus import _text_list, _units, read_text_lines
-from ctxemb.embedding.embedder import _CHUNK, Embedder
+from ctxemb.embedding.corpus import text_list, batch_units, read_text_lines
+from ctxemb.embedding.embedder import TEXTS_PER_PLAN, Embedder
 from ctxemb.embedding.st_format import SENTENCE_POOLINGS, encoder_dir
 from ctxemb.embedding.vector_shards import (
     ShardLayout,
@@ -70,7 +70,7 @@ from ctxemb.runtime.ray_session import connect, import_ray, node_id
 logger = logging.getLogger(__name__)
 
 #: Rows per shard by default: one chunk of the one-process plan, so no text is embedded twice.
-DEFAULT_SHARD_ROWS = _CHUNK
+DEFAULT_SHARD_ROWS = TEXTS_PER_PLAN
 #: Tests only: a folder where a file named ``shard-0000k`` makes the actor that writes shard k kill itself
 #: (SIGKILL) once, after the shard's files are written and before they are renamed into place.
 KILL_ENV = "CTXEMB_TEST_RAY_KILL_DIR"
@@ -119,7 +119,7 @@ def _read_texts(texts) -> list[str]:
     if isinstance(texts, (list, tuple)) and any(isinstance(t, os.PathLike) for t in texts):
         raise TypeError("texts mixes paths and strings: give a list of texts, or a list of Paths to files of one "
                         "text per line")
-    return _text_list(texts)[0]
+    return text_list(texts)[0]
 
 
 def _job(embedder: Embedder, texts: Sequence[str], options: dict) -> dict:
@@ -251,8 +251,8 @@ def _run_pipeline(ray, spec: dict, texts: list[str], layout: ShardLayout, todo: 
     items = []
     for k in todo:
         first, end = layout.bounds(k)
-        chunk_first = first // _CHUNK * _CHUNK
-        chunk_end = min(layout.num_rows, -(-end // _CHUNK) * _CHUNK)
+        chunk_first = first // TEXTS_PER_PLAN * TEXTS_PER_PLAN
+        chunk_end = min(layout.num_rows, -(-end // TEXTS_PER_PLAN) * TEXTS_PER_PLAN)
         items.append({"shard": k, "chunk_first": chunk_first, "texts": texts[chunk_first:chunk_end]})
     context = ray.data.DataContext.get_current()
     bars = context.enable_progress_bars
@@ -308,11 +308,11 @@ def embed_shard_rows(embedder: Embedder, texts: Sequence[str], chunk_first: int,
     Returns:
         (end - first, H) float32.
     """
-    if chunk_first % _CHUNK or not chunk_first <= first < end <= chunk_first + len(texts):
+    if chunk_first % TEXTS_PER_PLAN or not chunk_first <= first < end <= chunk_first + len(texts):
         raise ValueError(f"rows [{first}, {end}) are not within the chunk-aligned texts [{chunk_first}, "
                          f"{chunk_first + len(texts)})")
     counts = [len(item) for item in embedder.tokenizer.tokenize(list(texts), first_index=chunk_first)]
-    units = _units(embedder.plan_sentence_batches(counts, batch_size=options["batch_size"]))
+    units = batch_units(embedder.plan_sentence_batches(counts, batch_size=options["batch_size"]))
     out: np.ndarray | None = None
     done = np.zeros(end - first, dtype=bool)
     for unit in sorted(units, key=lambda u: u.order):
