@@ -136,6 +136,8 @@ def query_profile(enc: LateInteractionEncoder, index: LateInteractionIndex, quer
     return {f"query_{k}_ms": harness.summarize(v).median for k, v in parts.items()}
 
 
+#: Compressed-index rows only for models this narrow (the size target: <= 40 bytes per stored token).
+MAX_INDEX_DIM = 128
 CHUNK_TOKENS = (128, 256)
 CHUNK_WINDOWS = (256, 512)
 
@@ -197,7 +199,8 @@ def protocol(payload: dict) -> str:
     return (f"{m['cpu']} ({m['cpu_count']} cores, torch {m['torch']}); {payload['model']} at precision "
             f"{payload['precision']}; nDCG@10, R@100, MRR@10 x 100 (trec_eval's definitions). Latency: one query at a "
             "time, encode + search (+ re-score), median and p99 over 100 dev queries, measured while other jobs shared "
-            "the 2 cores. index_s: encoding the corpus + pooling + codec fit + compression + write.")
+            "the 2 cores. index_s: encoding the corpus + pooling + codec fit + compression + write. Compressed-index rows "
+            f"for models of at most {MAX_INDEX_DIM} dimensions.")
 
 
 def main(argv=None) -> None:
@@ -212,7 +215,9 @@ def main(argv=None) -> None:
     ap.add_argument("--test", default="", help="comma-separated row keys whose test runs are written")
     ap.add_argument("--skip-zero-shot", action="store_true", help="only the trained models' rows")
     ap.add_argument("--render", action="store_true", help="only rewrite the Markdown from the committed JSON")
-    ap.add_argument("--skip-chunking", action="store_true", help="no naive / late chunking rows (two corpus encodes)")
+    ap.add_argument("--skip-chunking", action="store_true", help="no naive / late chunking rows (six corpus encodes)")
+    ap.add_argument("--chunking-only", action="store_true",
+                    help="only BM25, one vector and the chunking rows (beir_scifact_chunking.md)")
     args = ap.parse_args(argv)
     if args.render:
         import json
@@ -250,6 +255,11 @@ def main(argv=None) -> None:
         evaluate("hybrid", "hybrid: BM25 + MiniLM one vector (RRF 60)", FusionRetriever([bm25, dense]))
         if not args.skip_chunking:
             chunking_rows(evaluate, args, corpus)
+        if args.chunking_only:
+            payload = {"machine": harness.machine(), "model": args.model, "precision": emb.config.precision,
+                       "dev_queries": len(dev_ids), "rows": rows, "profiles": {}}
+            return harness.write_results("beir_scifact_chunking", payload,
+                                         render(payload, TITLE + ": naive and late chunking", protocol(payload)))
         for name, cfg in zero_shot_configs.items():
             enc = LateInteractionEncoder(emb, cfg)
             docs, seconds = cached_tokens(enc, texts, f"{tag}-{name}")
@@ -269,7 +279,7 @@ def main(argv=None) -> None:
         evaluate(f"late-exhaustive-{n}", f"{label}: MaxSim exhaustive ({enc.dim} d, float32)", exact,
                  **latency(exact, dev.queries))
         evaluate(f"late-hybrid-{n}", f"{label}: hybrid BM25 + MaxSim", FusionRetriever([bm25, exact]))
-        for nbits in (2, 4):
+        for nbits in () if enc.dim > MAX_INDEX_DIM else (2, 4):
             for pool in (1, 2):
                 sw = harness.Stopwatch()
                 pooled = pool_documents(docs, pool) if pool > 1 else docs
