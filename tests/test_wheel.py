@@ -69,7 +69,8 @@ def test_the_wheel_carries_the_package_data(wheel):
     names = set(zipfile.ZipFile(wheel).namelist())
     assert "ctxemb/data/analysis_corpus.txt" in names
     assert "ctxemb/py.typed" in names
-    assert "ctxemb/runtime/kernels/int8_vnni.cpp" in names  # compiled on first use: the source must travel
+    for source in ("int8_vnni.cpp", "attention.cpp", "common.h"):  # compiled on first use: the sources must travel
+        assert f"ctxemb/runtime/kernels/{source}" in names
     assert not any(n.startswith(("tests/", "benchmarks/", "examples/", "docs/")) for n in names)
     assert wheel.name.startswith(f"ctxemb-{ctxemb.__version__}-")
 

@@ -8,8 +8,9 @@ slower from 96 on. Where the crossover lies depends on the CPU, its threads and 
 once per process (:func:`math_attention_limit`, under a second), not assumed. Both compute softmax(q k^T / sqrt(D) + mask) v
 in float32; they differ by rounding (~1e-6).
 
-Used by the int8 path (:class:`ctxemb.runtime.int8.Int8SelfAttention`); the exact path keeps SDPA, so its vectors
-stay bitwise reproducible from run to run.
+Used by the int8 path (:class:`ctxemb.runtime.int8.Int8SelfAttention`) where its native attention kernel does not run
+(CPUs without AVX512-VNNI, head sizes that are not a multiple of 16); the exact path keeps SDPA, so its vectors stay
+bitwise reproducible from run to run.
 
 Shapes: q, k, v (B, N, T, D); mask additive, broadcastable to (B, N, T, T).
 """

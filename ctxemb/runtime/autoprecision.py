@@ -73,8 +73,9 @@ logger = logging.getLogger(__name__)
 # again (2: int8 with one activation scale per token instead of one per batch; 3, 4: outlier features in float32;
 # 5: the fused int8 kernel with outlier features calibrated once per model; 6: the least mean cosine 0.999; 7: 7-bit
 # int8 weights where the CPU's int8 products are not exact with 8, quantization.weight_levels; 8: asymmetric int8
-# activations, a zero point per token; 9: the native AVX512-VNNI int8 kernel, ctxemb.runtime.kernels).
-_PROBE_VERSION = 9
+# activations, a zero point per token; 9: the native AVX512-VNNI int8 kernel, ctxemb.runtime.kernels; 10: the int8
+# path's native attention, bf16 products where the CPU has AVX512-BF16, outputs quantized by their producer).
+_PROBE_VERSION = 10
 PROBE_BATCH_SIZE = 16
 #: The least per-word cosine to the exact vectors any path must keep on the probe (besides its mean bound).
 LEAST_WORD_COSINE = 0.99

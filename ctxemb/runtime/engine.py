@@ -13,7 +13,8 @@ fp32          the encoder in float32: exact (hidden states equal transformers' w
 bf16          autocast to bfloat16 for the matrix products, LayerNorm and softmax in float32;  >= 0.999
               pays only where the CPU multiplies bf16 in hardware (AVX512-BF16 or AMX)
 int8          every Linear in int8: weights per output channel, activations with one scale     >= 0.99
-              per token (dynamic), int32 sums (torch._int_mm); attention products stay float32
+              per token (dynamic), int32 sums (exact); attention products in float32, or
+              with bf16 operands and float32 sums where the CPU has AVX512-BF16
 onnx-fp32     the encoder exported to ONNX and run by ONNX Runtime in float32                  >= 0.9999
 onnx-int8     that export with ONNX Runtime's dynamic int8 quantization of its weight          >= 0.99
               matrix products (per output channel; activations with one scale per batch)

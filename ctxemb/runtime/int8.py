@@ -35,8 +35,20 @@ Kernels (:func:`kernel_mode`), in order of preference:
   the activation or the residual add and LayerNorm become one pass over the output.
 - "eager": the same functions unfused (no C++ compiler here; a warning says so).
 
-Q, K and V are one product of the concatenated weights, so their shared input is quantized once. Attention itself
-stays float32 (:func:`ctxemb.modeling.attention.inference_attention`).
+Q, K and V are one product of the concatenated weights, so their shared input is quantized once. Attention itself is
+not quantized: in the "vnni" mode (head sizes a multiple of 16) it is the native kernel's (``attention.cpp``), which
+reads q, k and v from the Q/K/V product's output in place and runs the softmax between its two products, the
+products in bfloat16 with float32 sums where the CPU has AVX512-BF16 (:func:`ctxemb.runtime.kernels.attention_bf16_cpu`,
+read at run time) and in float32 elsewhere; otherwise :func:`ctxemb.modeling.attention.inference_attention` in
+float32.
+
+In the "vnni" mode every activation that feeds an int8 Linear is quantized by the kernel that produces it, while its
+rows are in cache, instead of by a separate pass: the attention's output for the attention output Linear, each
+residual + LayerNorm output for the next Linear (the block's up-projection, the next block's Q/K/V), the GELU output
+for the down-projection. Where the float32 output is needed too (a LayerNorm's output is the next residual and a
+hidden state), the kernel writes both, and the quantized form travels with the tensor to its consumer
+(:meth:`Int8ResidualNorm.feed`). Only the first block's input (the embeddings) is quantized separately. The integers
+are the same as those of quantizing separately, so the hidden states are bitwise the same either way.
 
 The quantized copy is for inference: dropout is left out.
 
@@ -47,6 +59,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import itertools
 import logging
 from typing import Callable, Mapping, NamedTuple, Sequence
 
@@ -55,7 +68,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ctxemb.runtime.int8_calibration import Int8Calibration
-from ctxemb.runtime.kernels import int8_vnni_ops
+from ctxemb.runtime.kernels import attention_bf16_cpu, int8_vnni_ops
 from ctxemb.modeling.attention import inference_attention
 from ctxemb.modeling.encoder import ACTIVATIONS, AttentionOutput, Intermediate, Output, SelfAttention
 
@@ -229,6 +242,25 @@ class QuantizedRows(NamedTuple):
     outliers: torch.Tensor | None
 
 
+# A float32 output whose producer also quantized it for the Linear that reads it next (a residual + LayerNorm epilogue
+# feeding the next block's product) carries that form in this attribute, as (consumer, QuantizedRows); the consumer
+# takes it when it receives that very tensor, and quantizes the input itself otherwise.
+_HANDED_OVER = "_ctxemb_int8_rows"
+
+
+def _hand_over(y: torch.Tensor, consumer: Int8Linear, rows: QuantizedRows) -> torch.Tensor:
+    setattr(y, _HANDED_OVER, (consumer, rows))
+    return y
+
+
+def _handed_over(x: torch.Tensor, consumer: Int8Linear) -> QuantizedRows | None:
+    entry = x.__dict__.get(_HANDED_OVER)
+    if entry is None or entry[0] is not consumer:
+        return None
+    del x.__dict__[_HANDED_OVER]
+    return entry[1]
+
+
 class Int8Linear(nn.Module):
     """``activation(x W^T + b)`` in int8 (see the module docstring for the scheme).
 
@@ -304,19 +336,34 @@ class Int8Linear(nn.Module):
         return (q.u, q.scale, q.zero, self.weight_packed, self.weight_sum, self.weight_scale, self.bias, q.outliers,
                 self.outlier_weight, _NATIVE_ACTIVATIONS[activation])
 
-    def _native(self, rows: torch.Tensor | QuantizedRows, activation: str = "none",
+    def _quantized_input(self, x: torch.Tensor | QuantizedRows) -> QuantizedRows:
+        """The "vnni" mode's input: x (..., K) as its producer handed it over, or quantized here."""
+        if isinstance(x, QuantizedRows):
+            return x
+        handed = _handed_over(x, self)
+        return handed if handed is not None else self.quantize_input(x.reshape(-1, self.in_features))
+
+    def _native(self, x: torch.Tensor | QuantizedRows, activation: str = "none",
                 residual: torch.Tensor | None = None, norm: nn.LayerNorm | None = None) -> torch.Tensor:
-        """The "vnni" mode: (M, K) rows, or their quantized form, -> (M, N) float32 (two native calls: quantize;
-        product with its epilogue)."""
-        q = rows if isinstance(rows, QuantizedRows) else self.quantize_input(rows)
-        return int8_vnni_ops().linear(*self._native_args(q, activation), residual,
+        """The "vnni" mode: x (..., K), or its quantized rows, -> (M, N) float32 (two native calls: quantize, unless
+        the producer did; product with its epilogue)."""
+        return int8_vnni_ops().linear(*self._native_args(self._quantized_input(x), activation), residual,
                                       None if norm is None else norm.weight, None if norm is None else norm.bias,
                                       0.0 if norm is None else float(norm.eps))
+
+    def _native_norm_quantized(self, x: torch.Tensor | QuantizedRows, residual: torch.Tensor, norm: nn.LayerNorm,
+                               consumer: Int8Linear) -> tuple[torch.Tensor, QuantizedRows]:
+        """The "vnni" mode: LayerNorm(residual + x W^T + b) (M, N), and the same quantized for ``consumer`` inside
+        the same kernel."""
+        y, u, scale, zero, xo = int8_vnni_ops().linear_norm_quantized(
+            *self._native_args(self._quantized_input(x), "none")[:-1], residual, norm.weight, norm.bias,
+            float(norm.eps), consumer.keep, consumer.outlier_index)
+        return y, QuantizedRows(u, scale, zero, None if consumer.outlier_index is None else xo)
 
     def quantized_output(self, x: torch.Tensor, consumer: Int8Linear) -> QuantizedRows:
         """The "vnni" mode: this Linear's output (with its activation), quantized for ``consumer`` inside the product's
         epilogue, so the float32 output is never written out: x (..., K) -> rows (M, N) in ``consumer``'s form."""
-        q = self.quantize_input(x.reshape(-1, self.in_features))
+        q = self._quantized_input(x)
         u, scale, zero, xo = int8_vnni_ops().linear_quantized(*self._native_args(q, self.activation), consumer.keep,
                                                               consumer.outlier_index)
         return QuantizedRows(u, scale, zero, None if consumer.outlier_index is None else xo)
@@ -324,7 +371,7 @@ class Int8Linear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.reshape(-1, self.in_features)
         if self.mode == "vnni":
-            y = self._native(rows, self.activation)
+            y = self._native(x, self.activation)
         else:
             y = self._fn(_LINEAR_KERNELS[self.activation])(*self._args(rows))
         return y.reshape(*x.shape[:-1], self.out_features)
@@ -336,21 +383,63 @@ class Int8Linear(nn.Module):
 
 class Int8SelfAttention(nn.Module):
     """:class:`~ctxemb.modeling.encoder.SelfAttention` with Q, K and V as one int8 product (their shared input
-    quantized once); attention itself stays float32."""
+    quantized once).
 
-    def __init__(self, attention: SelfAttention, outliers: Sequence[int] = (), mode: str = "eager"):
+    Attention itself, where Q/K/V run the "vnni" kernel and the head size is a multiple of 16: the native kernel
+    (``attention.cpp`` of :mod:`ctxemb.runtime.kernels`), reading q, k and v from the product's output in place, with
+    its two products in bfloat16 (float32 sums) where the CPU has AVX512-BF16 and in float32 elsewhere, and the
+    result quantized for the attention output Linear (:meth:`feed`). Otherwise
+    :func:`ctxemb.modeling.attention.inference_attention` in float32.
+
+    Args:
+        attention: the float module.
+        outliers: the outlier input features of Q, K and V (one set: they share their input).
+        mode: see :func:`kernel_mode`.
+        bf16: the native kernel's products in bfloat16; None: where the CPU has AVX512-BF16
+            (:func:`ctxemb.runtime.kernels.attention_bf16_cpu`). Ignored without the native kernel.
+
+    Raises:
+        ValueError: ``bf16=True`` on a CPU without AVX512-BF16.
+    """
+
+    def __init__(self, attention: SelfAttention, outliers: Sequence[int] = (), mode: str = "eager", *,
+                 bf16: bool | None = None):
         super().__init__()
         self.num_heads, self.head_size = attention.num_heads, attention.head_size
         parts = (attention.query, attention.key, attention.value)
         self.qkv = Int8Linear(torch.cat([p.weight for p in parts]), torch.cat([p.bias for p in parts]), outliers,
                               mode=mode)
+        self.native = self.qkv.mode == "vnni" and self.head_size % 16 == 0
+        has_bf16, why = attention_bf16_cpu()
+        if bf16 and self.native and not has_bf16:
+            raise ValueError(f"bf16=True needs a CPU with AVX512-BF16 for the attention kernel, and {why}")
+        self.bf16 = self.native and (has_bf16 if bf16 is None else bool(bf16))
+        self._consumer: tuple[Int8Linear, ...] = ()  # a tuple: not a submodule of this one
 
-    def forward(self, x: torch.Tensor, attn_mask: torch.Tensor) -> torch.Tensor:
+    def feed(self, consumer: Int8Linear) -> None:
+        """Quantize the output for ``consumer`` (the attention output Linear) inside the native kernel: :meth:`forward`
+        then returns :class:`QuantizedRows`, which :class:`Int8ResidualNorm` takes."""
+        if self.native and consumer.mode == "vnni" and consumer.in_features == self.num_heads * self.head_size:
+            self._consumer = (consumer,)
+
+    def forward(self, x: torch.Tensor, attn_mask: torch.Tensor | None) -> torch.Tensor | QuantizedRows:
         B, T, H = x.shape
-        qkv = self.qkv(x).view(B, T, 3, self.num_heads, self.head_size)
-        q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # each (B, N, T, D)
+        qkv = self.qkv(x)  # (B, T, 3H): q, k, v, each head by head
+        if self.native:
+            rows, mask = qkv.view(B * T, 3 * H), None if attn_mask is None else attn_mask.float()
+            if self._consumer:
+                c = self._consumer[0]
+                u, scale, zero, xo = int8_vnni_ops().attention_quantized(rows, B, self.num_heads, mask, self.bf16,
+                                                                         c.keep, c.outlier_index)
+                return QuantizedRows(u, scale, zero, None if c.outlier_index is None else xo)
+            return int8_vnni_ops().attention(rows, B, self.num_heads, mask, self.bf16).view(B, T, H)
+        q, k, v = qkv.view(B, T, 3, self.num_heads, self.head_size).permute(2, 0, 3, 1, 4).unbind(0)  # (B, N, T, D)
         y = inference_attention(q, k, v, attn_mask)
         return y.transpose(1, 2).reshape(B, T, H)
+
+    def extra_repr(self) -> str:
+        kernel = ("native, bf16 products" if self.bf16 else "native, float32") if self.native else "float32"
+        return f"heads={self.num_heads}, attention={kernel}"
 
 
 class Int8Intermediate(nn.Module):
@@ -383,17 +472,29 @@ class Int8ResidualNorm(nn.Module):
         super().__init__()
         self.dense = Int8Linear.from_linear(block.dense, outliers, mode=mode)
         self.LayerNorm = copy.deepcopy(block.LayerNorm)
+        self._consumer: tuple[Int8Linear, ...] = ()  # a tuple: not a submodule of this one
+
+    def feed(self, consumer: Int8Linear) -> None:
+        """Quantize the output for ``consumer`` (the Linear that reads it next: the block's up-projection, or the next
+        layer's Q/K/V) inside the LayerNorm epilogue, where both run the "vnni" kernel: :meth:`forward` still returns
+        the float32 output (it is the next residual and a hidden state), with the quantized form handed over to
+        ``consumer``, which takes it when it receives that tensor."""
+        if self.dense.mode == "vnni" and consumer.mode == "vnni" and consumer.in_features == self.dense.out_features:
+            self._consumer = (consumer,)
 
     def forward(self, h: torch.Tensor | QuantizedRows, residual: torch.Tensor) -> torch.Tensor:
-        """h (..., K) float, or already quantized for this block's Linear (:meth:`Int8Intermediate.feed`);
-        residual (..., N) -> (..., N)."""
+        """h (..., K) float, or already quantized for this block's Linear (:meth:`Int8Intermediate.feed`,
+        :meth:`Int8SelfAttention.feed`); residual (..., N) -> (..., N)."""
         d = self.dense
         ln = self.LayerNorm
-        rows = h if isinstance(h, QuantizedRows) else h.reshape(-1, d.in_features)
         flat = residual.reshape(-1, d.out_features).float()
         if d.mode == "vnni":
-            y = d._native(rows, residual=flat.contiguous(), norm=ln)
+            if self._consumer:
+                y, rows = d._native_norm_quantized(h, flat.contiguous(), ln, self._consumer[0])
+                return _hand_over(y.view(*residual.shape[:-1], d.out_features), self._consumer[0], rows)
+            y = d._native(h, residual=flat.contiguous(), norm=ln)
         else:
+            rows = h if isinstance(h, QuantizedRows) else h.reshape(-1, d.in_features)
             y = d._fn(residual_norm_kernel)(*d._args(rows), flat, ln.weight, ln.bias, float(ln.eps))
         return y.reshape(*residual.shape[:-1], d.out_features)
 
@@ -404,7 +505,9 @@ def quantize_int8(encoder: nn.Module, outliers: Mapping[str, Sequence[int]] | In
 
     The BERT-family blocks of :mod:`ctxemb.modeling.encoder` get the fused modules (Q/K/V as one product; GELU, or
     residual and LayerNorm, fused into the dequantization); any other Linear (the pooler, other architectures) a
-    plain :class:`Int8Linear`. Embeddings, LayerNorm, softmax and the attention products stay float32.
+    plain :class:`Int8Linear`. Embeddings, LayerNorm and softmax stay float32, and so do the attention products, but
+    in the native attention kernel on CPUs with AVX512-BF16, which multiplies them in bfloat16 (float32 sums). In the
+    "vnni" mode each producer quantizes its output for the int8 Linear that reads it (see the module docstring).
 
     Args:
         encoder: the encoder (or a lone ``nn.Linear``, which gives an :class:`Int8Linear`).
@@ -453,8 +556,19 @@ def quantize_int8(encoder: nn.Module, outliers: Mapping[str, Sequence[int]] | In
     for name, module in replaced.items():
         parent_name, _, child = name.rpartition(".")
         setattr(quantized.get_submodule(parent_name) if parent_name else quantized, child, module)
-    for m in quantized.modules():  # a block's up-projection quantizes its output for the down-projection
+    for m in quantized.modules():  # a producer quantizes its output for the Linear that consumes it
         up, down = getattr(m, "intermediate", None), getattr(m, "output", None)
         if isinstance(up, Int8Intermediate) and isinstance(down, Int8ResidualNorm):
             up.feed(down.dense)
+        attention, out = getattr(m, "self", None), getattr(m, "output", None)
+        if isinstance(attention, Int8SelfAttention) and isinstance(out, Int8ResidualNorm):
+            attention.feed(out.dense)  # the attention's output, for the attention output Linear
+        out = getattr(getattr(m, "attention", None), "output", None)
+        if isinstance(out, Int8ResidualNorm) and isinstance(up, Int8Intermediate):
+            out.feed(up.dense)  # the attention block's LayerNorm output, for the up-projection
+    blocks = list(getattr(quantized, "blocks", ()))  # the transformer blocks: each one's output is the next's input
+    for block, after in itertools.pairwise(blocks):
+        out, attention = getattr(block, "output", None), getattr(getattr(after, "attention", None), "self", None)
+        if isinstance(out, Int8ResidualNorm) and isinstance(attention, Int8SelfAttention):
+            out.feed(attention.qkv)  # a block's output, for the next block's Q/K/V
     return quantized.eval()

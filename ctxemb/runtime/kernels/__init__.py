@@ -1,15 +1,24 @@
 """Native CPU kernels, compiled from their C++ source on first use and cached.
 
-One kernel today: the int8 Linear for CPUs with AVX512-VNNI (``int8_vnni.cpp``): per-token quantization of the
-activations to uint8, and a u8 x s8 product (``vpdpbusd``) whose dequantization, bias, outlier features and
-activation (or residual add and LayerNorm) are applied to each output tile while it is still in registers, instead
-of in separate passes over the (M, N) output. The scheme is :mod:`ctxemb.runtime.int8`'s; the integer sums are the
-same, exact ones as ``torch._int_mm``'s.
+One library, ``torch.ops.ctxemb_int8``, for CPUs with AVX512-VNNI, the kernels of the int8 path
+(:mod:`ctxemb.runtime.int8`, whose scheme they implement):
+
+- the int8 Linear (``int8_vnni.cpp``): per-token quantization of the activations to uint8, and a u8 x s8 product
+  (``vpdpbusd``) whose dequantization, bias, outlier features and activation (or residual add and LayerNorm) are
+  applied to each output tile while it is still in registers, instead of in separate passes over the (M, N) output;
+  its output can also leave the kernel quantized for the next Linear. The integer sums are the same, exact ones as
+  ``torch._int_mm``'s;
+- self-attention (``attention.cpp``): every head's ``softmax(q k^T / sqrt(D) + mask) v`` read straight from the
+  Q/K/V product's output, the softmax between the two products, the result in float32 or quantized for the attention
+  output Linear. Its products run in float32, or in bfloat16 with float32 sums where the CPU has AVX512-BF16
+  (:func:`attention_bf16_cpu`; the caller decides per call);
+- what they share (``common.h``): the per-token quantization of a row, and exp.
 
 The build (``torch.utils.cpp_extension``, about 30 s; needs a C++ compiler and ninja) goes to
-``$CTXEMB_CACHE/kernels/ctxemb_int8_vnni_<key>``, keyed by the source, the compiler flags and the torch version (so
-a new version builds beside an old one instead of over it). The kernel is compiled for AVX-512 and is only loaded on a
-CPU whose ``/proc/cpuinfo`` flags say it has those instructions (a CPU without them would fault).
+``$CTXEMB_CACHE/kernels/ctxemb_int8_vnni_<key>``, keyed by the sources, the compiler flags and the torch version (so
+a new version builds beside an old one instead of over it). The library is compiled for AVX-512 and is only loaded on
+a CPU whose ``/proc/cpuinfo`` flags say it has those instructions (a CPU without them would fault); its bfloat16
+functions carry their own target attribute and only run where the caller has checked the CPU's flags.
 
 Concurrent processes build it once: each loads it holding the build directory's lock (:func:`build_lock`, an
 ``flock`` on ``<build directory>/.ctxemb.lock``, which the system releases when its holder dies in any way, SIGKILL
@@ -49,7 +58,11 @@ INT8_VNNI_FLAGS = ("avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_vnni",
 _COMPILE_FLAGS = ["-O3", "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mavx512vnni", "-mfma",
                   # ATen's vectorized math (erf, tanh of the fused GELU) in its AVX-512 form
                   "-DCPU_CAPABILITY_AVX512", "-DCPU_CAPABILITY=AVX512", "-fopenmp"]
-_SOURCE = Path(__file__).with_name("int8_vnni.cpp")
+_SOURCES = tuple(Path(__file__).with_name(name) for name in ("int8_vnni.cpp", "attention.cpp"))
+#: What the sources include (part of the build key).
+_HEADERS = tuple(Path(__file__).with_name(name) for name in ("common.h",))
+#: What the attention kernel's bfloat16 products need among the CPU's flags.
+ATTENTION_BF16_FLAGS = ("avx512_bf16",)
 
 
 def int8_vnni_cpu() -> tuple[bool, str]:
@@ -71,12 +84,24 @@ def int8_vnni_cpu() -> tuple[bool, str]:
     return True, "the CPU has AVX512-VNNI"
 
 
+def attention_bf16_cpu() -> tuple[bool, str]:
+    """Whether this CPU multiplies bfloat16 natively for the attention kernel (AVX512-BF16 among its flags, and the
+    int8 kernel's own instructions: :func:`int8_vnni_cpu`), and why not if it does not."""
+    ok, why = int8_vnni_cpu()
+    if not ok:
+        return False, why
+    missing = [f for f in ATTENTION_BF16_FLAGS if f not in cpu_info().flags]
+    if missing:
+        return False, f"the CPU lacks {', '.join(missing)}"
+    return True, "the CPU has AVX512-BF16"
+
+
 def int8_vnni_build_dir() -> Path:
-    """The int8 kernel's build directory, ``$CTXEMB_CACHE/kernels/ctxemb_int8_vnni_<key>``: one per source, flags and
+    """The kernels' build directory, ``$CTXEMB_CACHE/kernels/ctxemb_int8_vnni_<key>``: one per sources, flags and
     torch version, so a process never rebuilds (overwrites) a library another process, running another version of
     ctxemb, has loaded."""
-    key = hashlib.sha256("\n".join([_SOURCE.read_text(encoding="utf-8"), *_COMPILE_FLAGS, torch.__version__])
-                         .encode()).hexdigest()[:16]
+    texts = [p.read_text(encoding="utf-8") for p in (*_SOURCES, *_HEADERS)]
+    key = hashlib.sha256("\n".join([*texts, *_COMPILE_FLAGS, torch.__version__]).encode()).hexdigest()[:16]
     return cache_dir() / "kernels" / f"ctxemb_int8_vnni_{key}"
 
 
@@ -86,8 +111,8 @@ def _load_int8_vnni():
     build = int8_vnni_build_dir()
     build.mkdir(parents=True, exist_ok=True)
     with build_lock(build, "the build of the int8 VNNI kernel"):
-        load(name=build.name, sources=[str(_SOURCE)], extra_cflags=_COMPILE_FLAGS, extra_ldflags=["-fopenmp"],
-             build_directory=str(build), is_python_module=False, verbose=False)
+        load(name=build.name, sources=[str(p) for p in _SOURCES], extra_cflags=_COMPILE_FLAGS,
+             extra_ldflags=["-fopenmp"], build_directory=str(build), is_python_module=False, verbose=False)
     return torch.ops.ctxemb_int8
 
 
@@ -136,9 +161,9 @@ def build_lock(build: Path, what: str) -> Iterator[None]:
 
 @functools.lru_cache(maxsize=1)
 def int8_vnni_ops():
-    """The int8 VNNI kernel's ops (``torch.ops.ctxemb_int8``: ``pack_weights``, ``quantize_rows``, ``linear``,
-    ``linear_quantized``), built on first use; None where this CPU lacks the instructions or the build fails (logged
-    once, with the reason)."""
+    """The native kernels' ops (``torch.ops.ctxemb_int8``: ``pack_weights``, ``quantize_rows``, ``linear``,
+    ``linear_quantized``, ``attention``, ``attention_quantized``), built on first use; None where this CPU lacks the
+    instructions or the build fails (logged once, with the reason)."""
     ok, why = int8_vnni_cpu()
     if not ok:
         logger.info("int8 VNNI kernel not used: %s", why)
@@ -154,7 +179,8 @@ def int8_vnni_ops():
 
 
 def _check(ops) -> None:
-    """One product against an int64 product, so a miscompiled kernel is never used (raises if it differs)."""
+    """One product against an int64 product, and one attention (each branch this CPU runs) against float64, so a
+    miscompiled kernel is never used (raises if one differs)."""
     gen = torch.Generator().manual_seed(0)
     M, K, N = 13, 72, 80  # a partial micro-tile, a partial panel, K not a multiple of 16
     u = torch.randint(0, 256, (M, K), dtype=torch.uint8, generator=gen)
@@ -164,3 +190,14 @@ def _check(ops) -> None:
                    torch.zeros(N), None, None, 0, None, None, None, 0.0)
     if not torch.equal(y.double(), (u.long() @ w.long().T).double()):
         raise RuntimeError("the int8 VNNI kernel's product differs from an int64 product")
+    B, T, N, D = 2, 19, 2, 16  # a partial 16-key vector, a padded sequence
+    qkv = torch.randn(B * T, 3 * N * D, generator=gen)
+    mask = torch.zeros(B, 1, 1, T)
+    mask[1, ..., 7:] = torch.finfo(torch.float32).min
+    q, k, v = qkv.double().view(B, T, 3, N, D).permute(2, 0, 3, 1, 4).unbind(0)
+    want = torch.softmax(q @ k.transpose(-1, -2) * D ** -0.5 + mask.double(), -1) @ v  # (B, N, T, D)
+    want = want.transpose(1, 2).reshape(B * T, N * D)
+    for bf16, tolerance in ((False, 1e-4), (True, 0.05))[:1 + attention_bf16_cpu()[0]]:
+        if not torch.allclose(ops.attention(qkv, B, N, mask, bf16).double(), want, rtol=0, atol=tolerance):
+            raise RuntimeError(f"the attention kernel ({'bf16' if bf16 else 'float32'} products) differs from float64 "
+                               "attention")

@@ -1,13 +1,16 @@
 // ctxemb's int8 Linear for CPUs with AVX512-VNNI: per-token quantization, and a u8 x s8 -> s32 product whose
 // dequantization, bias, outlier features and activation (or residual add and LayerNorm) are applied to each tile
-// while it is still in registers. Compiled on first use by ctxemb.kernels (torch.utils.cpp_extension) with
-// -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni, and only loaded where the CPU reports those features.
+// while it is still in registers, and whose output can leave the kernel already quantized for the next Linear.
+// Compiled on first use by ctxemb.runtime.kernels (torch.utils.cpp_extension) with -mavx512f -mavx512bw -mavx512vl
+// -mavx512dq -mavx512vnni, and only loaded where the CPU reports those features.
 //
-// The scheme is ctxemb.quantization's (its module docstring): for a token t (row) and an output channel o,
+// The scheme is ctxemb.runtime.int8's (its module docstring): for a token t (row) and an output channel o,
 //   y[t, o] = s_x[t] * s_w[o] * (sum_k u[t, k] w[o, k] - zu[t] c[o]) + sum_j x[t, O_j] W_O[j, o] + b[o]
 // with u = q + 128 in [0, 255] the unsigned form of the int8 activations and zu = z + 128 their zero point, so the
 // int32 part is the same as torch._int_mm(q, w) - z c (both exact). The products are _mm512_dpbusd_epi32 (u8 x s8
 // summed in fours into int32, exact at these K), on weights packed once into panels of 64 output channels.
+#include "common.h"
+
 #include <ATen/ATen.h>
 #include <torch/library.h>
 #include <ATen/Parallel.h>
@@ -51,73 +54,6 @@ at::Tensor pack_weights(const at::Tensor& weight) {
   return packed;
 }
 
-// What quantizes a Linear's input: keep[k] = 1 for the inlier features and 0 for the outliers (or null: none), and
-// the P outlier features' indices, gathered in float32.
-struct Quantizer {
-  const float* keep;
-  const int64_t* outlier_index;
-  int64_t P;
-};
-
-Quantizer quantizer(const c10::optional<at::Tensor>& keep, const c10::optional<at::Tensor>& outlier_index,
-                    int64_t K) {
-  Quantizer q{nullptr, nullptr, 0};
-  if (keep.has_value()) {
-    TORCH_CHECK(keep->numel() == K && keep->scalar_type() == at::kFloat && keep->is_contiguous(),
-                "keep must be (", K, ",) float32");
-    q.keep = keep->data_ptr<float>();
-  }
-  if (outlier_index.has_value() && outlier_index->numel()) {
-    TORCH_CHECK(outlier_index->scalar_type() == at::kLong && outlier_index->is_contiguous(),
-                "outlier_index must be int64");
-    q.outlier_index = outlier_index->data_ptr<int64_t>();
-    q.P = outlier_index->numel();
-  }
-  return q;
-}
-
-inline __mmask16 tail_mask(int64_t left) {
-  return left >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << left) - 1);
-}
-
-// One token's asymmetric quantization over its inlier features, as ctxemb.quantization's _quantize (the same
-// operations in the same order, so the same integers): u = q + 128 in [0, 255], the scale, zu = z + 128, and the
-// outlier features in float32.
-inline void quantize_row(const float* row, int64_t K, const Quantizer& q, uint8_t* u, float* scale, int32_t* zero,
-                         float* xo) {
-  __m512 lo = _mm512_setzero_ps(), hi = _mm512_setzero_ps();  // min(., 0) and max(., 0) from the start
-  for (int64_t k = 0; k < K; k += 16) {
-    const __mmask16 m = tail_mask(K - k);
-    __m512 v = _mm512_maskz_loadu_ps(m, row + k);
-    if (q.keep) v = _mm512_mul_ps(v, _mm512_maskz_loadu_ps(m, q.keep + k));
-    lo = _mm512_min_ps(lo, v);
-    hi = _mm512_max_ps(hi, v);
-  }
-  const float low = _mm512_reduce_min_ps(lo);
-  const float s = std::max(_mm512_reduce_max_ps(hi) - low, std::numeric_limits<float>::min()) / 255.0f;
-  const float z = std::nearbyint(-low / s) - 128.0f;
-  *scale = s;
-  *zero = static_cast<int32_t>(z) + 128;
-  const __m512 inv = _mm512_set1_ps(1.0f / s), vz = _mm512_set1_ps(z);
-  const __m512 vlo = _mm512_set1_ps(-128.0f), vhi = _mm512_set1_ps(127.0f), v128 = _mm512_set1_ps(128.0f);
-  for (int64_t k = 0; k < K; k += 16) {
-    const __mmask16 m = tail_mask(K - k);
-    __m512 v = _mm512_maskz_loadu_ps(m, row + k);
-    if (q.keep) v = _mm512_mul_ps(v, _mm512_maskz_loadu_ps(m, q.keep + k));
-    v = _mm512_roundscale_ps(_mm512_mul_ps(v, inv), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    v = _mm512_add_ps(_mm512_min_ps(_mm512_max_ps(_mm512_add_ps(v, vz), vlo), vhi), v128);
-    _mm_mask_storeu_epi8(u + k, m, _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(v)));
-  }
-  for (int64_t j = 0; j < q.P; ++j) xo[j] = row[q.outlier_index[j]];
-}
-
-// The quantized form of M rows of K features: u (M, K) uint8, scale (M,), zu (M,) int32, outliers (M, P).
-std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> empty_quantized(int64_t M, int64_t K, int64_t P,
-                                                                           const at::TensorOptions& options) {
-  return std::make_tuple(at::empty({M, K}, options.dtype(at::kByte)), at::empty({M}, options.dtype(at::kFloat)),
-                         at::empty({M}, options.dtype(at::kInt)), at::empty({M, P}, options.dtype(at::kFloat)));
-}
-
 // Per-token quantization of x (M, K) float32: (u, scale, zu, outliers), see quantize_row.
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> quantize_rows(
     const at::Tensor& x, const c10::optional<at::Tensor>& keep, const c10::optional<at::Tensor>& outlier_index) {
@@ -152,26 +88,6 @@ struct Epilogue {
   int64_t out_row0;
   int64_t N;
 };
-
-// exp(x) for x <= 0: x = n ln 2 + r with |r| <= ln 2 / 2, exp(r) by its Taylor series to r^7 / 7! (relative error
-// below 1e-8 on that interval), times 2^n by vscalefps (which goes to 0 for large negative n, as exp does).
-inline __m512 exp_nonpositive(__m512 x) {
-  x = _mm512_max_ps(x, _mm512_set1_ps(-104.0f));  // exp(-104) is 0 in float32
-  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  // ln 2 in two parts, so that n * ln2_hi is exact
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-  __m512 p = _mm512_set1_ps(1.0f / 5040);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 720));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-  return _mm512_scalef_ps(p, n);
-}
 
 // GELU(v) = 0.5 v (1 + erf(v / sqrt 2)), erf by Abramowitz and Stegun 7.1.26 (absolute error <= 1.5e-7, the formula
 // ATen's vectorized erf uses), with the reciprocal from vrcp14ps and one Newton step, and exp inlined above: ATen's
@@ -384,6 +300,36 @@ at::Tensor int8_linear(const at::Tensor& u, const at::Tensor& x_scale, const at:
   return out;
 }
 
+// LayerNorm(residual + the product), as int8_linear gives it, and that output also quantized for the next Linear (its
+// keep mask and outlier features), each finished block's rows while they are in L1/L2: (y, u, scale, zu, outliers),
+// the last four as quantize_rows would give for y.
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> int8_linear_norm_quantized(
+    const at::Tensor& u, const at::Tensor& x_scale, const at::Tensor& x_zero, const at::Tensor& packed,
+    const at::Tensor& w_sum, const at::Tensor& w_scale, const at::Tensor& bias, const c10::optional<at::Tensor>& xo,
+    const c10::optional<at::Tensor>& wo, const at::Tensor& residual, const at::Tensor& ln_weight,
+    const at::Tensor& ln_bias, double eps, const c10::optional<at::Tensor>& next_keep,
+    const c10::optional<at::Tensor>& next_outlier_index) {
+  const Epilogue e = epilogue(u, x_scale, x_zero, packed, w_sum, w_scale, bias, xo, wo, kNone, residual);
+  const int64_t M = u.size(0), K = u.size(1), N = e.N;
+  TORCH_CHECK(ln_weight.numel() == N && ln_bias.numel() == N, "int8 linear: LayerNorm weight and bias must be (N,)");
+  auto out = at::empty({M, N}, x_scale.options());
+  float* op = out.data_ptr<float>();
+  const float *gamma = ln_weight.data_ptr<float>(), *beta = ln_bias.data_ptr<float>();
+  const Quantizer q = quantizer(next_keep, next_outlier_index, N);
+  auto result = empty_quantized(M, N, q.P, x_scale.options());
+  uint8_t* up = std::get<0>(result).data_ptr<uint8_t>();
+  float* sp = std::get<1>(result).data_ptr<float>();
+  int32_t* zp = std::get<2>(result).data_ptr<int32_t>();
+  float* xp = std::get<3>(result).data_ptr<float>();
+  run_blocks(u.data_ptr<uint8_t>(), M, K, packed.data_ptr<int8_t>(), e, [&](int64_t r0) { return op + r0 * N; },
+             [&](int64_t r0, int64_t r1, float* rows) {
+               layer_norm_rows(rows, r1 - r0, N, gamma, beta, static_cast<float>(eps));
+               for (int64_t t = r0; t < r1; ++t)
+                 quantize_row(rows + (t - r0) * N, N, q, up + t * N, sp + t, zp + t, xp + t * q.P);
+             });
+  return std::make_tuple(out, std::get<0>(result), std::get<1>(result), std::get<2>(result), std::get<3>(result));
+}
+
 // The same product with its activation, quantized for the next Linear (its keep mask and outlier features) block by
 // block, so its float32 output never leaves a per-thread scratch of kBlockRows x N: (u, scale, zu, outliers) as
 // quantize_rows would give for the float32 output.
@@ -423,4 +369,8 @@ TORCH_LIBRARY(ctxemb_int8, m) {
   m.def("linear_quantized(Tensor u, Tensor x_scale, Tensor x_zero, Tensor packed, Tensor w_sum, Tensor w_scale, "
         "Tensor bias, Tensor? xo, Tensor? wo, int activation, Tensor? next_keep, Tensor? next_outlier_index) "
         "-> (Tensor, Tensor, Tensor, Tensor)", &int8_linear_quantized);
+  m.def("linear_norm_quantized(Tensor u, Tensor x_scale, Tensor x_zero, Tensor packed, Tensor w_sum, "
+        "Tensor w_scale, Tensor bias, Tensor? xo, Tensor? wo, Tensor residual, Tensor ln_weight, Tensor ln_bias, "
+        "float eps, Tensor? next_keep, Tensor? next_outlier_index) -> (Tensor, Tensor, Tensor, Tensor, Tensor)",
+        &int8_linear_norm_quantized);
 }
