@@ -75,7 +75,7 @@ def test_order_is_the_callers_with_very_uneven_lengths(emb, tmp_path):
 def test_every_rank_running_its_whole_batches_gives_the_same_bits(emb, monkeypatch, world_size):
     """The sharding claim, in one process: the texts of each rank's units, run through embed_sentences as the ranks
     run them, give exactly the rows of all the texts run together (with several chunks too)."""
-    monkeypatch.setattr(embedding, "_CHUNK", 16)
+    monkeypatch.setattr(embedding, "TEXTS_PER_PLAN", 16)
     texts = _texts(45, seed=2)
     reference = emb.embed_sentences(texts, batch_size=3, **NO_BAR)
     counts = [len(t) for t in emb.tokenizer.tokenize(texts)]
