@@ -287,36 +287,30 @@ def mixture_rows(emb, encoder, texts, vectors, args, cache: Path, report: dict) 
     del flat
     gc.collect()
     data_key = f"mixture-n{n}-seed{1000 + n}"
+    approximate = {}
     if "hnsw" in args.kinds:
-        params = HNSWParams(m=args.hnsw_m, ef_construction=args.ef_construction)
-        index, build_s = cached_index(cache / f"hnsw-{data_key}-m{args.hnsw_m}-efc{args.ef_construction}",
-                                      lambda: SemanticIndex(x.shape[1], params=params).add(ids, x,
-                                                                                           show_progress_bar=False))
-        option, recall, scanned = smallest_meeting(index, own, truth, [{"ef_search": e} for e in args.ef_search],
-                                                   args.target_recall, k, real)
-        report["recall_scan"]["hnsw"], report["build_seconds"]["hnsw"] = scanned, build_s
-        report["profile_search"].update(search_profile("hnsw", index, probe, **option))
-        setting = f"m={args.hnsw_m}, ef_construction={args.ef_construction}, ef_search={option['ef_search']}"
-        r, report["faiss_threads"]["hnsw"], searcher = run_both("hnsw", setting, index, emb, encoder, texts, args,
-                                                                recall=recall, **option)
-        report["own_queries"]["hnsw"] = single_searches(index, searcher, own, k, **option)
-        rows += r
-        del index, searcher
-        gc.collect()
+        approximate["hnsw"] = (
+            HNSWParams(m=args.hnsw_m, ef_construction=args.ef_construction),
+            f"hnsw-{data_key}-m{args.hnsw_m}-efc{args.ef_construction}",
+            [{"ef_search": e} for e in args.ef_search],
+            lambda o: f"m={args.hnsw_m}, ef_construction={args.ef_construction}, ef_search={o['ef_search']}")
     if "ivfpq" in args.kinds:
         nlist = max(1, min(2 ** round(math.log2(4 * math.sqrt(n))), n // 39))
-        params = IVFPQParams(nlist=nlist, pq_m=args.pq_m, nbits=8, k_factor=args.k_factor)
-        index, build_s = cached_index(cache / f"ivfpq-{data_key}-nlist{nlist}-pqm{args.pq_m}",
-                                      lambda: SemanticIndex(x.shape[1], params=params).add(ids, x,
-                                                                                           show_progress_bar=False))
-        options = [{"nprobe": p, "k_factor": args.k_factor} for p in args.nprobe if p <= nlist]
+        approximate["ivfpq"] = (
+            IVFPQParams(nlist=nlist, pq_m=args.pq_m, nbits=8, k_factor=args.k_factor),
+            f"ivfpq-{data_key}-nlist{nlist}-pqm{args.pq_m}",
+            [{"nprobe": p, "k_factor": args.k_factor} for p in args.nprobe if p <= nlist],
+            lambda o: f"nlist={nlist}, pq_m={args.pq_m}, nprobe={o['nprobe']}, k_factor={args.k_factor:g}")
+    for kind, (params, cache_name, options, describe) in approximate.items():
+        index, build_s = cached_index(cache / cache_name,
+                                      lambda params=params: SemanticIndex(x.shape[1], params=params).add(
+                                          ids, x, show_progress_bar=False))
         option, recall, scanned = smallest_meeting(index, own, truth, options, args.target_recall, k, real)
-        report["recall_scan"]["ivfpq"], report["build_seconds"]["ivfpq"] = scanned, build_s
-        report["profile_search"].update(search_profile("ivfpq", index, probe, **option))
-        setting = f"nlist={nlist}, pq_m={args.pq_m}, nprobe={option['nprobe']}, k_factor={args.k_factor:g}"
-        r, report["faiss_threads"]["ivfpq"], searcher = run_both("ivfpq", setting, index, emb, encoder, texts, args,
-                                                                 recall=recall, **option)
-        report["own_queries"]["ivfpq"] = single_searches(index, searcher, own, k, **option)
+        report["recall_scan"][kind], report["build_seconds"][kind] = scanned, build_s
+        report["profile_search"].update(search_profile(kind, index, probe, **option))
+        r, report["faiss_threads"][kind], searcher = run_both(kind, describe(option), index, emb, encoder, texts,
+                                                              args, recall=recall, **option)
+        report["own_queries"][kind] = single_searches(index, searcher, own, k, **option)
         rows += r
         del index, searcher
         gc.collect()
