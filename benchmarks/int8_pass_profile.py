@@ -40,10 +40,11 @@ from torch.profiler import ProfilerActivity, profile, record_function
 
 from benchmarks import harness
 from benchmarks._common import semcor_sentences
+from benchmarks.encode_throughput import Batch, build_batches
 from ctxemb.modeling.loading import load_encoder, load_tokenizer
 from ctxemb.runtime import backends
 from ctxemb.runtime import int8 as quantization
-from ctxemb.runtime.engine import make_batches, pool_subwords
+from ctxemb.runtime.engine import pool_subwords
 from ctxemb.runtime.kernels import int8_vnni_ops
 
 NAME = "int8_pass_profile"
@@ -64,24 +65,11 @@ CATEGORIES = ("int8 products (epilogues fused)", "attention", "activation quanti
 
 
 # ---- the job ---------------------------------------------------------------------------------------------------
-def build_batches(tok, items, batch_size: int) -> list[tuple[list[int], torch.Tensor, torch.Tensor]]:
-    seqs = [tok.with_specials(it.ids)[0] for it in items]
-    out = []
-    for rows in make_batches([len(s) for s in seqs], batch_size, None):
-        T = max(len(seqs[j]) for j in rows)
-        ids = torch.full((len(rows), T), tok.pad_token_id, dtype=torch.long)
-        mask = torch.zeros((len(rows), T), dtype=torch.long)
-        for r, j in enumerate(rows):
-            ids[r, :len(seqs[j])], mask[r, :len(seqs[j])] = torch.tensor(seqs[j]), 1
-        out.append((rows, ids, mask))
-    return out
-
-
-def word_vectors(backend, batches, items, layers) -> torch.Tensor:
+def word_vectors(backend, batches: list[Batch], items, layers) -> torch.Tensor:
     words: list[torch.Tensor | None] = [None] * len(items)
-    for rows, ids, mask in batches:
-        states = backend.hidden_states(ids, mask, layers).float().mean(dim=2)
-        for r, j in enumerate(rows):
+    for b in batches:
+        states = backend.hidden_states(b.ids, b.mask, layers).float().mean(dim=2)
+        for r, j in enumerate(b.rows):
             words[j] = pool_subwords(states[r, 1:1 + len(items[j].ids)], items[j].word_spans)
     return torch.cat(words).double()  # type: ignore[arg-type]
 
@@ -321,7 +309,7 @@ def main() -> None:
     sentences = [s.split() for s in itertools.islice(semcor_sentences(), args.sentences)]
     items = tok.tokenize_words(sentences)
     batches = build_batches(tok, items, args.batch_size)
-    tokens, padded = sum(int(m.sum()) for _, _, m in batches), sum(i.numel() for _, i, _ in batches)
+    tokens, padded = sum(int(b.mask.sum()) for b in batches), sum(b.ids.numel() for b in batches)
     layers = enc.resolve_layers(LAST_FOUR)
     int8 = backends.load_backend(enc, "int8", model_name=args.model, tokenizer=tok)
     exact = backends.load_backend(enc, "fp32", model_name=args.model, tokenizer=tok)
@@ -330,8 +318,8 @@ def main() -> None:
                                                     word_vectors(exact, batches, items, layers), dim=-1)
 
     def run():
-        for _, ids, mask in batches:
-            int8.hidden_states(ids, mask, layers)
+        for b in batches:
+            int8.hidden_states(b.ids, b.mask, layers)
 
     passes = harness.measure(run, repeats=args.repeats)
     with torch.inference_mode():
