@@ -209,3 +209,22 @@ def test_a_searcher_refuses_what_would_give_other_results(emb, tmp_path):
     searcher = QuerySearcher(index, QueryEncoder(emb, threads=1, **query_options(index, emb)), faiss_threads=1)
     with pytest.raises(TypeError, match="str"):
         searcher.search(["the river bank"])
+
+
+def test_running_on_sets_the_count_for_the_block_and_restores_it_even_on_error():
+    from ctxemb.core.threads import running_on
+
+    state, calls = {"n": 4}, []
+
+    def set_threads(n):
+        calls.append(n)
+        state["n"] = n
+
+    with pytest.raises(RuntimeError):
+        with running_on(1, lambda: state["n"], set_threads):
+            assert state["n"] == 1
+            raise RuntimeError("inside")
+    assert state["n"] == 4 and calls == [1, 4]
+    with running_on(None, lambda: state["n"], set_threads), running_on(4, lambda: state["n"], set_threads):
+        pass
+    assert calls == [1, 4]  # None leaves the count alone; the count already set is not set again

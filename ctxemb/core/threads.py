@@ -4,17 +4,18 @@ For one short input (a query of ten tokens through an encoder, one query vector 
 can cost more than they give: each parallel region forks and joins its threads, and on a shared machine a thread may
 wait for a core another process holds. Whether they do depends on the CPU, the work and what else runs, so
 :func:`fastest_threads` times the work at each candidate count, in alternating rounds, and returns the fastest;
-:func:`thread_candidates` says which counts are worth timing.
+:func:`thread_candidates` says which counts are worth timing; :func:`running_on` runs a block at the chosen count.
 
 Torch-free and FAISS-free: the caller passes the function that sets its library's thread count.
 """
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 from ctxemb.core.validation import check_int
 
@@ -118,3 +119,18 @@ def fastest_threads(run: Callable[[], Any], set_threads: Callable[[int], None], 
     best = min(medians.values())
     chosen = next(n for n in counts if medians[n] <= best * (1 + tolerance))
     return ThreadChoice(chosen, medians)
+
+
+@contextlib.contextmanager
+def running_on(threads: int | None, get_threads: Callable[[], int], set_threads: Callable[[int], None]
+               ) -> Iterator[None]:
+    """Run the block at ``threads`` (set with ``set_threads``) and restore the count ``get_threads()`` gave before;
+    None leaves the count alone. Nothing is set when the count is already ``threads``."""
+    saved = None if threads is None else get_threads()
+    if saved is not None and saved != threads:
+        set_threads(threads)
+    try:
+        yield
+    finally:
+        if saved is not None and saved != threads:
+            set_threads(saved)

@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ctxemb.core.threads import PROBE_QUERY, ThreadChoice, fastest_threads, thread_candidates
+from ctxemb.core.threads import PROBE_QUERY, ThreadChoice, fastest_threads, running_on, thread_candidates
 from ctxemb.core.validation import check_choice, check_int
 from ctxemb.embedding.config import OUTPUTS, _layer_reducer
 from ctxemb.embedding.embedder import Embedder
@@ -137,16 +137,8 @@ class QueryEncoder:
         if not isinstance(text, str):
             raise TypeError(f"text must be a str (one query), got {type(text).__name__}; embed many texts with "
                             "Embedder.embed_sentences")
-        n, saved = self.threads, None
-        if n is not None:
-            saved = torch.get_num_threads()
-            if saved != n:
-                torch.set_num_threads(n)
-        try:
+        with running_on(self.threads, torch.get_num_threads, torch.set_num_threads):
             v = self._encode(text)
-        finally:
-            if saved is not None and saved != n:
-                torch.set_num_threads(saved)
         return v if self.output == "torch" else v.numpy(force=True)
 
     encode = __call__

@@ -32,7 +32,7 @@ import faiss
 import numpy as np
 
 from ctxemb.core.protocols import embedder_config_dict
-from ctxemb.core.threads import PROBE_QUERY, ThreadChoice, fastest_threads, thread_candidates
+from ctxemb.core.threads import PROBE_QUERY, ThreadChoice, fastest_threads, running_on, thread_candidates
 from ctxemb.core.validation import check_int
 from ctxemb.search.documents import DocumentHit, DocumentIndex
 from ctxemb.search.fusion import check_mode
@@ -190,15 +190,7 @@ class QuerySearcher:
         mode = check_mode(mode, self._hybrid)
         if mode == "bm25":
             vector = None  # BM25 ranks by the text alone
-        n, saved = self.faiss_threads, None
-        if n is not None:
-            saved = faiss.omp_get_max_threads()
-            if saved != n:
-                faiss.omp_set_num_threads(n)
-        try:
+        with running_on(self.faiss_threads, faiss.omp_get_max_threads, faiss.omp_set_num_threads):
             if isinstance(self.index, DocumentIndex):
                 return self.index.search_embedded(vector, text, k, mode=mode, **options)
             return self.index.search(vector, k, texts=None if mode == "vector" else text, mode=mode, **options)
-        finally:
-            if saved is not None and saved != n:
-                faiss.omp_set_num_threads(saved)
