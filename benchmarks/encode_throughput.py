@@ -1,5 +1,5 @@
-"""Encoding speed and accuracy of every precision path, against transformers, ONNX Runtime and sentence-transformers,
-with a roofline.
+"""Encoding speed and accuracy of every precision path, against transformers, ONNX Runtime, OpenVINO and
+sentence-transformers, with a roofline.
 
 The job: last-four-layer word embeddings (mean of hidden states -4..-1, subwords averaged) of real WikiText-2
 sentences. Every model row sees the same sentences in the same padded batches (ctxemb's length-sorted
@@ -11,6 +11,11 @@ sentences. Every model row sees the same sentences in the same padded batches (c
 - transformers fp32 (``output_hidden_states=True``), transformers after its own int8 recipe
   (``torch.ao.quantization.quantize_dynamic(model, {nn.Linear}, dtype=torch.qint8)``), and an ONNX Runtime session
   of ``torch.onnx.export`` of the transformers model;
+- OpenVINO, when ``openvino`` and ``nncf`` are installed (:mod:`benchmarks.peers.openvino_encoder`): the transformers
+  model through ``ov.convert_model`` (all hidden states, dynamic batch and length) compiled with the CPU plugin's
+  defaults (bf16 on a CPU with AVX512-BF16 or AMX; the precision it used is recorded), and the same model after
+  ``nncf.quantize`` (default preset, ``model_type=TRANSFORMER``) calibrated on the :data:`CALIBRATION_SENTENCES`
+  WikiText-2 sentences that follow the timed ones, in batches built as the timed ones;
 - sentence-transformers' ``encode`` (sentence vectors, its own tokenizing and batching; compared with ctxemb's exact
   mean of the last layer), when it is installed.
 
@@ -21,10 +26,10 @@ median of its rounds (min and max in the JSON), so a busy machine penalises all 
 
 Roofline: the same run measures this machine's matrix-multiply peak for each runtime and type (torch fp32, torch
 bf16, torch int8 through the same fbgemm dynamic kernel as the int8 path, ONNX Runtime fp32 and int8 through the
-same quantizer as the onnx-int8 path) on square products, before and after the rows (the better is kept), and reports
-each row's achieved FLOP/s (the encoder's matrix products: Q, K, V, output and the two feed-forward projections, plus
-QK^T and AV, over the padded batches) as a share of the peak of the runtime and type it runs (int8 rows: their
-attention products stay fp32 but count against the int8 peak).
+same quantizer as the onnx-int8 path, OpenVINO's default compile and NNCF int8) on square products, before and after
+the rows (the better is kept), and reports each row's achieved FLOP/s (the encoder's matrix products: Q, K, V,
+output and the two feed-forward projections, plus QK^T and AV, over the padded batches) as a share of the peak of the
+runtime and type it runs (int8 rows: their attention products stay fp32 but count against the int8 peak).
 
 int8 linear layers alone: a profiling pass of the int8 path (after the timed rounds) times every int8 product with
 its fused quantization and epilogue (forward hooks on :mod:`ctxemb.runtime.int8`'s modules) and counts its FLOPs
@@ -57,6 +62,7 @@ from torch import nn
 import ctxemb
 from benchmarks import harness
 from benchmarks._common import wikitext_sentences
+from benchmarks.peers import openvino_encoder
 from ctxemb.runtime import backends, token_budget
 from ctxemb.runtime.autoprecision import probe_precisions
 from ctxemb.embedding.embedder import Embedder
@@ -68,6 +74,8 @@ from ctxemb.models.hub import resolve_model_dir
 logger = logging.getLogger("encode_throughput")
 LAST_FOUR = [-4, -3, -2, -1]
 DEFAULT_SENTENCES = 2000
+#: NNCF's calibration set for the OpenVINO int8 row: this many sentences after the timed ones.
+CALIBRATION_SENTENCES = 300
 
 
 @dataclass
@@ -204,7 +212,7 @@ def matmul_flops(batches: list[Batch], cfg) -> float:
 
 
 # ---- peaks -----------------------------------------------------------------------------------------------------
-def measure_peaks(threads: int, onnx_ok: bool) -> dict[str, dict]:
+def measure_peaks(threads: int, onnx_ok: bool, openvino_ok: bool = False) -> dict[str, dict]:
     """Best FLOP/s of square matrix products for each runtime and type used by some row: a peak is the best rate,
     so each size's fastest of 3 timed products after a warm-up (``Timing.min``), and the best size."""
     peaks: dict[str, dict] = {}
@@ -264,6 +272,9 @@ def measure_peaks(threads: int, onnx_ok: bool) -> dict[str, dict]:
 
         record("onnxruntime fp32", (1024, 2048), ort_mm(False))
         record("onnxruntime int8", (1024, 2048), ort_mm(True), "(the onnx-int8 path's quantizer)")
+    if openvino_ok:
+        for name, make, note in openvino_encoder.matmul_peaks(threads):
+            record(name, (1024, 2048), make, note)
     return peaks
 
 
@@ -318,7 +329,8 @@ def main():
     ap.add_argument("--sentences", type=int, default=DEFAULT_SENTENCES)
     ap.add_argument("--batch-size", type=int, default=32)
     ap.add_argument("--repeats", type=int, default=2, help="timed rounds per row (their median is reported)")
-    ap.add_argument("--threads", type=int, default=None, help="torch and ONNX Runtime threads (default: torch's)")
+    ap.add_argument("--threads", type=int, default=None,
+                    help="torch, ONNX Runtime and OpenVINO threads (default: torch's)")
     ap.add_argument("--sweep-tokens", default="512,1024,2048,4096,8192",
                     help="token budgets to sweep on the int8 and fp32 paths (comma-separated; 'none' skips)")
     ap.add_argument("--with-emulated-bf16", action="store_true",
@@ -341,12 +353,13 @@ def main():
     enc = load_encoder(args.model).eval()
     flops = matmul_flops(batches, enc.config)
     onnx_ok = backends.onnxruntime_version() is not None
+    openvino_missing = openvino_encoder.missing()
     native_bf16 = cpu_has_native_bf16()
     print(f"{len(texts)} sentences, {n_tokens:,} tokens ({n_padded:,} padded) in {len(batches)} batches; "
           f"{flops / n_tokens / 1e6:.1f} MFLOP per token", flush=True)
 
     print("matrix-multiply peaks:", flush=True)
-    peaks = measure_peaks(threads, onnx_ok)
+    peaks = measure_peaks(threads, onnx_ok, openvino_missing is None)
 
     rows: list[Row] = []
     notes: list[str] = []
@@ -434,6 +447,35 @@ def main():
     else:
         notes.append("ONNX Runtime export of the transformers model not timed: onnxruntime is not installed")
 
+    # ---- OpenVINO: the transformers model converted, compiled with the CPU plugin's defaults, then NNCF int8
+    openvino_meta: dict = {"versions": openvino_encoder.versions()}
+    if openvino_missing is None:
+        ids, mask = batches[0].ids[:2], batches[0].mask[:2]
+        sw = harness.Stopwatch()
+        ov_model = openvino_encoder.convert_hidden_states(HiddenStates(hf), (ids, mask))
+        setup["OpenVINO convert_model"] = sw.stop()
+        calibration_texts = wikitext_sentences(len(texts) + CALIBRATION_SENTENCES)[len(texts):]
+        calibration = build_batches(tok, tok.tokenize_words([t.split() for t in calibration_texts]), args.batch_size)
+        sw = harness.Stopwatch()
+        ov_int8, openvino_meta["nncf"] = openvino_encoder.quantize_int8(ov_model,
+                                                                        [(b.ids, b.mask) for b in calibration])
+        setup["NNCF quantize (calibration included)"] = sw.stop()
+        notes.append(f"OpenVINO int8: nncf.quantize (default preset, model_type=TRANSFORMER) calibrated on the "
+                     f"{len(calibration_texts)} WikiText-2 sentences after the timed ones, in {len(calibration)} "
+                     f"batches built as the timed ones; "
+                     + ", ".join(f"{k} {v}" for k, v in openvino_meta["versions"].items()))
+        for label, model, title in (("default", ov_model, "OpenVINO default ({}), transformers model (convert_model)"),
+                                    ("int8", ov_int8, "OpenVINO int8 (NNCF quantize, TRANSFORMER; {} elsewhere)")):
+            ov_enc = openvino_encoder.compile_encoder(model, threads, LAST_FOUR)
+            name = title.format(ov_enc.precision)
+            peak = "openvino int8" if label == "int8" else f"openvino {ov_enc.precision}"
+            openvino_meta[label] = {"row": name, "properties": ov_enc.properties}
+            print(f"OpenVINO {label}: {ov_enc.properties}", flush=True)
+            rows.append(Row(name, f"openvino {label}", peak, lambda e=ov_enc: word_pass(batches, items, e)))
+    else:
+        notes.append(f"OpenVINO rows not timed: {openvino_missing}")
+        print(notes[-1], flush=True)
+
     # ---- sentence-transformers
     try:
         from sentence_transformers import SentenceTransformer
@@ -484,7 +526,7 @@ def main():
 
     # The peaks again, after the rows: a machine busy at the start would otherwise lower them (and raise the shares).
     print("matrix-multiply peaks, again:", flush=True)
-    for k, v in measure_peaks(threads, onnx_ok).items():
+    for k, v in measure_peaks(threads, onnx_ok, openvino_missing is None).items():
         if v["flops_per_s"] > peaks[k]["flops_per_s"]:
             peaks[k] = v
     hf_seconds = timings["transformers fp32 (output_hidden_states=True)"].median
@@ -526,6 +568,7 @@ def main():
             "padded_tokens": n_padded, "batches": len(batches), "batch_size": args.batch_size,
             "repeats": args.repeats, "matmul_flops": flops, "threads": threads,
             "transformers": transformers.__version__, "onnxruntime": backends.onnxruntime_version(),
+            "openvino": openvino_meta,
             "auto": choice.to_dict() | {"from_cache": choice.from_cache}, "auto_fresh_probe": fresh.to_dict(),
             "setup_seconds": setup, "notes": notes, "int8_linears": int8_profile, "token_budget_sweep": sweep,
             "recommended_tokens_per_batch": budget, "last_level_cache_bytes": token_budget.last_level_cache_bytes()}
