@@ -95,6 +95,16 @@ def _scifact():
             f"BM25 {ndcg('bm25')}", f"one vector {ndcg('dense')}"]
 
 
+def _late_vs_pylate():
+    rows = _json("late_vs_pylate.json")["rows"]
+    ours, peer = rows[0], rows[-1]
+    assert ours["system"].startswith("ctxemb: index") and peer["system"].startswith("PyLate")
+    return [f"build {ours['index_s']:.0f} s vs {peer['index_s']:.0f} s",
+            f"{ours['bytes_per_token']:.0f} vs {peer['bytes_per_token']:,.0f} bytes per token",
+            f"p50 {ours['latency_ms_p50']:.1f} ms vs {peer['latency_ms_p50']:.1f} ms",
+            f"nDCG@10 {ours['ndcg@10']:.2f} vs {peer['ndcg@10']:.2f}"]
+
+
 # results file (the README row links it) -> the strings that row must hold, computed from the JSON beside it
 HEADLINES = {
     "encode_throughput_all-MiniLM-L6-v2.md": _throughput,
@@ -107,6 +117,7 @@ HEADLINES = {
     "finetune.md": _ner,
     "retrieval_documents.md": _retrieval,
     "beir_scifact.md": _scifact,
+    "late_vs_pylate.md": _late_vs_pylate,
 }
 
 
