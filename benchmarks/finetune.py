@@ -120,25 +120,29 @@ def run_task(task: str, rows: list, **kw) -> Path:
     return result.model_dir
 
 
-def _trainer_args(output_dir: Path, *, lr: float, epochs: float, seed: int, bf16: bool, group_by_length: bool):
+def _trainer_args(output_dir: Path, *, lr: float, epochs: float, seed: int, bf16: bool, group_by_length: bool,
+                  torch_compile: bool = False):
     """The Trainer's arguments for our recipe (batch 32, 10% warm-up, weight decay 0.01, no checkpoints); ``bf16``
-    (autocast on the CPU) and length grouping (``train_sampling_strategy="group_by_length"`` in transformers 5, the
-    ``group_by_length=True`` of 4.x) are the Trainer's own speed options."""
+    (autocast on the CPU), length grouping (``train_sampling_strategy="group_by_length"`` in transformers 5, the
+    ``group_by_length=True`` of 4.x) and ``torch_compile`` (the model compiled by ``torch.compile``, its default
+    Inductor backend; compilation counts in ``train_runtime``) are the Trainer's own speed options."""
     import transformers
 
     return transformers.TrainingArguments(
         output_dir=str(output_dir), per_device_train_batch_size=32, learning_rate=lr, num_train_epochs=epochs,
         warmup_steps=0.1, weight_decay=0.01, save_strategy="no", report_to=[], use_cpu=True, seed=seed,
-        dataloader_num_workers=0, disable_tqdm=True, logging_steps=50, bf16=bf16,
+        dataloader_num_workers=0, disable_tqdm=True, logging_steps=50, bf16=bf16, torch_compile=torch_compile,
         train_sampling_strategy="group_by_length" if group_by_length else "random")
 
 
-def _trainer_regime(bf16: bool, group_by_length: bool) -> str:
-    options = [name for name, on in (("bf16", bf16), ("group_by_length", group_by_length)) if on]
+def _trainer_regime(bf16: bool, group_by_length: bool, torch_compile: bool = False) -> str:
+    options = [name for name, on in (("bf16", bf16), ("group_by_length", group_by_length),
+                                     ("torch_compile", torch_compile)) if on]
     return "transformers Trainer" + (", " + " + ".join(options) if options else "")
 
 
-def run_transformers_sst2(rows: list, *, seed: int = 0, bf16: bool = False, group_by_length: bool = False) -> dict:
+def run_transformers_sst2(rows: list, *, seed: int = 0, bf16: bool = False, group_by_length: bool = False,
+                          torch_compile: bool = False) -> dict:
     """transformers' Trainer + AutoModelForSequenceClassification on SST-2 with our recipe; appends and returns the
     row ('train examples/s' from the Trainer's own train_runtime)."""
     import transformers
@@ -149,14 +153,15 @@ def run_transformers_sst2(rows: list, *, seed: int = 0, bf16: bool = False, grou
     tok = transformers.AutoTokenizer.from_pretrained(str(path))
     model = transformers.AutoModelForSequenceClassification.from_pretrained(str(path), num_labels=2)
     train = [dict(tok(ex.text_a, truncation=True, max_length=128), labels=ex.label) for ex in data.splits[train_split][:cap]]
-    args = _trainer_args(WORK / "sst2_hf", lr=lr, epochs=epochs, seed=seed, bf16=bf16, group_by_length=group_by_length)
+    args = _trainer_args(WORK / "sst2_hf", lr=lr, epochs=epochs, seed=seed, bf16=bf16, group_by_length=group_by_length,
+                         torch_compile=torch_compile)
     trainer = transformers.Trainer(model=model, args=args, train_dataset=train,
                                    data_collator=transformers.DataCollatorWithPadding(tok))
     sw = harness.Stopwatch()
     output = trainer.train()
     seconds = sw.stop()
     model.eval()
-    row = {"task": "sst2", "regime": f"full ({_trainer_regime(bf16, group_by_length)})",
+    row = {"task": "sst2", "regime": f"full ({_trainer_regime(bf16, group_by_length, torch_compile)})",
            "train": f"{train_split} ({len(train):,})", "epochs": epochs, "steps": trainer.state.global_step,
            "seconds": seconds, "examples/s": len(train) * epochs / seconds,
            "train examples/s": len(train) * epochs / output.metrics["train_runtime"],
@@ -205,7 +210,8 @@ def run_token_part(part: str, rows: list) -> None:
     rows.append(row)
 
 
-def run_transformers_ner(rows: list, *, seed: int = 0, bf16: bool = False, group_by_length: bool = False) -> dict:
+def run_transformers_ner(rows: list, *, seed: int = 0, bf16: bool = False, group_by_length: bool = False,
+                          torch_compile: bool = False) -> dict:
     """transformers' Trainer + AutoModelForTokenClassification, our softmax recipe: every subword takes its word's
     tag, 1 epoch, batch 32, lr 5e-5, 10% warm-up, weight decay 0.01; words decoded from their first subword and
     scored with our conlleval. Appends and returns the row."""
@@ -228,7 +234,8 @@ def run_transformers_ner(rows: list, *, seed: int = 0, bf16: bool = False, group
         return enc
 
     train = [encode(s) for s in data["train"]]
-    args = _trainer_args(WORK / "ner_hf", lr=5e-5, epochs=1, seed=seed, bf16=bf16, group_by_length=group_by_length)
+    args = _trainer_args(WORK / "ner_hf", lr=5e-5, epochs=1, seed=seed, bf16=bf16, group_by_length=group_by_length,
+                         torch_compile=torch_compile)
     trainer = transformers.Trainer(model=model, args=args, train_dataset=train,
                                    data_collator=transformers.DataCollatorForTokenClassification(tok))
     sw = harness.Stopwatch()
@@ -250,7 +257,8 @@ def run_transformers_ner(rows: list, *, seed: int = 0, bf16: bool = False, group
                         firsts[w] = int(best[b, t_i])
                 gold.append(list(s.ner))
                 pred.append([NER_LABELS[firsts[w]] if w in firsts else "O" for w in range(len(s.words))])
-    row = {"task": "conll2003-ner", "head": f"softmax ({_trainer_regime(bf16, group_by_length)})", "epochs": 1.0,
+    row = {"task": "conll2003-ner", "head": f"softmax ({_trainer_regime(bf16, group_by_length, torch_compile)})",
+           "epochs": 1.0,
            "steps": trainer.state.global_step, "seconds": seconds,
            "train examples/s": len(train) / output.metrics["train_runtime"],
            "train seconds": output.metrics["train_runtime"], "anchor": TOKEN_ANCHORS["conll2003-ner"]}
