@@ -10,11 +10,14 @@ clipping, AdamW, on all-MiniLM-L6-v2 with a fresh two-class head and a batch of 
    conversions (``_to_copy``/``copy_`` between dtypes), with the heaviest ops of each kind. The mode adds a
    small cost per op; its totals are for shares, the wall times of (1) for speed.
 
-Writes ``results/finetune_step_profile.md`` and ``.json``.
+Writes ``results/finetune_step_profile.md`` and ``.json``; with ``--fused`` the bf16 step runs the fused training
+ops (:func:`ctxemb.runtime.kernels.enable_fused_training`) and the results go to
+``results/finetune_step_profile_fused.md`` and ``.json``. ``benchmarks.fused_training_ops`` builds its whole-step
+comparison from :func:`sst2_batches` and :func:`build_step`.
 
 Usage::
 
-    OMP_NUM_THREADS=1 python -m benchmarks.finetune_step_profile --repeats 5
+    OMP_NUM_THREADS=1 python -m benchmarks.finetune_step_profile --repeats 5 [--fused]
 """
 from __future__ import annotations
 
@@ -31,6 +34,7 @@ from ctxemb.tasks.sequence.data import load_task
 from ctxemb.modeling.loading import load_tokenizer
 from ctxemb.modeling.sequence_classification import EncoderForSequenceClassification
 from ctxemb.models.hub import resolve_model_dir
+from ctxemb.runtime.kernels import enable_fused_training
 from ctxemb.training.optim import make_optimizer
 from ctxemb.core.precision import bf16_autocast as autocast  # what the loop runs under
 
@@ -75,31 +79,50 @@ def make_step(model, optimizer, batch, precision):
     return step
 
 
+def sst2_batches(model_name: str, batch_size: int, lengths: list[int]) -> dict[int, dict[str, torch.Tensor]]:
+    """T -> a batch of the ``batch_size`` longest SST-2 training rows of at most T tokens (shorter T where no row is
+    that long: 63 tokens is SST-2's longest)."""
+    tok = load_tokenizer(model_name)
+    sents = load_task("sst2", splits=["train"]).splits["train"]
+    feats = encode_examples(tok, sents[:5000], max_length=max(lengths))
+    collate = Collator(tok.pad_token_id, regression=False)
+    batches = {}
+    for T in lengths:  # the longest rows up to T tokens, cut at T: every batch is 32 x T
+        pool = sorted((f for f in feats if len(f.input_ids) <= T), key=lambda f: -len(f.input_ids))
+        batches[T] = collate(pool[:batch_size])
+        assert batches[T]["input_ids"].shape[1] <= T
+    return batches
+
+
+def build_step(model_name: str, batch, precision: str, *, fused: bool = False):
+    """One loop step (forward under ``autocast(precision)``, backward, clipping, AdamW) of ``model_name`` with a
+    fresh 2-class head (seed 0), with the fused training ops switched on where ``fused`` (exits where they do not
+    run here)."""
+    torch.manual_seed(0)
+    model = EncoderForSequenceClassification.from_pretrained(resolve_model_dir(model_name), num_labels=2,
+                                                             head="checkpoint").train()
+    if fused:
+        ok, why = enable_fused_training(model)
+        if not ok:
+            raise SystemExit(f"the fused training ops do not run here: {why}")
+    opt = make_optimizer(model, lr=2e-5, weight_decay=0.01, betas=(0.9, 0.999), eps=1e-8)
+    return make_step(model, opt, batch, precision)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", default="all-MiniLM-L6-v2")
     ap.add_argument("--batch-size", type=int, default=32)
     ap.add_argument("--lengths", type=int, nargs="+", default=[32, 128])
     ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--fused", action="store_true", help="the bf16 step with the fused training ops switched on")
     args = ap.parse_args()
 
-    tok = load_tokenizer(args.model)
-    sents = load_task("sst2", splits=["train"]).splits["train"]
-    feats = encode_examples(tok, sents[:5000], max_length=max(args.lengths))
-    collate = Collator(tok.pad_token_id, regression=False)
     results, md = {}, []
-    for T in args.lengths:  # the longest rows up to T tokens, cut at T: every batch is 32 x T
-        pool = sorted((f for f in feats if len(f.input_ids) <= T), key=lambda f: -len(f.input_ids))
-        batch = collate(pool[:args.batch_size])
-        assert batch["input_ids"].shape[1] <= T
+    for T, batch in sst2_batches(args.model, args.batch_size, args.lengths).items():
         timings, profiles = {}, {}
-        steps = {}
-        for precision in ("fp32", "bf16"):
-            torch.manual_seed(0)
-            model = EncoderForSequenceClassification.from_pretrained(resolve_model_dir(args.model), num_labels=2,
-                                                                     head="checkpoint").train()
-            opt = make_optimizer(model, lr=2e-5, weight_decay=0.01, betas=(0.9, 0.999), eps=1e-8)
-            steps[precision] = make_step(model, opt, batch, precision)
+        steps = {precision: build_step(args.model, batch, precision, fused=args.fused and precision == "bf16")
+                 for precision in ("fp32", "bf16")}
         step_timings = harness.measure_alternating(steps, repeats=args.repeats, warmup=2, progress=False)
         for p, fn in steps.items():
             timer = OpTimer()
@@ -129,10 +152,12 @@ def main() -> None:
                       + f"; {pr['conversions']['calls']} conversions taking {pr['conversions']['seconds']:.3f} s.\n")
             md.append(harness.markdown_table(pr["top_ops"], ["op", "dtypes", "seconds", "calls"]) + "\n")
     m = harness.machine()
-    head = (f"# One fine-tuning step: fp32 against bf16 autocast\n\n{args.model}, a fresh 2-class head, "
+    fused = " (bf16 with the fused training ops)" if args.fused else ""
+    head = (f"# One fine-tuning step: fp32 against bf16 autocast{fused}\n\n{args.model}, a fresh 2-class head, "
             f"{args.batch_size} SST-2 training sentences per batch. {m['cpu']}, torch {m['torch']}, "
             f"{m['torch_threads']} threads; {harness.timing_note(args.repeats, 2, alternating=True)}.\n")
-    harness.write_results("finetune_step_profile", {"results": results}, head + "\n" + "\n".join(md))
+    name = "finetune_step_profile_fused" if args.fused else "finetune_step_profile"
+    harness.write_results(name, {"results": results, "fused": args.fused}, head + "\n" + "\n".join(md))
     print(head + "\n" + "\n".join(md))
 
 

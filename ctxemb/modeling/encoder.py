@@ -20,6 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ctxemb.modeling import fused_training
 from ctxemb.models.encoder_config import EncoderConfig
 
 ACTIVATIONS = {
@@ -54,6 +55,10 @@ class Embeddings(nn.Module):
     Their width E is the hidden size, or ELECTRA's ``embedding_size`` (the encoder then projects them to H).
     """
 
+    #: the ops of the fused LayerNorm + dropout when training, or None: the composed ops
+    #: (:func:`ctxemb.modeling.fused_training.set_fused_training`)
+    fused_training_ops = None
+
     def __init__(self, config: EncoderConfig):
         super().__init__()
         self.config = config
@@ -82,11 +87,17 @@ class Embeddings(nn.Module):
             if token_type_ids is None:
                 token_type_ids = torch.zeros_like(input_ids)
             x = x + self.token_type_embeddings(token_type_ids)
+        if (ops := fused_training.use_fused(self, self.dropout.p, x)) is not None:
+            return fused_training.layer_norm_dropout(x, self.LayerNorm, self.dropout.p, ops=ops)  # (B, T, E)
         return self.dropout(self.LayerNorm(x))  # (B, T, E)
 
 
 class SelfAttention(nn.Module):
     """Multi-head scaled dot-product self-attention with no causal mask (eq. 11.2-11.4)."""
+
+    #: the ops of the fused attention when training, or None: SDPA
+    #: (:func:`ctxemb.modeling.fused_training.set_fused_training`)
+    fused_training_ops = None
 
     def __init__(self, config: EncoderConfig):
         super().__init__()
@@ -102,13 +113,20 @@ class SelfAttention(nn.Module):
         # (B, T, H) -> (B, N, T, D)
         q, k, v = (proj(x).view(B, T, self.num_heads, self.head_size).transpose(1, 2)
                    for proj in (self.query, self.key, self.value))
-        y = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask,
-                                           dropout_p=self.dropout_p if self.training else 0.0)
+        if (ops := fused_training.use_fused(self, self.dropout_p, q, attn_mask)) is not None:
+            y = fused_training.attention(q, k, v, attn_mask, self.dropout_p, ops=ops)
+        else:
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask,
+                                               dropout_p=self.dropout_p if self.training else 0.0)
         return y.transpose(1, 2).reshape(B, T, H)
 
 
 class AttentionOutput(nn.Module):
     """Output projection, dropout, residual and LayerNorm after attention (post-LN, eq. 11.5)."""
+
+    #: the ops of the fused dropout + residual add + LayerNorm when training, or None: the composed ops
+    #: (:func:`ctxemb.modeling.fused_training.set_fused_training`)
+    fused_training_ops = None
 
     def __init__(self, config: EncoderConfig):
         super().__init__()
@@ -117,6 +135,9 @@ class AttentionOutput(nn.Module):
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
 
     def forward(self, y: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
+        if (ops := fused_training.use_fused(self, self.dropout.p, y, residual)) is not None:
+            return fused_training.dropout_add_layer_norm(self.dense(y), residual, self.LayerNorm, self.dropout.p,
+                                                         ops=ops)
         return self.LayerNorm(residual + self.dropout(self.dense(y)))
 
 
@@ -143,6 +164,10 @@ class Intermediate(nn.Module):
 class Output(nn.Module):
     """Feed-forward down-projection, dropout, residual and LayerNorm (eq. 11.6)."""
 
+    #: the ops of the fused dropout + residual add + LayerNorm when training, or None: the composed ops
+    #: (:func:`ctxemb.modeling.fused_training.set_fused_training`)
+    fused_training_ops = None
+
     def __init__(self, config: EncoderConfig):
         super().__init__()
         self.dense = nn.Linear(config.intermediate_size, config.hidden_size)
@@ -150,6 +175,9 @@ class Output(nn.Module):
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
 
     def forward(self, h: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
+        if (ops := fused_training.use_fused(self, self.dropout.p, h, residual)) is not None:
+            return fused_training.dropout_add_layer_norm(self.dense(h), residual, self.LayerNorm, self.dropout.p,
+                                                         ops=ops)
         return self.LayerNorm(residual + self.dropout(self.dense(h)))
 
 

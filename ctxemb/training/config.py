@@ -11,7 +11,7 @@ import dataclasses
 import math
 import os
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any, Literal, Mapping, Sequence, get_args
 
 from ctxemb.core.validation import check_choice, check_int
 from ctxemb.core.precision import TRAINING_PRECISIONS as PRECISIONS
@@ -35,6 +35,16 @@ def _help(text: str) -> dict[str, str]:
 
 
 REPORTERS: tuple[str, ...] = ("none", "tensorboard", "wandb")
+#: How AdamW updates the word embeddings (:mod:`ctxemb.training.embedding_rows`).
+EmbeddingUpdate = Literal["auto", "dense", "sparse", "lazy"]
+EMBEDDING_UPDATES: tuple[str, ...] = get_args(EmbeddingUpdate)
+#: Whether the encoder's dropout, residual, LayerNorm and attention softmax run fused while training
+#: (:mod:`ctxemb.modeling.fused_training`).
+FusedTraining = Literal["auto", "on", "off"]
+FUSED_TRAINING: tuple[str, ...] = get_args(FusedTraining)
+#: How a run whose checkpoint predates a setting ran, where the setting's default now does something else (what a
+#: resumed run is compared with before it warns that its settings changed).
+BEFORE_THEY_EXISTED: dict[str, str] = {"embedding_update": "dense", "fused_training": "off"}
 #: The directory of a run's output directory that holds the trained model (``<out_dir>/model``).
 MODEL_DIR = "model"
 
@@ -113,6 +123,16 @@ class TrainConfig:
         report_to: where rank 0 reports metrics besides ``metrics.jsonl``: ``"none"`` (the default),
             ``"tensorboard"`` (``out_dir/tensorboard/``), ``"wandb"`` (offline unless ``WANDB_MODE`` says otherwise;
             the run goes to ``out_dir/wandb/``), or several joined by commas. Needs ``out_dir`` unless "none".
+        embedding_update: how AdamW updates the word embeddings (:mod:`ctxemb.training.embedding_rows`):
+            ``"dense"`` every row every step (torch's AdamW); ``"sparse"`` the same result without the dense (V, E)
+            gradient, updating only the rows a batch has used so far; ``"lazy"`` only the rows of the step's batches
+            (LazyAdam: a different result); ``"auto"`` (the default) "sparse" where it runs, else "dense". Under
+            DDP, or with word embeddings tied to a decoder, the update stays dense (logged).
+        fused_training: ``"auto"`` (the default) runs a BERT-layout encoder's dropout + residual + LayerNorm, its
+            embeddings' LayerNorm + dropout and its attention softmax + dropout as fused native ops on a CPU with
+            AVX-512 (:mod:`ctxemb.modeling.fused_training`; their dropout masks come from a counter-based hash keyed
+            by torch's generator, not from torch's dropout), and as today's torch ops elsewhere; ``"on"`` the same,
+            warning where the ops do not run; ``"off"`` always torch's ops.
     """
 
     learning_rate: float = field(metadata=_help("peak learning rate"))
@@ -149,6 +169,14 @@ class TrainConfig:
     report_to: str = field(default="none", metadata=_help(
         "loggers besides metrics.jsonl: none, tensorboard, wandb (offline unless WANDB_MODE is set), or several "
         "joined by commas (rank 0 only)"))
+    embedding_update: EmbeddingUpdate = field(default="auto", metadata=_help(
+        "how AdamW updates the word embeddings: auto (sparse where it runs: one process, word embeddings not tied "
+        "to a decoder; else dense), dense (every row, every step), sparse (the same result, without "
+        "the dense gradient: only the rows batches have used so far), lazy (only the rows in the step's batches: "
+        "changes the result)"))
+    fused_training: FusedTraining = field(default="auto", metadata=_help(
+        "fused dropout + residual + LayerNorm and attention softmax + dropout while training: auto (where the CPU has "
+        "AVX-512), on (warn where it cannot), off (torch's ops)"))
 
     def __post_init__(self):
         if not (_number(self.learning_rate) and self.learning_rate > 0):
@@ -178,6 +206,8 @@ class TrainConfig:
         if not (_number(self.max_grad_norm) and self.max_grad_norm >= 0):
             raise ValueError(f"max_grad_norm must be a number >= 0 (0 disables clipping), got {self.max_grad_norm!r}")
         check_choice(self.precision, "precision", PRECISIONS)
+        check_choice(self.fused_training, "fused_training (--fused-training)", FUSED_TRAINING)
+        check_choice(self.embedding_update, "embedding_update (--embedding-update)", EMBEDDING_UPDATES)
         if self.interpolate is not None:
             self.interpolate = check_alphas(self.interpolate) or None
         if self.out_dir is not None:

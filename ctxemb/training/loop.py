@@ -18,14 +18,21 @@ One optimizer step = ``grad_accumulation_steps`` micro-batches per process; the 
 Per step, in order: forward/backward over the micro-batches, clip, optimizer and scheduler step, log
 (``out_dir/metrics.jsonl``, TensorBoard if installed, the progress bar), evaluate (every ``eval_every`` steps
 and at ``max_steps``), save a checkpoint, callbacks. At the end: a checkpoint and ``out_dir/loss.png``.
+
+With ``embedding_update`` "sparse" or "lazy" (one process), the word embeddings are looked up through
+:class:`~ctxemb.training.embedding_rows.RowLookupSwap` while steps run and updated by rows; saving and evaluating
+see the model's own lookup module and torch's AdamW weights (``RowLookupSwap.plain``), and so does the caller when
+``train`` returns or raises.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import random
 import time
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
@@ -40,8 +47,11 @@ from ctxemb.core.precision import explain_training_precision
 from ctxemb.core.precision import resolve_training_precision as resolve_precision
 from ctxemb.training import faults
 from ctxemb.training.callbacks import Callback, TrainResult
-from ctxemb.training.config import TrainConfig
+from ctxemb.training.config import BEFORE_THEY_EXISTED, TrainConfig
 from ctxemb.training.data import Batch, batch_size_of, count_tokens, move_to_device
+from ctxemb.training.embedding_rows import EmbeddingRowAdamW, RowLookupSwap, find_row_embeddings
+from ctxemb.modeling.fused_training import set_fused_training
+from ctxemb.runtime.kernels import enable_fused_training
 from ctxemb.runtime.distributed import (DistributedContext, all_reduce_mean, all_reduce_sum, any_process,
                                          init_distributed, shutdown, unwrap_model, wrap_model)
 from ctxemb.training.logging import LOSS_PLOT_FILE, METRICS_FILE, MetricWriters, write_loss_plot
@@ -164,10 +174,29 @@ _RESUME_FREE = {"resume", "out_dir", "progress_bar", "log_every", "eval_every", 
                 "keep_last_checkpoints", "device", "report_to"}
 
 
+def _switch_on_fused_training(model: nn.Module, setting: str, device: torch.device) -> bool:
+    """Give ``model``'s BERT-layout modules the fused training ops where ``setting`` ("auto", "on", "off") asks for
+    them and they run (a CPU with AVX-512; the first use builds them, about a minute, so before the first step);
+    returns whether they were switched on. Why not is logged: a warning for "on", information for "auto"."""
+    if setting == "off":
+        return False
+    if device.type != "cpu":
+        on, why = False, f"the fused training ops run on the CPU; this run trains on {device}"
+    else:
+        on, why = enable_fused_training(model)
+    (logger.info if on or setting == "auto" else logger.warning)("fused training ops (fused_training=%r): %s",
+                                                                  setting, why)
+    return on
+
+
 def _warn_config_changes(saved: Mapping[str, Any] | None, config: TrainConfig, path: Path) -> None:
     if not saved:
         return
     now = config.to_dict()
+    # a setting newer than the checkpoint ran as it did before it existed: its default, or what the default did then
+    # (to_dict leaves None out)
+    saved = {**{f.name: f.default for f in dataclasses.fields(TrainConfig)
+                if f.default not in (None, dataclasses.MISSING)}, **BEFORE_THEY_EXISTED, **saved}
     changed = sorted(k for k in set(saved) | set(now) if k not in _RESUME_FREE and saved.get(k) != now.get(k))
     if changed:
         logger.warning("resuming from %s with changed settings (the run will not match an uninterrupted one): %s",
@@ -243,9 +272,15 @@ def _train(model: nn.Module, train_data: Any, config: TrainConfig, ctx: Distribu
     seed_everything(config.seed + ctx.rank)
     raw = unwrap_model(model).to(device)
     raw.train()
+    word_embeddings = find_row_embeddings(raw, config.embedding_update, ctx.world_size)  # None: the dense update
     optimizer = make_optimizer(raw if groups is None else groups, lr=config.learning_rate,
                                weight_decay=config.weight_decay, betas=(config.adam_beta1, config.adam_beta2),
-                               eps=config.adam_epsilon)
+                               eps=config.adam_epsilon, word_embeddings=word_embeddings,
+                               embedding_update=("dense" if word_embeddings is None else
+                                                 "sparse" if config.embedding_update == "auto" else
+                                                 config.embedding_update))
+    rows = optimizer if isinstance(optimizer, EmbeddingRowAdamW) else None
+    swap: RowLookupSwap | None = None  # the row lookup, in place while steps run
     scheduler = linear_schedule(optimizer, config.resolved_warmup_steps, config.max_steps)
 
     start_step, elapsed_before, loaded = 0, 0.0, None
@@ -296,10 +331,11 @@ def _train(model: nn.Module, train_data: Any, config: TrainConfig, ctx: Distribu
                         "metric_sums": {k: float(v) for k, v in running["metric_sums"].items()}},
         }
         info = {k: v for cb in callbacks for k, v in cb.checkpoint_info().items()}  # e.g. the best evaluation
-        path = save_checkpoint(out_dir, step, model=raw, optimizer=optimizer, scheduler=scheduler,
-                               rank_state=rank_state, ctx=ctx,
-                               trainer_state={**info, "elapsed": elapsed(), "config": config.to_dict(),
-                                              "torch_version": torch.__version__})
+        with swap.plain() if swap is not None else nullcontext():  # the model's own modules and AdamW's values
+            path = save_checkpoint(out_dir, step, model=raw, optimizer=optimizer, scheduler=scheduler,
+                                   rank_state=rank_state, ctx=ctx,
+                                   trainer_state={**info, "elapsed": elapsed(), "config": config.to_dict(),
+                                                  "torch_version": torch.__version__})
         if ctx.is_main and config.keep_last_checkpoints:
             prune_checkpoints(out_dir, config.keep_last_checkpoints, protect=info.get("best_step"))
         last_saved = step
@@ -310,9 +346,10 @@ def _train(model: nn.Module, train_data: Any, config: TrainConfig, ctx: Distribu
 
     def run_eval(step: int) -> tuple[dict[str, float], bool]:
         t = time.perf_counter()
-        metrics = evaluate(raw, eval_data, eval_fn=eval_fn, device=device, precision=precision, ctx=ctx)
-        result.eval_metrics = metrics
-        stop = any([bool(cb.on_evaluate(step, metrics)) for cb in callbacks])
+        with swap.plain() if swap is not None else nullcontext():  # what keep_best snapshots is AdamW's too
+            metrics = evaluate(raw, eval_data, eval_fn=eval_fn, device=device, precision=precision, ctx=ctx)
+            result.eval_metrics = metrics
+            stop = any([bool(cb.on_evaluate(step, metrics)) for cb in callbacks])
         timing["eval"] += time.perf_counter() - t
         return {f"eval_{k}": v for k, v in metrics.items()}, stop
 
@@ -330,6 +367,9 @@ def _train(model: nn.Module, train_data: Any, config: TrainConfig, ctx: Distribu
         writers.close()
         return result
 
+    if rows is not None:
+        swap = RowLookupSwap(raw, rows)
+    fused = _switch_on_fused_training(raw, config.fused_training, device)  # switched off again in `finally`
     data_iter = iter(train_data)
     can_evaluate = eval_data is not None or eval_fn is not None
     step = start_step
@@ -357,6 +397,8 @@ def _train(model: nn.Module, train_data: Any, config: TrainConfig, ctx: Distribu
                 with autocast(precision, device):
                     loss, metrics = _unpack(ddp(**batch))
                 (loss / accum).backward()
+                if rows is not None:
+                    rows.end_micro_batch()
                 step_loss += loss.detach().float()
                 for k, v in metrics.items():
                     running["metric_sums"][k] = running["metric_sums"].get(k, 0.0) + _as_tensor(v) / accum
@@ -364,7 +406,8 @@ def _train(model: nn.Module, train_data: Any, config: TrainConfig, ctx: Distribu
             if not math.isfinite(loss_value):
                 raise FloatingPointError(f"the training loss is {loss_value} at step {step}")
             if config.max_grad_norm > 0:
-                grad_norm = torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm)
+                grad_norm = (torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm) if rows is None
+                             else rows.clip_grad_norm_(params, config.max_grad_norm))
             lr = max(g["lr"] for g in optimizer.param_groups)  # the rate this step uses
             optimizer.step()
             scheduler.step()
@@ -415,6 +458,10 @@ def _train(model: nn.Module, train_data: Any, config: TrainConfig, ctx: Distribu
             save(step)
         result.elapsed = elapsed()
     finally:
+        if swap is not None:  # also after an error: the caller's model has its own modules and AdamW's values
+            swap.restore()
+        if fused:  # the caller's model as it came (a model holding native ops cannot be pickled whole)
+            set_fused_training(raw, None)
         writers.close()
     if ctx.is_main and out_dir is not None and (out_dir / METRICS_FILE).exists():
         t = time.perf_counter()

@@ -4,6 +4,9 @@ Parameter groups are plain dicts as torch optimizers take them, with two optiona
 ``param_names`` (for messages and tests) and ``lr_scale``, a multiplier on the peak learning rate that
 :func:`make_optimizer` applies, so fine-tuning can pass groups with layer-wise learning-rate decay
 (``lr_scale = decay ** (num_layers - layer)``) and the schedule scales every group alike.
+
+:func:`make_optimizer` with ``embedding_update="sparse"`` or ``"lazy"`` returns an
+:class:`~ctxemb.training.embedding_rows.EmbeddingRowAdamW`, which updates the word embeddings by rows.
 """
 
 from __future__ import annotations
@@ -13,6 +16,10 @@ from typing import Iterable, Sequence
 
 import torch
 from torch import nn
+
+from ctxemb.core.validation import check_choice
+from ctxemb.training.config import EMBEDDING_UPDATES
+from ctxemb.training.embedding_rows import EmbeddingRowAdamW
 
 # Normalisation layers whose weights (scales) are not decayed; RMSNorm only exists in recent torch.
 _NORM_TYPES: tuple[type, ...] = (nn.LayerNorm, nn.GroupNorm, nn.LocalResponseNorm, nn.modules.batchnorm._NormBase)
@@ -114,7 +121,8 @@ def layerwise_lr_groups(model: nn.Module, base_lr_scale_decay: float, weight_dec
 
 
 def make_optimizer(params: nn.Module | Iterable[dict], *, lr: float, weight_decay: float = 0.01,
-                   betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8) -> torch.optim.AdamW:
+                   betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8, embedding_update: str = "dense",
+                   word_embeddings: nn.Embedding | None = None) -> torch.optim.AdamW:
     """torch.optim.AdamW over a model (split by :func:`param_groups`) or over groups the caller built.
 
     Args:
@@ -123,10 +131,24 @@ def make_optimizer(params: nn.Module | Iterable[dict], *, lr: float, weight_deca
         lr: the peak learning rate.
         weight_decay: decay for a model's decayed group, and for caller groups that do not set their own.
         betas, eps: Adam's moment coefficients and denominator term.
+        embedding_update: "dense" (torch's AdamW); "sparse" or "lazy": an
+            :class:`~ctxemb.training.embedding_rows.EmbeddingRowAdamW` that updates ``word_embeddings`` by rows
+            (:func:`~ctxemb.training.embedding_rows.find_row_embeddings` finds them; the caller swaps in their row
+            lookup with :class:`~ctxemb.training.embedding_rows.RowLookupSwap`); "auto": "sparse" when
+            ``word_embeddings`` is given, else "dense".
+        word_embeddings: the model's word-embedding lookup, for "sparse" and "lazy".
 
     Raises:
-        ValueError: a non-positive ``lr``/``eps``/``lr_scale``, betas outside [0, 1), a group without ``params``.
+        ValueError: a non-positive ``lr``/``eps``/``lr_scale``, betas outside [0, 1), a group without ``params``,
+            an unknown ``embedding_update``, or "sparse"/"lazy" without ``word_embeddings`` (or with their weight in
+            no group).
     """
+    check_choice(embedding_update, "embedding_update", EMBEDDING_UPDATES)
+    if embedding_update == "auto":  # rows where the caller found the word embeddings
+        embedding_update = "dense" if word_embeddings is None else "sparse"
+    if embedding_update != "dense" and word_embeddings is None:
+        raise ValueError(f"embedding_update={embedding_update!r} needs word_embeddings, the nn.Embedding whose rows it "
+                         "updates (ctxemb.training.embedding_rows.find_row_embeddings finds it)")
     if not (lr > 0 and math.isfinite(lr)):
         raise ValueError(f"lr must be a positive finite number, got {lr}")
     if not eps > 0:
@@ -156,6 +178,9 @@ def make_optimizer(params: nn.Module | Iterable[dict], *, lr: float, weight_deca
     tensors = [p for g in groups for p in g["params"]]
     fused = all(p.device.type in ("cpu", "cuda") and p.dtype in (torch.float32, torch.float16, torch.bfloat16,
                                                                   torch.float64) for p in tensors)
+    if embedding_update != "dense":
+        return EmbeddingRowAdamW(groups, word_embeddings=word_embeddings, mode=embedding_update, lr=lr,
+                                 betas=tuple(betas), eps=eps, weight_decay=weight_decay, fused=fused or None)
     return torch.optim.AdamW(groups, lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay,
                              fused=fused or None)
 
