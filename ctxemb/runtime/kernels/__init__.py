@@ -210,17 +210,24 @@ def int8_vnni_ops():
     """The native kernels' ops (``torch.ops.ctxemb_int8``: ``pack_weights``, ``quantize_rows``, ``linear``,
     ``linear_quantized``, ``attention``, ``attention_quantized``), built on first use; None where this CPU lacks the
     instructions or the build fails (logged once, with the reason)."""
-    ok, why = int8_vnni_cpu()
+    return _checked_library("int8 VNNI kernel", int8_vnni_cpu, _load_int8_vnni, _check,
+                            "the int8 path uses torch._int_mm instead")
+
+
+def _checked_library(what: str, cpu, load, check, instead: str):
+    """``load()``'s ops after ``check(ops)``, or None where ``cpu()`` says this CPU cannot run them (logged at the
+    information level) or building, loading or checking them fails (a warning naming the error and ``instead``)."""
+    ok, why = cpu()
     if not ok:
-        logger.info("int8 VNNI kernel not used: %s", why)
+        logger.info("%s not used: %s", what, why)
         return None
     try:
-        ops = _load_int8_vnni()
-        _check(ops)
+        ops = load()
+        check(ops)
         return ops
     except Exception as e:  # noqa: BLE001  (any failure to build or load means: not here; the caller falls back)
-        logger.warning("the int8 VNNI kernel could not be built or loaded here (%s: %s); the int8 path uses "
-                       "torch._int_mm instead", type(e).__name__, str(e).strip().splitlines()[-1] if str(e) else "")
+        logger.warning("the %s could not be built or loaded here (%s: %s); %s", what, type(e).__name__,
+                       str(e).strip().splitlines()[-1] if str(e) else "", instead)
         return None
 
 
@@ -254,19 +261,8 @@ def train_ops():
     """The training ops (``torch.ops.ctxemb_train``: ``dropout_add_layer_norm``, ``layer_norm_dropout``,
     ``softmax_dropout``, each with its ``_backward``, and ``counter_hash``, ``dropout_keep``), built on first use;
     None where this CPU lacks the instructions or the build fails (logged once, with the reason)."""
-    ok, why = train_ops_cpu()
-    if not ok:
-        logger.info("fused training ops not used: %s", why)
-        return None
-    try:
-        ops = _load_train_ops()
-        _check_train(ops)
-        return ops
-    except Exception as e:  # noqa: BLE001  (any failure to build or load means: not here; the caller falls back)
-        logger.warning("the fused training ops could not be built or loaded here (%s: %s); training runs the "
-                       "composed torch ops instead", type(e).__name__,
-                       str(e).strip().splitlines()[-1] if str(e) else "")
-        return None
+    return _checked_library("fused training ops", train_ops_cpu, _load_train_ops, _check_train,
+                            "training runs the composed torch ops instead")
 
 
 def train_ops_available() -> tuple[bool, str]:
