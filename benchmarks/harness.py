@@ -237,6 +237,11 @@ def _finite(o: Any) -> Any:
     return o
 
 
+def dir_bytes(path: str | Path) -> int:
+    """Bytes of every file under ``path`` (an index or a model on disk), subfolders included."""
+    return sum(p.stat().st_size for p in Path(path).rglob("*") if p.is_file())
+
+
 def write_json(path: str | Path, payload: Any, *, finite_only: bool = False, indent: int = 2) -> Path:
     """``payload`` as JSON at ``path``, atomically (``finite_only``: NaN and infinity become null, strict JSON)."""
     path = Path(path)

@@ -59,7 +59,7 @@ def build(directory: Path, n_tokens: int, shard_tokens: int, nbits: int, seed: i
         print(f"{added:,} tokens in {sw.seconds:.0f} s", file=sys.stderr, flush=True)
     add_s = sw.seconds
     index.save(directory)
-    size = sum(p.stat().st_size for p in directory.rglob("*") if p.is_file())
+    size = harness.dir_bytes(directory)
     return {"tokens": index.n_tokens, "documents": len(index), "centroids": index.codec.n_centroids,
             "bytes_per_token": index.bytes_per_token, "index_bytes": size, "build_s": sw.stop(),
             "add_s": add_s}

@@ -65,7 +65,7 @@ def ctxemb_rows(args, ids, texts, dev) -> tuple[list[dict], dict]:
         steps = build_index(enc, ids, pooled, args.nbits, Path(tmp) / "index")
         index_s = encode_s + pool_s + sum(steps.values())
         loaded = LateInteractionIndex.load(Path(tmp) / "index")
-        stored = sum(p.stat().st_size for p in (Path(tmp) / "index").rglob("*") if p.is_file())
+        stored = harness.dir_bytes(Path(tmp) / "index")
         r = LateInteractionRetriever(enc, index=loaded, nprobe=args.nprobe, candidates=args.candidates)
         rows.append({"system": f"ctxemb: index {args.nbits}-bit, pool {args.pool}, nprobe {args.nprobe}, "
                                f"{args.candidates} candidates", **common, **dev_scores(r, dev),

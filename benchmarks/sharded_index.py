@@ -55,7 +55,7 @@ def _peak_mb() -> float:
 
 
 def _dir_mb(path: Path) -> float:
-    return sum(f.stat().st_size for f in Path(path).rglob("*") if f.is_file()) / 2**20
+    return harness.dir_bytes(path) / 2**20
 
 
 # ---------------------------------------------------------------------------------------------------------------

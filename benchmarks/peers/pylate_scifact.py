@@ -227,10 +227,6 @@ def train(args, rows):
     return model, info
 
 
-def dir_bytes(path: Path) -> int:
-    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
-
-
 def build_index(args, model, doc_ids, doc_texts):
     from pylate import indexes
 
@@ -250,7 +246,7 @@ def build_index(args, model, doc_ids, doc_texts):
         "index_seconds": index_seconds,
         "index_kind": "voyager (pylate.indexes.Voyager: HNSW over token vectors + MaxSim re-rank)",
         "index_params": {"M": 64, "ef_construction": 200, "ef_search": 200, "k_token": args.k_token or 100},
-        "index_bytes": dir_bytes(folder),
+        "index_bytes": harness.dir_bytes(folder),
         "docs_indexed": len(doc_ids),
         "doc_token_vectors": n_vectors,
     }
