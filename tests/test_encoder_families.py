@@ -228,3 +228,18 @@ def test_task_model_checkpoints_give_their_encoder(tmp_path, task_class, family,
         want = ref(input_ids=ids, attention_mask=mask).last_hidden_state
         got = ours(ids, mask).last_hidden_state
     torch.testing.assert_close(got[mask.bool()], want[mask.bool()], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_first_token_only_is_the_full_pass_cut_to_the_first_position(tmp_path, family):
+    ref = _reference(family, 3)
+    ref.save_pretrained(tmp_path)
+    ours, _ = load_encoder_dir(tmp_path)
+    ids, mask, _ = _padded_batch(ref.config.pad_token_id, 3)
+    with torch.inference_mode():
+        full = ours(ids, mask)
+        first = ours(ids, mask, first_token_only=True)
+    assert first.last_hidden_state.shape == (ids.shape[0], 1, full.last_hidden_state.shape[-1])
+    torch.testing.assert_close(first.last_hidden_state, full.last_hidden_state[:, :1], rtol=1e-5, atol=1e-5)
+    for a, b in zip(first.hidden_states[:-1], full.hidden_states[:-1]):
+        torch.testing.assert_close(a, b)

@@ -343,3 +343,30 @@ def test_bce_cross_encoder_loads_in_sentence_transformers_with_the_sigmoid(tmp_p
                                                                             [b for _, b in pairs])]
     theirs = st.CrossEncoder(str(out), device="cpu").predict(pairs)
     np.testing.assert_allclose(np.asarray(ours) / 5.0, theirs, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("model_type", MODEL_TYPES)
+@pytest.mark.parametrize("head", ["checkpoint", "cls", "mean"])
+def test_heads_that_read_cls_alone_skip_the_rest_of_the_last_layer_with_the_same_loss_and_gradients(
+        monkeypatch, model_type, head):
+    model = _model(model_type, seed=5, head=head).train()  # dropout 0 (TINY): train mode is deterministic
+    assert model.reads_first_token_only == (head != "mean")
+    ids, mask = _batch(model_type, seed=5)
+    labels = torch.tensor([0, 2, 1])
+    seen = []
+    model.encoder.register_forward_hook(lambda m, a, out: seen.append(out.last_hidden_state.shape[1]))
+
+    def loss_and_grads():
+        model.zero_grad(set_to_none=True)
+        out = model(ids, mask, labels=labels)
+        out.loss.backward()
+        return out.logits.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+    short_logits, short_grads = loss_and_grads()
+    monkeypatch.setattr(EncoderForSequenceClassification, "reads_first_token_only", property(lambda self: False))
+    full_logits, full_grads = loss_and_grads()
+    assert seen == [1 if head != "mean" else ids.shape[1], ids.shape[1]]
+    torch.testing.assert_close(short_logits, full_logits, rtol=1e-5, atol=1e-6)
+    assert short_grads.keys() == full_grads.keys()
+    for name in full_grads:
+        torch.testing.assert_close(short_grads[name], full_grads[name], rtol=1e-4, atol=1e-6, msg=name)

@@ -36,7 +36,7 @@ class EncoderOutput:
     """What the encoder returns.
 
     Attributes:
-        last_hidden_state: (B, T, H) output of the last layer.
+        last_hidden_state: (B, T, H) output of the last layer; (B, 1, H) when the encoder ran ``first_token_only``.
         pooler_output: (B, H) tanh(dense([CLS])), or None when not computed.
         hidden_states: the requested hidden states, each (B, T, H). With all of them (the default) there are L + 1:
             index 0 is the embedding output, -1 the last layer. ``hidden_state_indices`` says which they are.
@@ -108,17 +108,22 @@ class SelfAttention(nn.Module):
         self.value = nn.Linear(config.hidden_size, config.hidden_size)
         self.dropout_p = config.attention_probs_dropout_prob
 
-    def forward(self, x: torch.Tensor, attn_mask: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, attn_mask: torch.Tensor, queries: int | None = None) -> torch.Tensor:
+        """(B, T, H) -> (B, Q, H): every position attends to all T keys; with ``queries`` only the first Q
+        positions ask (Q = T when None)."""
         B, T, H = x.shape
-        # (B, T, H) -> (B, N, T, D)
-        q, k, v = (proj(x).view(B, T, self.num_heads, self.head_size).transpose(1, 2)
-                   for proj in (self.query, self.key, self.value))
-        if (ops := fused_training.use_fused(self, self.dropout_p, q, attn_mask)) is not None:
+        Q = T if queries is None else queries
+        # (B, T, H) -> (B, N, T, D); the queries (B, N, Q, D)
+        q = self.query(x if Q == T else x[:, :Q]).view(B, Q, self.num_heads, self.head_size).transpose(1, 2)
+        k, v = (proj(x).view(B, T, self.num_heads, self.head_size).transpose(1, 2) for proj in (self.key, self.value))
+        if Q != T and attn_mask.shape[-2] != 1:  # a per-query mask (MPNet's position bias): the asking rows
+            attn_mask = attn_mask[..., :Q, :]
+        if Q == T and (ops := fused_training.use_fused(self, self.dropout_p, q, attn_mask)) is not None:
             y = fused_training.attention(q, k, v, attn_mask, self.dropout_p, ops=ops)
         else:
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask,
                                                dropout_p=self.dropout_p if self.training else 0.0)
-        return y.transpose(1, 2).reshape(B, T, H)
+        return y.transpose(1, 2).reshape(B, Q, H)
 
 
 class AttentionOutput(nn.Module):
@@ -147,8 +152,10 @@ class Attention(nn.Module):
         self.self = SelfAttention(config)
         self.output = AttentionOutput(config)
 
-    def forward(self, x: torch.Tensor, attn_mask: torch.Tensor) -> torch.Tensor:
-        return self.output(self.self(x, attn_mask), x)
+    def forward(self, x: torch.Tensor, attn_mask: torch.Tensor, queries: int | None = None) -> torch.Tensor:
+        if queries is None:
+            return self.output(self.self(x, attn_mask), x)
+        return self.output(self.self(x, attn_mask, queries), x[:, :queries])
 
 
 class Intermediate(nn.Module):
@@ -182,7 +189,11 @@ class Output(nn.Module):
 
 
 class Layer(nn.Module):
-    """One post-LN transformer block: x = LN(x + attn(x)); x = LN(x + ffn(x))."""
+    """One post-LN transformer block: x = LN(x + attn(x)); x = LN(x + ffn(x)).
+
+    ``layer(x, mask, queries=Q)`` computes only the first Q positions' outputs (B, Q, H), all T positions still
+    serving as keys and values: the same numbers as ``layer(x, mask)[:, :Q]`` for a fraction of the work.
+    """
 
     def __init__(self, config: EncoderConfig):
         super().__init__()
@@ -190,8 +201,14 @@ class Layer(nn.Module):
         self.intermediate = Intermediate(config)
         self.output = Output(config)
 
-    def forward(self, x: torch.Tensor, attn_mask: torch.Tensor) -> torch.Tensor:
-        x = self.attention(x, attn_mask)
+    @property
+    def takes_queries(self) -> bool:
+        """Whether the block can compute a leading slice of positions alone (``queries``): not once its attention
+        has been replaced (the int8 runtime's); :meth:`Encoder.forward` then cuts the full block's output."""
+        return type(self.attention.self) is SelfAttention
+
+    def forward(self, x: torch.Tensor, attn_mask: torch.Tensor, queries: int | None = None) -> torch.Tensor:
+        x = self.attention(x, attn_mask, queries)
         return self.output(self.intermediate(x), x)
 
 
@@ -354,7 +371,8 @@ class Encoder(nn.Module):
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 token_type_ids: torch.Tensor | None = None, *, output_hidden_states: bool = True,
-                hidden_state_indices: Sequence[int] | None = None, compute_pooler: bool = True) -> EncoderOutput:
+                hidden_state_indices: Sequence[int] | None = None, compute_pooler: bool = True,
+                first_token_only: bool = False) -> EncoderOutput:
         """Run the encoder.
 
         Args:
@@ -366,6 +384,10 @@ class Encoder(nn.Module):
                 others are dropped as soon as the next layer has used them, which saves memory.
             compute_pooler: compute ``pooler_output`` (None for families without a pooler: DistilBERT, ELECTRA,
                 ModernBERT).
+            first_token_only: the last layer computes the first position alone (what a [CLS] head reads), all
+                positions still serving as its keys and values: ``last_hidden_state`` (and hidden state L) is
+                then (B, 1, H), equal to the full pass's ``[:, :1]``. In MiniLM's six layers this skips about a
+                seventh of the work of a training step.
 
         Returns:
             EncoderOutput.
@@ -395,7 +417,10 @@ class Encoder(nn.Module):
             kept_idx.append(0)
         L = self.num_layers
         for i, layer in enumerate(self.blocks, start=1):
-            x = layer(x, context)
+            if i == L and first_token_only:  # blocks that cannot compute a slice alone are cut after (same numbers)
+                x = layer(x, context, queries=1) if getattr(layer, "takes_queries", False) else layer(x, context)[:, :1]
+            else:
+                x = layer(x, context)
             if i == L:
                 x = self._final(x)
             if keep is None or i in keep:

@@ -174,6 +174,14 @@ class EncoderForSequenceClassification(EncoderWithHeads):
         return self.head == "checkpoint" and self.config.model_type == "bert"
 
     @property
+    def reads_first_token_only(self) -> bool:
+        """Whether the head reads the [CLS] position alone (every head but ``"mean"`` and ModernBERT's mean
+        pooling): the encoder's last layer then computes that position alone (``first_token_only``)."""
+        if self.head == "mean":
+            return False
+        return getattr(self.classifier, "pooling", "cls") == "cls"
+
+    @property
     def label2id(self) -> dict[str, int]:
         return {v: k for k, v in self.id2label.items()}
 
@@ -201,8 +209,8 @@ class EncoderForSequenceClassification(EncoderWithHeads):
         if attention_mask is None:
             attention_mask = torch.ones_like(input_ids)
         out = self.encoder(input_ids, attention_mask, token_type_ids, output_hidden_states=False,
-                           compute_pooler=self.uses_pooler)
-        z = out.last_hidden_state  # (B, T, H)
+                           compute_pooler=self.uses_pooler, first_token_only=self.reads_first_token_only)
+        z = out.last_hidden_state  # (B, T, H), or (B, 1, H) for a head that reads [CLS] alone
         if self.uses_pooler:
             logits = self.classifier(self.dropout(out.pooler_output))
         elif self.head == "checkpoint":

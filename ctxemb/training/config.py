@@ -133,6 +133,10 @@ class TrainConfig:
             AVX-512 (:mod:`ctxemb.modeling.fused_training`; their dropout masks come from a counter-based hash keyed
             by torch's generator, not from torch's dropout), and as today's torch ops elsewhere; ``"on"`` the same,
             warning where the ops do not run; ``"off"`` always torch's ops.
+        keep_freed_memory: let glibc's malloc keep the memory a step frees for the next step instead of returning
+            it to the system and faulting it in again (:func:`ctxemb.core.allocator.keep_freed_memory`;
+            process-wide, the process then holds its peak heap); False leaves the allocator alone. Results do not
+            change.
     """
 
     learning_rate: float = field(metadata=_help("peak learning rate"))
@@ -177,6 +181,9 @@ class TrainConfig:
     fused_training: FusedTraining = field(default="auto", metadata=_help(
         "fused dropout + residual + LayerNorm and attention softmax + dropout while training: auto (where the CPU has "
         "AVX-512), on (warn where it cannot), off (torch's ops)"))
+    keep_freed_memory: bool = field(default=True, metadata=_help(
+        "let glibc's malloc keep the memory a step frees for the next one (fewer page faults; the process holds its "
+        "peak heap); --no-keep-freed-memory leaves the allocator alone"))
 
     def __post_init__(self):
         if not (_number(self.learning_rate) and self.learning_rate > 0):

@@ -41,6 +41,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from ctxemb.core.allocator import keep_freed_memory
 from ctxemb.core.atomic import resolve_saved_directory
 from ctxemb.core.precision import bf16_autocast as autocast
 from ctxemb.core.precision import explain_training_precision
@@ -171,7 +172,7 @@ def check_fresh_out_dir(config: TrainConfig) -> None:
 
 # Fields that may change between a run and its resumption without changing what is computed.
 _RESUME_FREE = {"resume", "out_dir", "progress_bar", "log_every", "eval_every", "save_every",
-                "keep_last_checkpoints", "device", "report_to"}
+                "keep_last_checkpoints", "device", "report_to", "keep_freed_memory"}
 
 
 def _switch_on_fused_training(model: nn.Module, setting: str, device: torch.device) -> bool:
@@ -370,6 +371,8 @@ def _train(model: nn.Module, train_data: Any, config: TrainConfig, ctx: Distribu
     if rows is not None:
         swap = RowLookupSwap(raw, rows)
     fused = _switch_on_fused_training(raw, config.fused_training, device)  # switched off again in `finally`
+    if config.keep_freed_memory:
+        logger.info("allocator: %s", keep_freed_memory()[1])
     data_iter = iter(train_data)
     can_evaluate = eval_data is not None or eval_fn is not None
     step = start_step
