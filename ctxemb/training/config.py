@@ -137,6 +137,11 @@ class TrainConfig:
             it to the system and faulting it in again (:func:`ctxemb.core.allocator.keep_freed_memory`;
             process-wide, the process then holds its peak heap); False leaves the allocator alone. Results do not
             change.
+        compile: run the model's forward and backward through ``torch.compile`` (dynamic shapes, so that
+            length-grouped batches share one graph). Off by default: on a 2-core Zen 4 the compiled all-MiniLM-L6-v2
+            step was slower than the eager one after about a minute of compiling
+            (``benchmarks/results/compile_step.md``), so it never paid back. With ``fused_training="auto"`` the
+            fused ops stay off (torch.compile cannot trace them); ``fused_training="on"`` with it is refused.
     """
 
     learning_rate: float = field(metadata=_help("peak learning rate"))
@@ -184,6 +189,9 @@ class TrainConfig:
     keep_freed_memory: bool = field(default=True, metadata=_help(
         "let glibc's malloc keep the memory a step frees for the next one (fewer page faults; the process holds its "
         "peak heap); --no-keep-freed-memory leaves the allocator alone"))
+    compile: bool = field(default=False, metadata=_help(
+        "run the forward and backward through torch.compile (dynamic shapes); off by default: on a 2-core Zen 4 CPU "
+        "it never paid back its compile time (benchmarks/results/compile_step.md)"))
 
     def __post_init__(self):
         if not (_number(self.learning_rate) and self.learning_rate > 0):
@@ -215,6 +223,9 @@ class TrainConfig:
         check_choice(self.precision, "precision", PRECISIONS)
         check_choice(self.fused_training, "fused_training (--fused-training)", FUSED_TRAINING)
         check_choice(self.embedding_update, "embedding_update (--embedding-update)", EMBEDDING_UPDATES)
+        if self.compile and self.fused_training == "on":
+            raise ValueError("compile=True (--compile) cannot trace the fused training ops: set fused_training "
+                             "(--fused-training) to 'auto' or 'off', not 'on'")
         if self.interpolate is not None:
             self.interpolate = check_alphas(self.interpolate) or None
         if self.out_dir is not None:

@@ -370,7 +370,11 @@ def _train(model: nn.Module, train_data: Any, config: TrainConfig, ctx: Distribu
 
     if rows is not None:
         swap = RowLookupSwap(raw, rows)
-    fused = _switch_on_fused_training(raw, config.fused_training, device)  # switched off again in `finally`
+    fused = _switch_on_fused_training(raw, "off" if config.compile else config.fused_training,
+                                      device)  # switched off again in `finally`
+    if config.compile and config.fused_training == "auto" and ctx.is_main:
+        logger.info("fused training ops off: compile=True traces torch's own ops")
+    forward = torch.compile(ddp, dynamic=True) if config.compile else ddp  # compiled on the first batch
     if config.keep_freed_memory:
         logger.info("allocator: %s", keep_freed_memory()[1])
     data_iter = iter(train_data)
@@ -398,7 +402,7 @@ def _train(model: nn.Module, train_data: Any, config: TrainConfig, ctx: Distribu
                 if ddp is not raw:  # all-reduce gradients only on the last micro-batch (nanoGPT)
                     ddp.require_backward_grad_sync = micro == accum - 1
                 with autocast(precision, device):
-                    loss, metrics = _unpack(ddp(**batch))
+                    loss, metrics = _unpack(forward(**batch))
                 (loss / accum).backward()
                 if rows is not None:
                     rows.end_micro_batch()
