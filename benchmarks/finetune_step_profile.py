@@ -10,6 +10,8 @@ clipping, AdamW, on all-MiniLM-L6-v2 with a fresh two-class head and a batch of 
    conversions (``_to_copy``/``copy_`` between dtypes), with the heaviest ops of each kind. The mode adds a
    small cost per op; its totals are for shares, the wall times of (1) for speed.
 
+Like the training loop, the process has glibc's malloc keep freed memory (:mod:`ctxemb.core.allocator`).
+
 Writes ``results/finetune_step_profile.md`` and ``.json``; with ``--fused`` the bf16 step runs the fused training
 ops (:func:`ctxemb.runtime.kernels.enable_fused_training`) and the results go to
 ``results/finetune_step_profile_fused.md`` and ``.json``. ``benchmarks.fused_training_ops`` builds its whole-step
@@ -36,6 +38,7 @@ from ctxemb.modeling.sequence_classification import EncoderForSequenceClassifica
 from ctxemb.models.hub import resolve_model_dir
 from ctxemb.runtime.kernels import enable_fused_training
 from ctxemb.training.optim import make_optimizer
+from ctxemb.core.allocator import keep_freed_memory
 from ctxemb.core.precision import bf16_autocast as autocast  # what the loop runs under
 
 CONVERSIONS = {"_to_copy", "copy_", "to"}
@@ -117,6 +120,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--fused", action="store_true", help="the bf16 step with the fused training ops switched on")
     args = ap.parse_args()
+    keep_freed_memory()  # as the training loop does before its first step
 
     results, md = {}, []
     for T, batch in sst2_batches(args.model, args.batch_size, args.lengths).items():

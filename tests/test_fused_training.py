@@ -465,3 +465,14 @@ def test_without_native_ops_the_encoder_runs_composed_ops_and_the_functions_the_
     y = ft.layer_norm_dropout(x, nn.LayerNorm(8), 0.5, key=3)
     want = torch.where(ft.keep_mask(3, x.shape, 0.5), F.layer_norm(x, (8,)) * 2, 0.0)
     torch.testing.assert_close(y, want)
+
+
+def test_checking_a_native_library_draws_nothing_from_torchs_generator(native_ops):
+    """The check runs inside a seeded run, before its first step or just after a resume restored the generator: a
+    draw from torch's generator there would give the first run of a process (and every resumed run) other dropout."""
+    torch.manual_seed(3)
+    before = torch.get_rng_state()
+    kernels._check_train(native_ops)
+    if kernels.int8_vnni_ops() is not None:
+        kernels._check(kernels.int8_vnni_ops())
+    assert torch.equal(torch.get_rng_state(), before)

@@ -183,11 +183,12 @@ def _check_weights(path: Path, want: dict, exact: bool) -> None:
 # custom preset: the bare defaults, keep_best off). '--preset none' (accepted by 10c8c74 too) asks for the bare
 # defaults.
 # torch's dropout and the dense AdamW update (the defaults became the fused ops and the update by rows, which take
-# another random path and round differently)
+# another random path and round differently); the sequence run also computes its last layer whole (--full-last-layer:
+# the default computes [CLS] alone there while training, with fewer dropout draws)
 _TORCH_OPS = ["--fused-training", "off", "--embedding-update", "dense"]
 SINCE_10C8C74 = {name: _TORCH_OPS for name in ("pretrain_scratch", "pretrain_continued", "wsd_supcon", "wsd_bem",
                                                "finetune_token")}
-SINCE_10C8C74["finetune_sequence"] = ["--preset", "none", *_TORCH_OPS]
+SINCE_10C8C74["finetune_sequence"] = ["--preset", "none", *_TORCH_OPS, "--full-last-layer"]
 
 
 def _argv(recorded, name: str, inputs: Path | str, out: Path | str) -> list[str]:

@@ -173,10 +173,16 @@ class EncoderForSequenceClassification(EncoderWithHeads):
         """Whether the head reads BERT's tanh pooler (the ``"checkpoint"`` head of a BERT model)."""
         return self.head == "checkpoint" and self.config.model_type == "bert"
 
+    #: While training, compute every position of the last layer even where the head reads [CLS] alone: the random
+    #: path and the rounding of earlier versions (not saved; the fine-tuning flag ``--full-last-layer``).
+    full_last_layer: bool = False
+
     @property
     def reads_first_token_only(self) -> bool:
         """Whether the head reads the [CLS] position alone (every head but ``"mean"`` and ModernBERT's mean
-        pooling): the encoder's last layer then computes that position alone (``first_token_only``)."""
+        pooling): while training (unless :attr:`full_last_layer`), the encoder's last layer then computes that
+        position alone (``first_token_only``). Evaluation computes every position, so predictions keep their
+        numbers to the last bit."""
         if self.head == "mean":
             return False
         return getattr(self.classifier, "pooling", "cls") == "cls"
@@ -209,7 +215,8 @@ class EncoderForSequenceClassification(EncoderWithHeads):
         if attention_mask is None:
             attention_mask = torch.ones_like(input_ids)
         out = self.encoder(input_ids, attention_mask, token_type_ids, output_hidden_states=False,
-                           compute_pooler=self.uses_pooler, first_token_only=self.reads_first_token_only)
+                           compute_pooler=self.uses_pooler,
+                           first_token_only=self.training and not self.full_last_layer and self.reads_first_token_only)
         z = out.last_hidden_state  # (B, T, H), or (B, 1, H) for a head that reads [CLS] alone
         if self.uses_pooler:
             logits = self.classifier(self.dropout(out.pooler_output))

@@ -96,6 +96,11 @@ def versions() -> dict[str, str]:
             "python": sys.version.split()[0]}
 
 
+#: How a run whose settings file predates a recipe setting ran, where the setting's default now does something else
+#: (what a resumed run compares with; as ``ctxemb.training.config.BEFORE_THEY_EXISTED`` for the loop's settings).
+SETTINGS_BEFORE_THEY_EXISTED: dict[str, Any] = {"full_last_layer": True}
+
+
 def check_run_settings(out_dir: str | os.PathLike, settings: Mapping[str, Any], *, resume: bool | str,
                        resume_free: Iterable[str] = ()) -> None:
     """A fresh run writes its recipe settings to ``out_dir/run_settings.json``; a resumed run compares its own with
@@ -112,6 +117,7 @@ def check_run_settings(out_dir: str | os.PathLike, settings: Mapping[str, Any], 
     now = json.loads(json.dumps(dict(settings), default=str))
     if resume is not False and path.is_file():
         saved = read_json_file(path, "run settings")
+        saved = {**{k: v for k, v in SETTINGS_BEFORE_THEY_EXISTED.items() if k in now}, **saved}
         free = set(resume_free)
         changed = sorted(k for k in set(saved) | set(now) if k not in free and saved.get(k) != now.get(k))
         if changed:

@@ -307,7 +307,10 @@ def _check_train(ops) -> None:
         raise RuntimeError("the training ops' dropout hash differs from its known answers")
     gen = torch.Generator().manual_seed(0)
     M, H = 5, 40  # a partial 16-lane vector
-    x, residual, w, b = torch.randn(M, H, generator=gen), torch.randn(M, H, generator=gen), torch.randn(H), torch.randn(H)
+    # every draw from `gen`: the check runs inside a seeded training run (before its first step, or after a resume
+    # restored the generator), and a draw from torch's global generator would shift that run's dropout
+    x, residual = torch.randn(M, H, generator=gen), torch.randn(M, H, generator=gen)
+    w, b = torch.randn(H, generator=gen), torch.randn(H, generator=gen)
     y = ops.dropout_add_layer_norm(x, residual, w, b, 1e-12, 0.0, key, False)[0]
     if not torch.allclose(y, torch.nn.functional.layer_norm(x + residual, (H,), w, b, 1e-12), rtol=0, atol=1e-4):
         raise RuntimeError("the training ops' LayerNorm differs from torch's")

@@ -123,6 +123,7 @@ def build_model(config: FinetuneConfig, task: TableData) -> EncoderForSequenceCl
         resolve_model_dir(config.model), num_labels=1 if regression else len(task.label_names),
         problem="regression" if regression else "classification", head=config.head,
         id2label=None if regression else dict(enumerate(task.label_names)), new_head=config.new_head, **extra)
+    model.full_last_layer = config.full_last_layer
     return config.apply_regime(model)
 
 
