@@ -192,7 +192,7 @@ class Layer(nn.Module):
     """One post-LN transformer block: x = LN(x + attn(x)); x = LN(x + ffn(x)).
 
     ``layer(x, mask, queries=Q)`` computes only the first Q positions' outputs (B, Q, H), all T positions still
-    serving as keys and values: the same numbers as ``layer(x, mask)[:, :Q]`` for a fraction of the work.
+    serving as keys and values: ``layer(x, mask)[:, :Q]`` up to rounding, for a fraction of the work.
     """
 
     def __init__(self, config: EncoderConfig):
@@ -386,7 +386,7 @@ class Encoder(nn.Module):
                 ModernBERT).
             first_token_only: the last layer computes the first position alone (what a [CLS] head reads), all
                 positions still serving as its keys and values: ``last_hidden_state`` (and hidden state L) is
-                then (B, 1, H), equal to the full pass's ``[:, :1]``. In MiniLM's six layers this skips about a
+                then (B, 1, H), the full pass's ``[:, :1]`` up to rounding. In MiniLM's six layers this skips about a
                 seventh of the work of a training step.
 
         Returns:
@@ -417,7 +417,7 @@ class Encoder(nn.Module):
             kept_idx.append(0)
         L = self.num_layers
         for i, layer in enumerate(self.blocks, start=1):
-            if i == L and first_token_only:  # blocks that cannot compute a slice alone are cut after (same numbers)
+            if i == L and first_token_only:  # blocks that cannot compute a slice alone are cut after
                 x = layer(x, context, queries=1) if getattr(layer, "takes_queries", False) else layer(x, context)[:, :1]
             else:
                 x = layer(x, context)
