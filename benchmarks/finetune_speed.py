@@ -41,6 +41,7 @@ from pathlib import Path
 
 from benchmarks import finetune as bench
 from benchmarks import harness
+from ctxemb.core import allocator
 
 WORKLOADS = {
     # name -> (ctxemb task, head, extra flags, dev metric)
@@ -50,7 +51,8 @@ WORKLOADS = {
 }
 RESULTS = harness.RESULTS / "finetune_speed.json"
 #: glibc's malloc told what ctxemb.core.allocator tells it, through the environment (for the Trainer's process).
-KEEP_FREED_MEMORY_ENV = {"MALLOC_MMAP_THRESHOLD_": "1073741824", "MALLOC_TRIM_THRESHOLD_": "2147483648"}
+KEEP_FREED_MEMORY_ENV = {"MALLOC_MMAP_THRESHOLD_": str(allocator.MMAP_THRESHOLD_BYTES),
+                         "MALLOC_TRIM_THRESHOLD_": str(allocator.TRIM_THRESHOLD_BYTES)}
 KEPT_MEMORY_LABEL = ", glibc keeping freed memory"
 
 
