@@ -1,4 +1,4 @@
-"""Fused ops for the training step on the CPU, behind a switch that is off by default.
+"""Fused ops for the training step on the CPU, which a model runs once it is given them.
 
 A bf16 fine-tuning step of all-MiniLM-L6-v2 runs its Linear layers near the bf16 peak; much of what is left is
 dropout masks drawn element by element from torch's generator (``bernoulli_``), attention upcast to float32 (SDPA
@@ -26,8 +26,9 @@ a run takes another random path than with it off (with the same keep probability
 object (one with the ops as methods) to the BERT-layout modules of :mod:`ctxemb.modeling.encoder` that declare
 ``fused_training_ops`` (``Embeddings``, ``SelfAttention``, ``AttentionOutput``, ``Output``; None, the default, takes
 it away); each then runs its fused op with those ops where :func:`use_fused` says so (training, dropout above 0, CPU
-tensors, float32 parameters), and its composed torch ops otherwise: exactly today's path, which is also the default.
-``ctxemb.runtime.kernels.enable_fused_training(model)`` loads the native ops and gives them where they run here.
+tensors, float32 parameters), and its composed torch ops otherwise (a model given no ops runs those alone).
+``ctxemb.runtime.kernels.enable_fused_training(model)`` loads the native ops and gives them where they run here; the
+training loop does so by default (``TrainConfig.fused_training``).
 
 **The reference** (``_Reference``) is the native ops' arithmetic and masks in torch ops: what the functions here run
 when given no ops, or tensors the native ops do not read (float64, not on the CPU). It is the tests' oracle (and

@@ -244,8 +244,7 @@ class EmbeddingRowAdamW(torch.optim.AdamW):
         self.padding_idx = word_embeddings.padding_idx
         if not any(p is w for g in self.param_groups for p in g["params"]):
             raise ValueError("the word embeddings' weight is in no parameter group")
-        self._init_rows(torch.zeros((), dtype=self._step_dtype(), device=self._step_device()),
-                        torch.zeros_like(w), torch.zeros_like(w), warm=None if mode == "sparse" else True)
+        self._init_fresh()
 
     @property
     def warm_rows(self) -> int:
@@ -262,6 +261,12 @@ class EmbeddingRowAdamW(torch.optim.AdamW):
     def _step_device(self) -> torch.device:  # torch's [special device hosting for step]
         g = self._group()
         return self.weight.device if g["fused"] or g["capturable"] else torch.device("cpu")
+
+    def _init_fresh(self) -> None:
+        """The embedding's state before its first step: zero moments; no row warm (sparse), every row (lazy)."""
+        w = self.weight
+        self._init_rows(torch.zeros((), dtype=self._step_dtype(), device=self._step_device()),
+                        torch.zeros_like(w), torch.zeros_like(w), warm=None if self.mode == "sparse" else True)
 
     def _init_rows(self, step: torch.Tensor, exp_avg: torch.Tensor, exp_avg_sq: torch.Tensor,
                    warm: torch.Tensor | bool | None, deferred: float = 1.0) -> None:
@@ -333,8 +338,7 @@ class EmbeddingRowAdamW(torch.optim.AdamW):
         super().load_state_dict(sd)
         w = self.weight
         if not saved:  # never stepped
-            self._init_rows(torch.zeros((), dtype=self._step_dtype(), device=self._step_device()),
-                            torch.zeros_like(w), torch.zeros_like(w), warm=None if self.mode == "sparse" else True)
+            self._init_fresh()
             return
         moments = [saved[k].to(dtype=w.dtype, device=w.device) for k in ("exp_avg", "exp_avg_sq")]
         if any(m.shape != w.shape for m in moments):

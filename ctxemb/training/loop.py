@@ -277,9 +277,7 @@ def _train(model: nn.Module, train_data: Any, config: TrainConfig, ctx: Distribu
     optimizer = make_optimizer(raw if groups is None else groups, lr=config.learning_rate,
                                weight_decay=config.weight_decay, betas=(config.adam_beta1, config.adam_beta2),
                                eps=config.adam_epsilon, word_embeddings=word_embeddings,
-                               embedding_update=("dense" if word_embeddings is None else
-                                                 "sparse" if config.embedding_update == "auto" else
-                                                 config.embedding_update))
+                               embedding_update="dense" if word_embeddings is None else config.embedding_update)
     rows = optimizer if isinstance(optimizer, EmbeddingRowAdamW) else None
     swap: RowLookupSwap | None = None  # the row lookup, in place while steps run
     scheduler = linear_schedule(optimizer, config.resolved_warmup_steps, config.max_steps)
