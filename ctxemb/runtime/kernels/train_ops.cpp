@@ -135,6 +135,29 @@ std::tuple<Tensor, Tensor> sum_chunks(const Tensor& partial, int64_t H) {
   return {gw, gb};
 }
 
+// A thread's scratch for the rows of a LayerNorm backward: the normalized row, a row of gradients, its keep masks.
+struct RowScratch {
+  explicit RowScratch(int64_t H) : xh(H), g(H), keeps((H + 15) / 16) {}
+  std::vector<float> xh, g;
+  std::vector<__mmask16> keeps;
+};
+
+// The rows of a LayerNorm backward, in chunks of kChunkRows run in parallel: row(r, pw, scratch) writes row r's
+// input gradients and adds its weight and bias gradients to its chunk's partial sums (pw, pw + H). Returns the
+// weight and bias gradients (sum_chunks).
+template <typename Row>
+std::tuple<Tensor, Tensor> backward_rows(int64_t M, int64_t H, const at::TensorOptions& options, const Row& row) {
+  const int64_t chunks = (M + kChunkRows - 1) / kChunkRows;
+  auto partial = at::zeros({chunks, 2, H}, options);
+  float* sums = partial.data_ptr<float>();
+  at::parallel_for(0, chunks, 1, [&](int64_t c0, int64_t c1) {
+    RowScratch scratch(H);
+    for (int64_t c = c0; c < c1; ++c)
+      for (int64_t r = c * kChunkRows; r < std::min(M, (c + 1) * kChunkRows); ++r) row(r, sums + c * 2 * H, scratch);
+  });
+  return sum_chunks(partial, H);
+}
+
 // One row's LayerNorm backward, given dy (the gradient of the normalized row before the affine map's weight: the
 // caller's gradient times the weight) and x_hat: ds = rstd (dy w - mean(dy w) - x_hat mean(dy w x_hat)) over the
 // row, written by `out(j, ds, mask)`. g holds the H gradients of the output, xh the H normalized values.
@@ -253,11 +276,10 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> dropout_add_layer_norm_backward(
   const CounterMask cm(key, p);
   auto grad_x = at::empty({M, H}, grad_y.options().dtype(x.scalar_type()));
   auto grad_res = at::empty({M, H}, grad_y.options().dtype(residual.scalar_type()));
-  const int64_t chunks = (M + kChunkRows - 1) / kChunkRows;
-  auto partial = at::zeros({chunks, 2, H}, grad_y.options());
   const float *dy = grad_y.data_ptr<float>(), *w = weight.data_ptr<float>();
   const float *pm = mean.data_ptr<float>(), *pr = rstd.data_ptr<float>();
   const float* ps = recompute ? nullptr : sum.data_ptr<float>();
+  std::tuple<Tensor, Tensor> affine;
   with_rows(grad_x, [&](auto* gx) {
     with_rows(grad_res, [&](auto* gr) {
       using TX = std::remove_pointer_t<decltype(gx)>;
@@ -265,33 +287,26 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> dropout_add_layer_norm_backward(
       // recomputing s reads x and residual in their own dtypes (those of their gradients)
       const TX* px = recompute ? x.data_ptr<TX>() : nullptr;
       const TR* pres = recompute ? residual.data_ptr<TR>() : nullptr;
-      at::parallel_for(0, chunks, 1, [&](int64_t c0, int64_t c1) {
-        std::vector<float> xh(H);
-        std::vector<__mmask16> keeps((H + 15) / 16);
-        for (int64_t c = c0; c < c1; ++c) {
-          float* pw = partial.data_ptr<float>() + c * 2 * H;
-          for (int64_t r = c * kChunkRows; r < std::min(M, (c + 1) * kChunkRows); ++r) {
-            const int64_t o = r * H;
-            const __m512 mu = _mm512_set1_ps(pm[r]), rs = _mm512_set1_ps(pr[r]);
-            for (int64_t j = 0; j < H; j += 16) {
-              const __mmask16 m = tail_mask(H - j);
-              const __mmask16 keep = keeps[j / 16] = cm.keep(static_cast<uint32_t>(o + j)) & m;
-              const __m512 s = ps ? load(ps + o + j, m)
-                                  : _mm512_add_ps(load(pres + o + j, m),
-                                                  _mm512_maskz_mul_ps(keep, load(px + o + j, m), cm.scale));
-              store(xh.data() + j, _mm512_mul_ps(_mm512_sub_ps(s, mu), rs), m);
-            }
-            accumulate_affine(dy + o, xh.data(), H, pw, pw + H);
-            layer_norm_row_backward(dy + o, xh.data(), w, pr[r], H, [&](int64_t j, __m512 ds, __mmask16 m) {
-              store(gr + o + j, ds, m);
-              store(gx + o + j, _mm512_maskz_mul_ps(keeps[j / 16], ds, cm.scale), m);
-            });
-          }
+      affine = backward_rows(M, H, grad_y.options(), [&](int64_t r, float* pw, RowScratch& t) {
+        const int64_t o = r * H;
+        const __m512 mu = _mm512_set1_ps(pm[r]), rs = _mm512_set1_ps(pr[r]);
+        for (int64_t j = 0; j < H; j += 16) {
+          const __mmask16 m = tail_mask(H - j);
+          const __mmask16 keep = t.keeps[j / 16] = cm.keep(static_cast<uint32_t>(o + j)) & m;
+          const __m512 s = ps ? load(ps + o + j, m)
+                              : _mm512_add_ps(load(pres + o + j, m),
+                                              _mm512_maskz_mul_ps(keep, load(px + o + j, m), cm.scale));
+          store(t.xh.data() + j, _mm512_mul_ps(_mm512_sub_ps(s, mu), rs), m);
         }
+        accumulate_affine(dy + o, t.xh.data(), H, pw, pw + H);
+        layer_norm_row_backward(dy + o, t.xh.data(), w, pr[r], H, [&](int64_t j, __m512 ds, __mmask16 m) {
+          store(gr + o + j, ds, m);
+          store(gx + o + j, _mm512_maskz_mul_ps(t.keeps[j / 16], ds, cm.scale), m);
+        });
       });
     });
   });
-  auto [gw, gb] = sum_chunks(partial, H);
+  auto [gw, gb] = affine;
   return {grad_x, grad_res, gw, gb};
 }
 
@@ -348,33 +363,26 @@ std::tuple<Tensor, Tensor, Tensor> layer_norm_dropout_backward(const Tensor& gra
   check_dropout(p, x.numel());
   const CounterMask cm(key, p);
   auto grad_x = at::empty({M, H}, x.options());
-  const int64_t chunks = (M + kChunkRows - 1) / kChunkRows;
-  auto partial = at::zeros({chunks, 2, H}, grad_y.options());
   const float *dy = grad_y.data_ptr<float>(), *w = weight.data_ptr<float>();
   const float *pm = mean.data_ptr<float>(), *pr = rstd.data_ptr<float>();
+  std::tuple<Tensor, Tensor> affine;
   with_rows(x, [&](auto* px) {
     auto* gx = grad_x.data_ptr<std::remove_const_t<std::remove_pointer_t<decltype(px)>>>();
-    at::parallel_for(0, chunks, 1, [&](int64_t c0, int64_t c1) {
-      std::vector<float> xh(H), g(H);
-      for (int64_t c = c0; c < c1; ++c) {
-        float* pw = partial.data_ptr<float>() + c * 2 * H;
-        for (int64_t r = c * kChunkRows; r < std::min(M, (c + 1) * kChunkRows); ++r) {
-          const int64_t o = r * H;
-          const __m512 mu = _mm512_set1_ps(pm[r]), rs = _mm512_set1_ps(pr[r]);
-          for (int64_t j = 0; j < H; j += 16) {
-            const __mmask16 m = tail_mask(H - j);
-            const __mmask16 keep = cm.keep(static_cast<uint32_t>(o + j)) & m;
-            store(g.data() + j, _mm512_maskz_mul_ps(keep, load(dy + o + j, m), cm.scale), m);
-            store(xh.data() + j, _mm512_mul_ps(_mm512_sub_ps(load(px + o + j, m), mu), rs), m);
-          }
-          accumulate_affine(g.data(), xh.data(), H, pw, pw + H);
-          layer_norm_row_backward(g.data(), xh.data(), w, pr[r], H,
-                                  [&](int64_t j, __m512 ds, __mmask16 m) { store(gx + o + j, ds, m); });
-        }
+    affine = backward_rows(M, H, grad_y.options(), [&](int64_t r, float* pw, RowScratch& t) {
+      const int64_t o = r * H;
+      const __m512 mu = _mm512_set1_ps(pm[r]), rs = _mm512_set1_ps(pr[r]);
+      for (int64_t j = 0; j < H; j += 16) {
+        const __mmask16 m = tail_mask(H - j);
+        const __mmask16 keep = cm.keep(static_cast<uint32_t>(o + j)) & m;
+        store(t.g.data() + j, _mm512_maskz_mul_ps(keep, load(dy + o + j, m), cm.scale), m);
+        store(t.xh.data() + j, _mm512_mul_ps(_mm512_sub_ps(load(px + o + j, m), mu), rs), m);
       }
+      accumulate_affine(t.g.data(), t.xh.data(), H, pw, pw + H);
+      layer_norm_row_backward(t.g.data(), t.xh.data(), w, pr[r], H,
+                              [&](int64_t j, __m512 ds, __mmask16 m) { store(gx + o + j, ds, m); });
     });
   });
-  auto [gw, gb] = sum_chunks(partial, H);
+  auto [gw, gb] = affine;
   return {grad_x, gw, gb};
 }
 
