@@ -1,5 +1,5 @@
 // What ctxemb's native kernels share: the per-token quantization of a row for the next int8 Linear (the scheme of
-// ctxemb.runtime.int8, its module docstring), and exp on non-positive inputs (GELU's erf, the attention softmax).
+// ctxemb.runtime.int8, its module docstring), and exp on non-positive inputs (the softmaxes).
 // Included by int8_vnni.cpp and attention.cpp, which are compiled into one library (ctxemb.runtime.kernels).
 #pragma once
 
@@ -44,7 +44,7 @@ inline __mmask16 tail_mask(int64_t left) {
 }
 
 // One token's asymmetric quantization over its inlier features, as ctxemb.quantization's _quantize (the same
-// operations in the same order, so the same integers): u = q + 128 in [0, 255], the scale, zu = z + 128, and the
+// float operations, so the same integers): u = q + 128 in [0, 255], the scale, zu = z + 128, and the
 // outlier features in float32.
 inline void quantize_row(const float* row, int64_t K, const Quantizer& q, uint8_t* u, float* scale, int32_t* zero,
                          float* xo) {
@@ -61,15 +61,16 @@ inline void quantize_row(const float* row, int64_t K, const Quantizer& q, uint8_
   const float z = std::nearbyint(-low / s) - 128.0f;
   *scale = s;
   *zero = static_cast<int32_t>(z) + 128;
-  const __m512 inv = _mm512_set1_ps(1.0f / s), vz = _mm512_set1_ps(z);
-  const __m512 vlo = _mm512_set1_ps(-128.0f), vhi = _mm512_set1_ps(127.0f), v128 = _mm512_set1_ps(128.0f);
+  // clamp(round(v / s) + z, -128, 127) + 128 as clamp(round(v / s) + zu, 0, 255) in int32 (the same integers: the
+  // rounded quotient is an integer below 2^24 in magnitude, as |v| <= 255 s), 255 by the saturating narrowing
+  const __m512 inv = _mm512_set1_ps(1.0f / s);
+  const __m512i vzu = _mm512_set1_epi32(*zero), none = _mm512_setzero_si512();
   for (int64_t k = 0; k < K; k += 16) {
     const __mmask16 m = tail_mask(K - k);
     __m512 v = _mm512_maskz_loadu_ps(m, row + k);
     if (q.keep) v = _mm512_mul_ps(v, _mm512_maskz_loadu_ps(m, q.keep + k));
-    v = _mm512_roundscale_ps(_mm512_mul_ps(v, inv), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    v = _mm512_add_ps(_mm512_min_ps(_mm512_max_ps(_mm512_add_ps(v, vz), vlo), vhi), v128);
-    _mm_mask_storeu_epi8(u + k, m, _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(v)));
+    const __m512i r = _mm512_cvt_roundps_epi32(_mm512_mul_ps(v, inv), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    _mm_mask_storeu_epi8(u + k, m, _mm512_cvtusepi32_epi8(_mm512_max_epi32(_mm512_add_epi32(r, vzu), none)));
   }
   for (int64_t j = 0; j < q.P; ++j) xo[j] = row[q.outlier_index[j]];
 }

@@ -89,26 +89,29 @@ struct Epilogue {
   int64_t N;
 };
 
-// GELU(v) = 0.5 v (1 + erf(v / sqrt 2)), erf by Abramowitz and Stegun 7.1.26 (absolute error <= 1.5e-7, the formula
-// ATen's vectorized erf uses), with the reciprocal from vrcp14ps and one Newton step, and exp inlined above: ATen's
-// version divides and calls Sleef's exp, which made the up-projection's GELU cost half as much as its product.
+// GELU(v) = 0.5 v (1 + erf(v / sqrt 2)), erf(x) for x clamped to [-4, 4] (beyond, erf is +-1 in float32) as the
+// rational function x P(x^2) / Q(x^2) that Eigen and XLA use for float32 (|error| < 5e-7 in float32 arithmetic), the
+// division by vrcp14ps and one Newton step: 21 operations a vector, where erf by Abramowitz and Stegun 7.1.26 with
+// its exp took 32 (the up-projection's GELU was a seventh of its time).
 inline __m512 gelu_erf(__m512 v) {
-  const __m512 one = _mm512_set1_ps(1.0f);
-  const __m512 x = _mm512_mul_ps(v, _mm512_set1_ps(0.70710678118654752f));
-  const __m512 ax = _mm512_abs_ps(x);
-  const __m512 d = _mm512_fmadd_ps(_mm512_set1_ps(0.3275911f), ax, one);
-  __m512 t = _mm512_rcp14_ps(d);
-  t = _mm512_mul_ps(t, _mm512_fnmadd_ps(d, t, _mm512_set1_ps(2.0f)));  // t (2 - d t): relative error ~1e-8
-  __m512 r = _mm512_fmadd_ps(_mm512_set1_ps(1.061405429f), t, _mm512_set1_ps(-1.453152027f));
-  r = _mm512_fmadd_ps(r, t, _mm512_set1_ps(1.421413741f));
-  r = _mm512_fmadd_ps(r, t, _mm512_set1_ps(-0.284496736f));
-  r = _mm512_fmadd_ps(r, t, _mm512_set1_ps(0.254829592f));
-  const __m512 e = exp_nonpositive(_mm512_sub_ps(_mm512_setzero_ps(), _mm512_mul_ps(x, x)));
-  const __m512 erf_abs = _mm512_fnmadd_ps(_mm512_mul_ps(r, t), e, one);  // 1 - r t exp(-x^2)
-  // sign(x) erf(|x|): 1 + erf(x) = 1 +- erf_abs
-  const __mmask16 negative = _mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_LT_OQ);
-  const __m512 one_plus = _mm512_mask_sub_ps(_mm512_add_ps(one, erf_abs), negative, one, erf_abs);
-  return _mm512_mul_ps(_mm512_mul_ps(v, _mm512_set1_ps(0.5f)), one_plus);
+  const __m512 x = _mm512_max_ps(_mm512_min_ps(_mm512_mul_ps(v, _mm512_set1_ps(0.70710678118654752f)),
+                                               _mm512_set1_ps(4.0f)), _mm512_set1_ps(-4.0f));
+  const __m512 x2 = _mm512_mul_ps(x, x);
+  __m512 p = _mm512_fmadd_ps(_mm512_set1_ps(-2.72614225801306e-10f), x2, _mm512_set1_ps(2.77068142495902e-08f));
+  p = _mm512_fmadd_ps(p, x2, _mm512_set1_ps(-2.10102402082508e-06f));
+  p = _mm512_fmadd_ps(p, x2, _mm512_set1_ps(-5.69250639462346e-05f));
+  p = _mm512_fmadd_ps(p, x2, _mm512_set1_ps(-7.34990630326855e-04f));
+  p = _mm512_fmadd_ps(p, x2, _mm512_set1_ps(-2.95459980854025e-03f));
+  p = _mm512_fmadd_ps(p, x2, _mm512_set1_ps(-1.60960333262415e-02f));
+  __m512 q = _mm512_fmadd_ps(_mm512_set1_ps(-1.45660718464996e-05f), x2, _mm512_set1_ps(-2.13374055278905e-04f));
+  q = _mm512_fmadd_ps(q, x2, _mm512_set1_ps(-1.68282697438203e-03f));
+  q = _mm512_fmadd_ps(q, x2, _mm512_set1_ps(-7.37332916720468e-03f));
+  q = _mm512_fmadd_ps(q, x2, _mm512_set1_ps(-1.42647390514189e-02f));
+  __m512 r = _mm512_rcp14_ps(q);
+  r = _mm512_mul_ps(r, _mm512_fnmadd_ps(q, r, _mm512_set1_ps(2.0f)));  // r (2 - q r): relative error ~1e-8
+  const __m512 erf = _mm512_mul_ps(_mm512_mul_ps(p, x), r);
+  const __m512 half = _mm512_mul_ps(v, _mm512_set1_ps(0.5f));
+  return _mm512_fmadd_ps(half, erf, half);
 }
 
 inline __m512 activate(__m512 v, int64_t activation) {
@@ -128,59 +131,89 @@ inline __m512 activate(__m512 v, int64_t activation) {
   }
 }
 
-// One micro-tile: rows [t0, t0 + R) x channels [n0, n0 + 16 V) of the output, from the packed panel `panel`
-// (width vectors per step) starting at vector `v0` of the panel.
+// What a micro-tile's epilogue adds after the dequantization: the activation, the residual, the outlier features.
+// The full tiles, which carry nearly all the work, take them as compile-time constants (Fixed: no branch and no
+// reload of the Epilogue's fields between the tile's output vectors, which cost ~10% of a K = 384 product); the
+// edge tiles read them from the Epilogue at run time (Runtime).
+template <int64_t Act, bool Residual, bool Outliers>
+struct Fixed {
+  static constexpr int64_t activation(const Epilogue&) { return Act; }
+  static constexpr bool residual(const Epilogue&) { return Residual; }
+  static constexpr bool outliers(const Epilogue&) { return Outliers; }
+};
+
+struct Runtime {
+  static int64_t activation(const Epilogue& e) { return e.activation; }
+  static bool residual(const Epilogue& e) { return e.residual != nullptr; }
+  static bool outliers(const Epilogue& e) { return e.P != 0; }
+};
+
+// The int32 sums of a micro-tile: sums[i][16 j + l] = sum_k a[i, k] w[n0 + 16 j + l, k] for R rows of a (lda apart)
+// and the V vectors of the packed panel (width vectors per step). Not inlined into the tile: with the epilogue in
+// the same function, GCC keeps a memory copy of the accumulators inside the product loop (a store per vpdpbusd).
 template <int R, int V>
+__attribute__((noinline)) void tile_sums(const uint8_t* a, int64_t lda, const int8_t* panel, int64_t width,
+                                         int64_t steps, int32_t (&sums)[R][16 * V]) {
+  __m512i acc[R][V];
+#pragma GCC unroll 8
+  for (int i = 0; i < R; ++i)
+#pragma GCC unroll 4
+    for (int j = 0; j < V; ++j) acc[i][j] = _mm512_setzero_si512();
+  const int8_t* b = panel;
+  const int64_t stride = width * 64;
+  for (int64_t s = 0; s < steps; ++s, b += stride) {
+    __m512i w[V];
+#pragma GCC unroll 4
+    for (int j = 0; j < V; ++j) w[j] = _mm512_loadu_si512(b + 64 * j);
+#pragma GCC unroll 8
+    for (int i = 0; i < R; ++i) {
+      int32_t four;  // 4 activation bytes (memcpy: no aliasing of uint8 data as int32; compiles to one load)
+      std::memcpy(&four, a + i * lda + 4 * s, 4);
+      const __m512i x = _mm512_set1_epi32(four);
+#pragma GCC unroll 4
+      for (int j = 0; j < V; ++j) acc[i][j] = _mm512_dpbusd_epi32(acc[i][j], x, w[j]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int i = 0; i < R; ++i)
+#pragma GCC unroll 4
+    for (int j = 0; j < V; ++j) _mm512_store_si512(sums[i] + 16 * j, acc[i][j]);
+}
+
+// One micro-tile: rows [t0, t0 + R) x channels [n0, n0 + 16 V) of the output, from the packed panel `panel`
+// (width vectors per step), finished as Kind says.
+template <int R, int V, typename Kind>
 inline void tile(const uint8_t* a, int64_t lda, const int8_t* panel, int64_t width, int64_t steps, int64_t t0,
                  int64_t n0, const Epilogue& e) {
-  // the sums go through a scratch tile in L1: with the epilogue reading the accumulators directly, GCC keeps a
-  // memory copy of them inside the product loop (a store per vpdpbusd)
   alignas(64) int32_t sums[R][16 * V];
-  {
-    __m512i acc[R][V];
+  tile_sums<R, V>(a, lda, panel, width, steps, sums);
+  // the Epilogue's fields in locals: the output stores could alias them, so GCC would reload each one per vector
+  const int64_t N = e.N, P = e.P, activation = Kind::activation(e);
+  const float* __restrict xo = P ? e.xo + t0 * P : nullptr;
+  const float* __restrict wo = P ? e.wo + n0 : nullptr;
+  const float* __restrict residual = Kind::residual(e) ? e.residual + t0 * N + n0 : nullptr;
+  float* __restrict out = e.out + (t0 - e.out_row0) * N + n0;
+  __m512i zero[R];
+  __m512 scale[R];
 #pragma GCC unroll 8
-    for (int i = 0; i < R; ++i)
-#pragma GCC unroll 4
-      for (int j = 0; j < V; ++j) acc[i][j] = _mm512_setzero_si512();
-    const int8_t* b = panel;
-    const int64_t stride = width * 64;
-    for (int64_t s = 0; s < steps; ++s, b += stride) {
-      __m512i w[V];
-#pragma GCC unroll 4
-      for (int j = 0; j < V; ++j) w[j] = _mm512_loadu_si512(b + 64 * j);
-#pragma GCC unroll 8
-      for (int i = 0; i < R; ++i) {
-        int32_t four;  // 4 activation bytes (memcpy: no aliasing of uint8 data as int32; compiles to one load)
-        std::memcpy(&four, a + i * lda + 4 * s, 4);
-        const __m512i x = _mm512_set1_epi32(four);
-#pragma GCC unroll 4
-        for (int j = 0; j < V; ++j) acc[i][j] = _mm512_dpbusd_epi32(acc[i][j], x, w[j]);
-      }
-    }
-#pragma GCC unroll 8
-    for (int i = 0; i < R; ++i)
-#pragma GCC unroll 4
-      for (int j = 0; j < V; ++j) _mm512_store_si512(sums[i] + 16 * j, acc[i][j]);
+  for (int i = 0; i < R; ++i) {
+    zero[i] = _mm512_set1_epi32(e.x_zero[t0 + i]);
+    scale[i] = _mm512_set1_ps(e.x_scale[t0 + i]);
   }
+#pragma GCC unroll 4
   for (int j = 0; j < V; ++j) {
-    const int64_t n = n0 + 16 * j;
-    const __m512i c = _mm512_loadu_si512(e.w_sum + n);
-    const __m512 ws = _mm512_loadu_ps(e.w_scale + n), bias = _mm512_loadu_ps(e.bias + n);
+    const __m512i c = _mm512_loadu_si512(e.w_sum + n0 + 16 * j);
+    const __m512 ws = _mm512_loadu_ps(e.w_scale + n0 + 16 * j), bias = _mm512_loadu_ps(e.bias + n0 + 16 * j);
+#pragma GCC unroll 8
     for (int i = 0; i < R; ++i) {
-      const int64_t t = t0 + i;
-      const __m512i exact = _mm512_sub_epi32(_mm512_load_si512(sums[i] + 16 * j),
-                                             _mm512_mullo_epi32(_mm512_set1_epi32(e.x_zero[t]), c));
-      __m512 y = _mm512_add_ps(_mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(exact), _mm512_set1_ps(e.x_scale[t])),
-                                             ws), bias);
-      if (e.P) {
-        __m512 o = _mm512_setzero_ps();
-        for (int64_t p = 0; p < e.P; ++p)
-          o = _mm512_fmadd_ps(_mm512_set1_ps(e.xo[t * e.P + p]), _mm512_loadu_ps(e.wo + p * e.N + n), o);
-        y = _mm512_add_ps(y, o);
-      }
-      if (e.residual) y = _mm512_add_ps(y, _mm512_loadu_ps(e.residual + t * e.N + n));
-      else y = activate(y, e.activation);
-      _mm512_storeu_ps(e.out + (t - e.out_row0) * e.N + n, y);
+      const __m512i exact = _mm512_sub_epi32(_mm512_load_si512(sums[i] + 16 * j), _mm512_mullo_epi32(zero[i], c));
+      __m512 y = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(exact), scale[i]), ws, bias);
+      if (Kind::outliers(e))
+        for (int64_t p = 0; p < P; ++p)
+          y = _mm512_fmadd_ps(_mm512_set1_ps(xo[i * P + p]), _mm512_loadu_ps(wo + p * N + 16 * j), y);
+      if (Kind::residual(e)) y = _mm512_add_ps(y, _mm512_loadu_ps(residual + i * N + 16 * j));
+      else y = activate(y, activation);
+      _mm512_storeu_ps(out + i * N + 16 * j, y);
     }
   }
 }
@@ -189,10 +222,29 @@ template <int R>
 inline void tile_rows(const uint8_t* a, int64_t lda, const int8_t* panel, int64_t width, int64_t steps, int64_t t0,
                       int64_t n0, const Epilogue& e) {
   switch (width) {
-    case 4: tile<R, 4>(a, lda, panel, width, steps, t0, n0, e); break;
-    case 3: tile<R, 3>(a, lda, panel, width, steps, t0, n0, e); break;
-    case 2: tile<R, 2>(a, lda, panel, width, steps, t0, n0, e); break;
-    default: tile<R, 1>(a, lda, panel, width, steps, t0, n0, e); break;
+    case 4: tile<R, 4, Runtime>(a, lda, panel, width, steps, t0, n0, e); break;
+    case 3: tile<R, 3, Runtime>(a, lda, panel, width, steps, t0, n0, e); break;
+    case 2: tile<R, 2, Runtime>(a, lda, panel, width, steps, t0, n0, e); break;
+    default: tile<R, 1, Runtime>(a, lda, panel, width, steps, t0, n0, e); break;
+  }
+}
+
+// f(Fixed<...>{}) for the epilogue `e` asks for.
+template <typename F>
+inline void with_kind(const Epilogue& e, F&& f) {
+  const bool outliers = e.P != 0;
+  if (e.residual) {
+    if (outliers) f(Fixed<kNone, true, true>{});
+    else f(Fixed<kNone, true, false>{});
+    return;
+  }
+  switch (e.activation) {
+    case kGelu: if (outliers) f(Fixed<kGelu, false, true>{}); else f(Fixed<kGelu, false, false>{}); break;
+    case kGeluTanh:
+      if (outliers) f(Fixed<kGeluTanh, false, true>{}); else f(Fixed<kGeluTanh, false, false>{});
+      break;
+    case kRelu: if (outliers) f(Fixed<kRelu, false, true>{}); else f(Fixed<kRelu, false, false>{}); break;
+    default: if (outliers) f(Fixed<kNone, false, true>{}); else f(Fixed<kNone, false, false>{}); break;
   }
 }
 
@@ -261,6 +313,11 @@ void run_blocks(const uint8_t* a, int64_t M, int64_t K, const int8_t* w, const E
         const int64_t width = std::min<int64_t>(kPanel, N - n0) / 16;
         const int8_t* panel = w + n0 * K;
         int64_t t = r0;
+        if (width == kVectors)
+          with_kind(e, [&](auto kind) {
+            for (; t + kRows <= r1; t += kRows)
+              tile<kRows, kVectors, decltype(kind)>(a + t * K, K, panel, width, steps, t, n0, e);
+          });
         for (; t + kRows <= r1; t += kRows) tile_rows<kRows>(a + t * K, K, panel, width, steps, t, n0, e);
         switch (r1 - t) {
           case 5: tile_rows<5>(a + t * K, K, panel, width, steps, t, n0, e); break;
