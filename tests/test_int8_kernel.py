@@ -259,6 +259,29 @@ def test_native_kernel_activations_and_sizes_match_the_float64_formula(activatio
         _close(got, brute_force(linear.weight, linear.bias, x, (1,) if k > 4 else (), acts[activation]))
 
 
+@pytest.mark.skipif(int8_vnni_ops() is None, reason="no native int8 kernel here")
+def test_native_kernel_rows_split_between_threads_change_no_bit():
+    """Each thread takes a contiguous part of the rows (whole micro-tiles); a row's result does not depend on which
+    thread computed it or where its part began, with every epilogue (GELU, residual + LayerNorm, quantized output)."""
+    torch.manual_seed(8)
+    up = Int8Linear.from_linear(torch.nn.Linear(64, 96), (3,), activation="gelu", mode="vnni")
+    down = Int8Linear.from_linear(torch.nn.Linear(96, 64), (5,), mode="vnni")
+    norm = torch.nn.LayerNorm(64)
+    threads = torch.get_num_threads()
+    try:
+        for rows in (1, 5, 7, 13, 49, 97, 145):
+            x = torch.randn(rows, 64) * 2
+            results = []
+            for n in (1, 2, 3):
+                torch.set_num_threads(n)
+                with torch.inference_mode():
+                    h = up.quantized_output(x, down)
+                    results.append((up(x), down._native(h, residual=x, norm=norm), h.u, h.scale))
+            assert all(torch.equal(a, b) for r in results[1:] for a, b in zip(results[0], r)), rows
+    finally:
+        torch.set_num_threads(threads)
+
+
 def test_a_linear_the_native_kernel_cannot_tile_takes_the_next_mode():
     torch.manual_seed(4)
     linear = torch.nn.Linear(8, 24)  # N = 24 is not a multiple of the kernel's 16 channels

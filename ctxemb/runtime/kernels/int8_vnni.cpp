@@ -296,17 +296,21 @@ Epilogue epilogue(const at::Tensor& u, const at::Tensor& x_scale, const at::Tens
   return e;
 }
 
-// The product over blocks of kBlockRows rows, in parallel: each block's micro-tiles for every panel, written through
-// `e` (out, out_row0 set per block by `target`), then `finish(r0, r1, rows)` on the block's finished rows.
+// The product in parallel: the rows split into one contiguous part per thread, equal to within a micro-tile (fixed
+// blocks shared out in turn left one thread up to a block more rows: 7% of a 896-row product on 2 threads), each
+// part in blocks of up to kBlockRows rows: each block's micro-tiles for every panel, written through `e` (out,
+// out_row0 set per block by `target`), then `finish(r0, r1, rows)` on the block's finished rows.
 template <typename Target, typename Finish>
 void run_blocks(const uint8_t* a, int64_t M, int64_t K, const int8_t* w, const Epilogue& base, Target target,
                 Finish finish) {
   const int64_t N = base.N, steps = K / 4;
-  const int64_t blocks = (M + kBlockRows - 1) / kBlockRows;
-  at::parallel_for(0, blocks, 1, [&](int64_t begin, int64_t end) {
+  const int64_t tiles = (M + kRows - 1) / kRows;
+  const int64_t parts = std::min<int64_t>(at::get_num_threads(), tiles);
+  at::parallel_for(0, parts, 1, [&](int64_t begin, int64_t end) {
     Epilogue e = base;
-    for (int64_t blk = begin; blk < end; ++blk) {
-      const int64_t r0 = blk * kBlockRows, r1 = std::min(M, r0 + kBlockRows);
+    const int64_t lo = std::min(M, tiles * begin / parts * kRows), hi = std::min(M, tiles * end / parts * kRows);
+    for (int64_t r0 = lo; r0 < hi; r0 += kBlockRows) {
+      const int64_t r1 = std::min(hi, r0 + kBlockRows);
       e.out = target(r0);
       e.out_row0 = r0;
       for (int64_t n0 = 0; n0 < N; n0 += kPanel) {
