@@ -39,6 +39,8 @@ Quantizer quantizer(const c10::optional<at::Tensor>& keep, const c10::optional<a
   return q;
 }
 
+constexpr int kChains = 4;  // independent accumulators of a reduction over a row's vectors
+
 inline __mmask16 tail_mask(int64_t left) {
   return left >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << left) - 1);
 }
@@ -48,16 +50,27 @@ inline __mmask16 tail_mask(int64_t left) {
 // outlier features in float32.
 inline void quantize_row(const float* row, int64_t K, const Quantizer& q, uint8_t* u, float* scale, int32_t* zero,
                          float* xo) {
-  __m512 lo = _mm512_setzero_ps(), hi = _mm512_setzero_ps();  // min(., 0) and max(., 0) from the start
-  for (int64_t k = 0; k < K; k += 16) {
-    const __mmask16 m = tail_mask(K - k);
+  // min(., 0) and max(., 0) from the start, in kChains independent chains of vectors (one chain's dependent
+  // min/max were the row's latency); the result does not depend on the order
+  __m512 lo[kChains], hi[kChains];
+  for (int c = 0; c < kChains; ++c) lo[c] = hi[c] = _mm512_setzero_ps();
+  const auto take = [&](int64_t k, __mmask16 m, int c) {
     __m512 v = _mm512_maskz_loadu_ps(m, row + k);
     if (q.keep) v = _mm512_mul_ps(v, _mm512_maskz_loadu_ps(m, q.keep + k));
-    lo = _mm512_min_ps(lo, v);
-    hi = _mm512_max_ps(hi, v);
+    lo[c] = _mm512_min_ps(lo[c], v);
+    hi[c] = _mm512_max_ps(hi[c], v);
+  };
+  int64_t k = 0;
+  for (; k + 16 * kChains <= K; k += 16 * kChains)
+#pragma GCC unroll 4
+    for (int c = 0; c < kChains; ++c) take(k + 16 * c, 0xFFFF, c);
+  for (; k < K; k += 16) take(k, tail_mask(K - k), 0);
+  for (int c = 1; c < kChains; ++c) {
+    lo[0] = _mm512_min_ps(lo[0], lo[c]);
+    hi[0] = _mm512_max_ps(hi[0], hi[c]);
   }
-  const float low = _mm512_reduce_min_ps(lo);
-  const float s = std::max(_mm512_reduce_max_ps(hi) - low, std::numeric_limits<float>::min()) / 255.0f;
+  const float low = _mm512_reduce_min_ps(lo[0]);
+  const float s = std::max(_mm512_reduce_max_ps(hi[0]) - low, std::numeric_limits<float>::min()) / 255.0f;
   const float z = std::nearbyint(-low / s) - 128.0f;
   *scale = s;
   *zero = static_cast<int32_t>(z) + 128;
@@ -65,7 +78,7 @@ inline void quantize_row(const float* row, int64_t K, const Quantizer& q, uint8_
   // rounded quotient is an integer below 2^24 in magnitude, as |v| <= 255 s), 255 by the saturating narrowing
   const __m512 inv = _mm512_set1_ps(1.0f / s);
   const __m512i vzu = _mm512_set1_epi32(*zero), none = _mm512_setzero_si512();
-  for (int64_t k = 0; k < K; k += 16) {
+  for (k = 0; k < K; k += 16) {
     const __mmask16 m = tail_mask(K - k);
     __m512 v = _mm512_maskz_loadu_ps(m, row + k);
     if (q.keep) v = _mm512_mul_ps(v, _mm512_maskz_loadu_ps(m, q.keep + k));

@@ -248,19 +248,31 @@ inline void with_kind(const Epilogue& e, F&& f) {
   }
 }
 
-// LayerNorm of each row, in place (N a multiple of 16): two passes over the row, which is in L1.
+// The sum over a row's N values (N a multiple of 16) of acc = f(acc, v), in kChains independent chains of vectors.
+template <typename F>
+inline float row_sum(const float* row, int64_t N, F f) {
+  __m512 acc[kChains];
+  for (int c = 0; c < kChains; ++c) acc[c] = _mm512_setzero_ps();
+  int64_t n = 0;
+  for (; n + 16 * kChains <= N; n += 16 * kChains)
+#pragma GCC unroll 4
+    for (int c = 0; c < kChains; ++c) acc[c] = f(acc[c], _mm512_loadu_ps(row + n + 16 * c));
+  for (; n < N; n += 16) acc[0] = f(acc[0], _mm512_loadu_ps(row + n));
+  return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3])));
+}
+
+// LayerNorm of each row, in place (N a multiple of 16): the mean, then the variance about it, then the normalized
+// row; the row is in L1.
 void layer_norm_rows(float* y, int64_t rows, int64_t N, const float* gamma, const float* beta, float eps) {
   for (int64_t t = 0; t < rows; ++t) {
     float* row = y + t * N;
-    __m512 sum = _mm512_setzero_ps();
-    for (int64_t n = 0; n < N; n += 16) sum = _mm512_add_ps(sum, _mm512_loadu_ps(row + n));
-    const __m512 mean = _mm512_set1_ps(_mm512_reduce_add_ps(sum) / static_cast<float>(N));
-    __m512 sq = _mm512_setzero_ps();
-    for (int64_t n = 0; n < N; n += 16) {
-      const __m512 d = _mm512_sub_ps(_mm512_loadu_ps(row + n), mean);
-      sq = _mm512_fmadd_ps(d, d, sq);
-    }
-    const __m512 inv = _mm512_set1_ps(1.0f / std::sqrt(_mm512_reduce_add_ps(sq) / static_cast<float>(N) + eps));
+    const __m512 mean = _mm512_set1_ps(row_sum(row, N, [](__m512 acc, __m512 v) { return _mm512_add_ps(acc, v); }) /
+                                       static_cast<float>(N));
+    const float var = row_sum(row, N, [&](__m512 acc, __m512 v) {
+      const __m512 d = _mm512_sub_ps(v, mean);
+      return _mm512_fmadd_ps(d, d, acc);
+    }) / static_cast<float>(N);
+    const __m512 inv = _mm512_set1_ps(1.0f / std::sqrt(var + eps));
     for (int64_t n = 0; n < N; n += 16) {
       const __m512 d = _mm512_mul_ps(_mm512_sub_ps(_mm512_loadu_ps(row + n), mean), inv);
       _mm512_storeu_ps(row + n, _mm512_fmadd_ps(d, _mm512_loadu_ps(gamma + n), _mm512_loadu_ps(beta + n)));
