@@ -243,3 +243,18 @@ def test_first_token_only_is_the_full_pass_cut_to_the_first_position(tmp_path, f
     torch.testing.assert_close(first.last_hidden_state, full.last_hidden_state[:, :1], rtol=1e-5, atol=1e-5)
     for a, b in zip(first.hidden_states[:-1], full.hidden_states[:-1]):
         torch.testing.assert_close(a, b)
+
+
+@pytest.mark.parametrize("hidden_act", ["gelu", "gelu_new", "gelu_pytorch_tanh", "relu"])
+def test_a_whole_encoder_pickles_with_every_activation(hidden_act):
+    """torch.save of the model object and multiprocessing pickle it: its activation must be a named function."""
+    import pickle
+
+    torch.manual_seed(0)
+    cfg = EncoderConfig(vocab_size=40, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                        intermediate_size=24, hidden_act=hidden_act)
+    enc = Encoder(cfg).eval()
+    copy = pickle.loads(pickle.dumps(enc))
+    ids = torch.tensor([[1, 5, 7, 2]])
+    with torch.inference_mode():
+        assert torch.equal(copy(ids).last_hidden_state, enc(ids).last_hidden_state)

@@ -23,12 +23,18 @@ from torch import nn
 from ctxemb.modeling import fused_training
 from ctxemb.models.encoder_config import EncoderConfig
 
-ACTIVATIONS = {
-    "gelu": lambda x: F.gelu(x),
-    "gelu_new": lambda x: F.gelu(x, approximate="tanh"),
-    "gelu_pytorch_tanh": lambda x: F.gelu(x, approximate="tanh"),
-    "relu": F.relu,
-}
+def gelu(x: torch.Tensor) -> torch.Tensor:
+    """GELU with the exact erf."""
+    return F.gelu(x)
+
+
+def gelu_tanh(x: torch.Tensor) -> torch.Tensor:
+    """GELU's tanh approximation (``gelu_new``, ``gelu_pytorch_tanh``)."""
+    return F.gelu(x, approximate="tanh")
+
+
+# module-level functions, not lambdas: a model holding one pickles (torch.save of the whole model, multiprocessing)
+ACTIVATIONS = {"gelu": gelu, "gelu_new": gelu_tanh, "gelu_pytorch_tanh": gelu_tanh, "relu": F.relu}
 
 
 @dataclass
