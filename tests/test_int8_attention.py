@@ -104,6 +104,32 @@ def test_quantized_attention_equals_quantizing_its_output(branch):
     assert all(torch.equal(x, y) for x, y in zip(got, want))
 
 
+@pytest.mark.skipif(not attention_bf16_cpu()[0], reason="bf16 attention needs AVX512-BF16")
+@pytest.mark.parametrize("B, T, N, D", [(3, 7, 2, 16), (2, 33, 3, 32), (1, 70, 2, 64), (2, 5, 3, 48)])
+def test_bfloat16_qkv_gives_the_bits_of_float32_qkv_rounded_by_the_kernel(B, T, N, D):
+    """q/k/v in bfloat16 (torch's round to nearest even) are the operands the bf16 products round float32 q/k/v to:
+    the same attention to the last bit, plain and quantized."""
+    qkv, mask = _qkv(B, T, N, D, seed=3, scale=2.0), _padding([T] + [max(1, T - 3)] * (B - 1), T)
+    qkv[0, :4] = torch.tensor([0.0, -0.0, 1e-39, -3e-39])  # zeros and denormals: the kernel flushes denormals
+    half = qkv.bfloat16()
+    half[0, 2:4] = torch.tensor([0.0, -0.0])  # (to a zero of their sign, as vcvtneps2bf16 does)
+    assert torch.equal(OPS.attention(half, B, N, mask, True), OPS.attention(qkv, B, N, mask, True))
+    got = OPS.attention_quantized(half, B, N, mask, True, None, None)
+    assert all(torch.equal(x, y) for x, y in zip(got, OPS.attention_quantized(qkv, B, N, mask, True, None, None)))
+    with pytest.raises(RuntimeError, match="bfloat16 q/k/v need the bf16 products"):
+        OPS.attention(half, B, N, mask, False)
+
+
+def test_a_bf16_product_output_is_the_float32_output_rounded_to_nearest_even():
+    torch.manual_seed(5)
+    q = Int8Linear.from_linear(torch.nn.Linear(64, 96), (3, 40), mode="vnni")
+    x = torch.randn(37, 64) * 3
+    with torch.inference_mode():
+        got = q.bf16_output(x)
+        assert got.dtype == torch.bfloat16 and torch.equal(got, q(x).bfloat16())
+        assert torch.equal(q.bf16_output(q.quantize_input(x)), got)  # from a handed-over form as well
+
+
 def test_the_bf16_branch_follows_the_cpu_flags(monkeypatch):
     flags = kernels.cpu_info().flags
     monkeypatch.setattr(kernels, "int8_vnni_cpu", lambda: (True, "the CPU has AVX512-VNNI"))

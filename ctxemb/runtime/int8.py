@@ -360,6 +360,11 @@ class Int8Linear(nn.Module):
             float(norm.eps), consumer.keep, consumer.outlier_index)
         return y, QuantizedRows(u, scale, zero, None if consumer.outlier_index is None else xo)
 
+    def bf16_output(self, x: torch.Tensor | QuantizedRows) -> torch.Tensor:
+        """The "vnni" mode without this Linear's activation, rounded to bfloat16 (to nearest even) in the product's
+        epilogue: x (..., K) -> (M, N) bfloat16, half the bytes of the float32 output."""
+        return int8_vnni_ops().linear_bf16(*self._native_args(self._quantized_input(x), "none")[:-1])
+
     def quantized_output(self, x: torch.Tensor, consumer: Int8Linear) -> QuantizedRows:
         """The "vnni" mode: this Linear's output (with its activation), quantized for ``consumer`` inside the product's
         epilogue, so the float32 output is never written out: x (..., K) -> rows (M, N) in ``consumer``'s form."""
@@ -387,8 +392,9 @@ class Int8SelfAttention(nn.Module):
 
     Attention itself, where Q/K/V run the "vnni" kernel and the head size is a multiple of 16: the native kernel
     (``attention.cpp`` of :mod:`ctxemb.runtime.kernels`), reading q, k and v from the product's output in place, with
-    its two products in bfloat16 (float32 sums) where the CPU has AVX512-BF16 and in float32 elsewhere, and the
-    result quantized for the attention output Linear (:meth:`feed`). Otherwise
+    its two products in bfloat16 (float32 sums) where the CPU has AVX512-BF16 (q, k and v then leave the Q/K/V product
+    in bfloat16: :meth:`Int8Linear.bf16_output`) and in float32 elsewhere, and the result quantized for the
+    attention output Linear (:meth:`feed`). Otherwise
     :func:`ctxemb.modeling.attention.inference_attention` in float32.
 
     Args:
@@ -424,15 +430,19 @@ class Int8SelfAttention(nn.Module):
 
     def forward(self, x: torch.Tensor, attn_mask: torch.Tensor | None) -> torch.Tensor | QuantizedRows:
         B, T, H = x.shape
-        qkv = self.qkv(x)  # (B, T, 3H): q, k, v, each head by head
         if self.native:
-            rows, mask = qkv.view(B * T, 3 * H), None if attn_mask is None else attn_mask.float()
+            mask = None if attn_mask is None else attn_mask.float()
+            if self.bf16:  # q/k/v leave the product in bfloat16, the operands the bf16 products round them to anyway
+                rows = self.qkv.bf16_output(x)
+            else:
+                rows = self.qkv(x).view(B * T, 3 * H)
             if self._consumer:
                 c = self._consumer[0]
                 u, scale, zero, xo = int8_vnni_ops().attention_quantized(rows, B, self.num_heads, mask, self.bf16,
                                                                          c.keep, c.outlier_index)
                 return QuantizedRows(u, scale, zero, None if c.outlier_index is None else xo)
             return int8_vnni_ops().attention(rows, B, self.num_heads, mask, self.bf16).view(B, T, H)
+        qkv = self.qkv(x)  # (B, T, 3H): q, k, v, each head by head
         q, k, v = qkv.view(B, T, 3, self.num_heads, self.head_size).permute(2, 0, 3, 1, 4).unbind(0)  # (B, N, T, D)
         y = inference_attention(q, k, v, attn_mask)
         return y.transpose(1, 2).reshape(B, T, H)

@@ -7,7 +7,8 @@
 // The two products run in float32 (FMA) or with bfloat16 operands and float32 sums (vdpbf16ps: two products per
 // lane and instruction, where FMA does one); the caller chooses, from the CPU's flags (the bf16 functions carry
 // their own target attribute, so the library loads on AVX-512 CPUs without AVX512-BF16). The scaling, the mask, the
-// softmax and the sums are float32 either way.
+// softmax and the sums are float32 either way. For the bf16 products, q/k/v may come as bfloat16 (the Q/K/V
+// product's linear_bf16): the same operands as rounding float32 ones here, half the bytes to read.
 //
 // Per task (one sequence b and up to kQueryBlock of its query rows) and head h: k transposed to (D, Tp) floats (Tp: T
 // rounded up to 16), or to (D/2, Tp) pairs of bf16, by 16 x 16 transposes in registers, so that a micro-tile of up to
@@ -33,6 +34,7 @@ constexpr int64_t kQueryBlock = 64;  // query rows of a task: a task packs each 
 
 struct Problem {
   const float* qkv;          // (B*T, 3H): q of head h at columns [h D, h D + D), k at H + h D, v at 2H + h D
+  const uint16_t* qkv16;     // or the same in bfloat16 (then qkv is null; bf16 products only)
   int64_t B, T, N, D, H, Tp;  // Tp: T rounded up to 16
   const float* mask;         // additive; element strides of its expansion to (B, N, T, T) (keys 1 apart); null: none
   int64_t mb, mn, mi;
@@ -40,6 +42,7 @@ struct Problem {
   float scale;               // 1 / sqrt(D)
 
   const float* row(int64_t b, int64_t t) const { return qkv + (b * T + t) * 3 * H; }
+  const uint16_t* row16(int64_t b, int64_t t) const { return qkv16 + (b * T + t) * 3 * H; }
   const float* mask_row(int64_t b, int64_t h, int64_t i) const {
     return mask ? mask + b * mb + h * mn + i * mi : nullptr;
   }
@@ -140,8 +143,8 @@ CTXEMB_BF16 inline __m512i interleave_bf16(__m512 a, __m512 b) {
 
 // k of head h as pairs kb[s * Tp + j] = (k[j, 2s], k[j, 2s + 1]) in bf16 (vdpbf16ps's operand layout), keys T..Tp-1
 // zero: each key's row converted to pairs, 16 keys x 16 pairs transposed in registers.
+// From bfloat16 q/k/v (P.qkv16) a key's 32 features are already its 16 pairs in that layout: no conversion.
 CTXEMB_BF16 inline void pack_k_bf16(const Problem& P, int64_t b, int64_t h, uint32_t* kb) {
-  const float* k = P.row(b, 0) + P.H + h * P.D;
   __m512 r[16];
   for (int64_t j0 = 0; j0 < P.Tp; j0 += 16)
     for (int64_t d0 = 0; d0 < P.D; d0 += 32) {
@@ -149,7 +152,12 @@ CTXEMB_BF16 inline void pack_k_bf16(const Problem& P, int64_t b, int64_t h, uint
       for (int i = 0; i < 16; ++i) {
         r[i] = _mm512_setzero_ps();
         if (j0 + i >= P.T) continue;
-        const float* x = k + (j0 + i) * 3 * P.H + d0;
+        if (P.qkv16) {
+          const uint16_t* x = P.row16(b, j0 + i) + P.H + h * P.D + d0;
+          r[i] = _mm512_castsi512_ps(_mm512_maskz_loadu_epi16(full ? 0xFFFFFFFFu : 0xFFFFu, x));
+          continue;
+        }
+        const float* x = P.row(b, j0 + i) + P.H + h * P.D + d0;
         r[i] = pairs_bf16(_mm512_loadu_ps(x), full ? _mm512_loadu_ps(x + 16) : _mm512_setzero_ps());
       }
       transpose16(r);
@@ -161,6 +169,21 @@ CTXEMB_BF16 inline void pack_k_bf16(const Problem& P, int64_t b, int64_t h, uint
 // v of head h as pairs of keys vb[s * D + d] = (v[2s, d], v[2s + 1, d]) in bf16, for s < ceil(T / 2) (a key T, if T
 // is odd, zero).
 CTXEMB_BF16 inline void pack_v_bf16(const Problem& P, int64_t b, int64_t h, uint32_t* vb) {
+  if (P.qkv16) {  // 16 features of two keys' rows interleaved by one 16-bit permute
+    const __m512i order = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8,
+                                           39, 7, 38, 6, 37, 5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
+    for (int64_t s = 0; 2 * s < P.T; ++s) {
+      const uint16_t* v0 = P.row16(b, 2 * s) + 2 * P.H + h * P.D;
+      const uint16_t* v1 = 2 * s + 1 < P.T ? P.row16(b, 2 * s + 1) + 2 * P.H + h * P.D : nullptr;
+      for (int64_t d = 0; d < P.D; d += 16) {
+        const __m512i a = _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(v0 + d)));
+        const __m512i c = v1 ? _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(v1 + d)))
+                             : _mm512_setzero_si512();
+        _mm512_storeu_si512(vb + s * P.D + d, _mm512_permutex2var_epi16(a, order, c));
+      }
+    }
+    return;
+  }
   for (int64_t s = 0; 2 * s < P.T; ++s) {
     const float* v0 = P.row(b, 2 * s) + 2 * P.H + h * P.D;
     const float* v1 = 2 * s + 1 < P.T ? P.row(b, 2 * s + 1) + 2 * P.H + h * P.D : nullptr;
@@ -230,10 +253,10 @@ inline void qk_tile_f32(const Problem& P, int64_t b, int64_t h, int64_t i, int64
   finish_scores<R, V>(acc, P, b, h, i, j0, s, top);
 }
 
-// The same from q and k as pairs of bf16 (q: D/2 pairs per row; kb as pack_k_bf16 leaves it).
+// The same from q and k as pairs of bf16 (q: D/2 pairs per row, rows ldq pairs apart; kb as pack_k_bf16 leaves it).
 template <int R, int V>
 CTXEMB_BF16 inline void qk_tile_bf16(const Problem& P, int64_t b, int64_t h, int64_t i, int64_t j0, const uint32_t* q,
-                                     const uint32_t* kb, float* s, float* top) {
+                                     int64_t ldq, const uint32_t* kb, float* s, float* top) {
   __m512 acc[R][V];
   for (int r = 0; r < R; ++r)
     for (int v = 0; v < V; ++v) acc[r][v] = _mm512_setzero_ps();
@@ -242,7 +265,7 @@ CTXEMB_BF16 inline void qk_tile_bf16(const Problem& P, int64_t b, int64_t h, int
     __m512i w[V];
     for (int v = 0; v < V; ++v) w[v] = _mm512_loadu_si512(kb + t * P.Tp + 16 * v);
     for (int r = 0; r < R; ++r) {
-      const __m512i x = _mm512_set1_epi32(static_cast<int>(q[r * pairs + t]));
+      const __m512i x = _mm512_set1_epi32(static_cast<int>(q[r * ldq + t]));
       for (int v = 0; v < V; ++v) acc[r][v] = _mm512_dpbf16_ps(acc[r][v], (__m512bh)x, (__m512bh)w[v]);
     }
   }
@@ -328,13 +351,17 @@ CTXEMB_BF16 void attend_bf16(const Problem& P, int64_t b, int64_t i0, int64_t ro
   for (int64_t h = 0; h < P.N; ++h) {
     pack_k_bf16(P, b, h, kb);
     pack_v_bf16(P, b, h, vb);
-    for (int64_t r = 0; r < rows; ++r) {
-      const float* q = P.row(b, i0 + r) + h * P.D;
-      for (int64_t d = 0; d < P.D; d += 16)
-        store_bf16(reinterpret_cast<uint16_t*>(qb + r * half_d) + d, _mm512_loadu_ps(q + d));
-    }
+    // q's rows as pairs: in place from bfloat16 q/k/v, else rounded into qb
+    const uint32_t* q = P.qkv16 ? reinterpret_cast<const uint32_t*>(P.row16(b, i0) + h * P.D) : qb;
+    const int64_t ldq = P.qkv16 ? 3 * P.H / 2 : half_d;
+    if (!P.qkv16)
+      for (int64_t r = 0; r < rows; ++r) {
+        const float* x = P.row(b, i0 + r) + h * P.D;
+        for (int64_t d = 0; d < P.D; d += 16)
+          store_bf16(reinterpret_cast<uint16_t*>(qb + r * half_d) + d, _mm512_loadu_ps(x + d));
+      }
     tiles(rows, P.Tp / 16, [&](auto R, auto V, int64_t r0, int64_t v0) {
-      qk_tile_bf16<decltype(R)::value, decltype(V)::value>(P, b, h, i0 + r0, 16 * v0, qb + r0 * half_d,
+      qk_tile_bf16<decltype(R)::value, decltype(V)::value>(P, b, h, i0 + r0, 16 * v0, q + r0 * ldq, ldq,
                                                              kb + 16 * v0, w.scores.data() + r0 * P.Tp + 16 * v0,
                                                              w.top.data() + 16 * r0);
     });
@@ -349,13 +376,17 @@ CTXEMB_BF16 void attend_bf16(const Problem& P, int64_t b, int64_t i0, int64_t ro
   }
 }
 
-Problem problem(const at::Tensor& qkv, int64_t B, int64_t N, const c10::optional<at::Tensor>& mask) {
-  TORCH_CHECK(qkv.dim() == 2 && qkv.scalar_type() == at::kFloat && qkv.is_contiguous(),
-              "attention: qkv must be contiguous (B*T, 3H) float32, got ", qkv.sizes(), " ", qkv.scalar_type());
+Problem problem(const at::Tensor& qkv, int64_t B, int64_t N, const c10::optional<at::Tensor>& mask, bool bf16) {
+  const bool half = qkv.scalar_type() == at::kBFloat16;
+  TORCH_CHECK(qkv.dim() == 2 && (qkv.scalar_type() == at::kFloat || half) && qkv.is_contiguous(),
+              "attention: qkv must be contiguous (B*T, 3H) float32 or bfloat16, got ", qkv.sizes(), " ",
+              qkv.scalar_type());
+  TORCH_CHECK(!half || bf16, "attention: bfloat16 q/k/v need the bf16 products (bf16=True)");
   TORCH_CHECK(B > 0 && N > 0 && qkv.size(0) % B == 0 && qkv.size(1) % (3 * N) == 0,
               "attention: qkv of shape ", qkv.sizes(), " does not split into ", B, " sequences and 3 x ", N, " heads");
   Problem P{};
-  P.qkv = qkv.data_ptr<float>();
+  P.qkv = half ? nullptr : qkv.data_ptr<float>();
+  P.qkv16 = half ? reinterpret_cast<const uint16_t*>(qkv.data_ptr<at::BFloat16>()) : nullptr;
   P.B = B;
   P.T = qkv.size(0) / B;
   P.N = N;
@@ -399,8 +430,8 @@ void run_tasks(const Problem& P, bool bf16, Target target, Finish finish) {
 // softmax(q k^T / sqrt(D) + mask) v of every head, (B*T, 3H) -> (B*T, H) float32, tokens in qkv's order.
 at::Tensor attention(const at::Tensor& qkv, int64_t batch, int64_t heads, const c10::optional<at::Tensor>& mask,
                      bool bf16) {
-  const Problem P = problem(qkv, batch, heads, mask);
-  auto out = at::empty({P.B * P.T, P.H}, qkv.options());
+  const Problem P = problem(qkv, batch, heads, mask, bf16);
+  auto out = at::empty({P.B * P.T, P.H}, qkv.options().dtype(at::kFloat));
   float* op = out.data_ptr<float>();
   run_tasks(P, bf16, [&](int64_t b, int64_t i0) { return op + (b * P.T + i0) * P.H; },
             [](int64_t, int64_t, int64_t, float*) {});
@@ -412,7 +443,7 @@ at::Tensor attention(const at::Tensor& qkv, int64_t batch, int64_t heads, const 
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> attention_quantized(
     const at::Tensor& qkv, int64_t batch, int64_t heads, const c10::optional<at::Tensor>& mask, bool bf16,
     const c10::optional<at::Tensor>& next_keep, const c10::optional<at::Tensor>& next_outlier_index) {
-  const Problem P = problem(qkv, batch, heads, mask);
+  const Problem P = problem(qkv, batch, heads, mask, bf16);
   const Quantizer q = quantizer(next_keep, next_outlier_index, P.H);
   auto result = empty_quantized(P.B * P.T, P.H, q.P, qkv.options());
   uint8_t* up = std::get<0>(result).data_ptr<uint8_t>();
@@ -420,7 +451,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> attention_quantized(
   int32_t* zp = std::get<2>(result).data_ptr<int32_t>();
   float* xo = std::get<3>(result).data_ptr<float>();
   const int64_t rows = std::min(P.T, kQueryBlock);
-  auto scratch = at::empty({at::get_num_threads(), rows * P.H}, qkv.options());
+  auto scratch = at::empty({at::get_num_threads(), rows * P.H}, qkv.options().dtype(at::kFloat));
   float* scratch_base = scratch.data_ptr<float>();
   run_tasks(P, bf16, [&](int64_t, int64_t) { return scratch_base + at::get_thread_num() * rows * P.H; },
             [&](int64_t b, int64_t i0, int64_t n, float* out) {

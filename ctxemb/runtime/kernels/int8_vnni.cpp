@@ -85,6 +85,7 @@ struct Epilogue {
   int64_t activation;
   const float* residual;    // (M, N) or null: then y = residual + product (LayerNorm after the whole row)
   float* out;               // rows [out_row0, ...) of the (M, N) output: the output itself, or a block's scratch
+  uint16_t* out_bf16;       // or the (M, N) output in bfloat16 (no activation, no residual): out is then null
   int64_t out_row0;
   int64_t N;
 };
@@ -135,18 +136,32 @@ inline __m512 activate(__m512 v, int64_t activation) {
 // The full tiles, which carry nearly all the work, take them as compile-time constants (Fixed: no branch and no
 // reload of the Epilogue's fields between the tile's output vectors, which cost ~10% of a K = 384 product); the
 // edge tiles read them from the Epilogue at run time (Runtime).
-template <int64_t Act, bool Residual, bool Outliers>
+template <int64_t Act, bool Residual, bool Outliers, bool Bf16 = false>
 struct Fixed {
   static constexpr int64_t activation(const Epilogue&) { return Act; }
   static constexpr bool residual(const Epilogue&) { return Residual; }
   static constexpr bool outliers(const Epilogue&) { return Outliers; }
+  static constexpr bool bf16(const Epilogue&) { return Bf16; }
 };
 
 struct Runtime {
   static int64_t activation(const Epilogue& e) { return e.activation; }
   static bool residual(const Epilogue& e) { return e.residual != nullptr; }
   static bool outliers(const Epilogue& e) { return e.P != 0; }
+  static bool bf16(const Epilogue& e) { return e.out_bf16 != nullptr; }
 };
+
+// 16 floats rounded to bfloat16 by integer arithmetic, so the kernel needs no AVX512-BF16, as vcvtneps2bf16 converts
+// finite values (the attention kernel's rounding of float32 operands): zeros and denormals to a zero of their sign,
+// the rest to nearest, ties to even: (bits + 0x7FFF + bit 16) >> 16, narrowed.
+inline __m256i to_bf16(__m512 y) {
+  __m512i bits = _mm512_castps_si512(y);
+  const __mmask16 tiny = _mm512_testn_epi32_mask(bits, _mm512_set1_epi32(0x7F800000));  // exponent 0
+  bits = _mm512_mask_and_epi32(bits, tiny, bits, _mm512_set1_epi32(static_cast<int>(0x80000000u)));
+  const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1));
+  const __m512i rounded = _mm512_add_epi32(bits, _mm512_add_epi32(odd, _mm512_set1_epi32(0x7FFF)));
+  return _mm512_cvtepi32_epi16(_mm512_srli_epi32(rounded, 16));
+}
 
 // The int32 sums of a micro-tile: sums[i][16 j + l] = sum_k a[i, k] w[n0 + 16 j + l, k] for R rows of a (lda apart)
 // and the V vectors of the packed panel (width vectors per step). Not inlined into the tile: with the epilogue in
@@ -192,7 +207,8 @@ inline void tile(const uint8_t* a, int64_t lda, const int8_t* panel, int64_t wid
   const float* __restrict xo = P ? e.xo + t0 * P : nullptr;
   const float* __restrict wo = P ? e.wo + n0 : nullptr;
   const float* __restrict residual = Kind::residual(e) ? e.residual + t0 * N + n0 : nullptr;
-  float* __restrict out = e.out + (t0 - e.out_row0) * N + n0;
+  float* __restrict out = Kind::bf16(e) ? nullptr : e.out + (t0 - e.out_row0) * N + n0;
+  uint16_t* __restrict out16 = Kind::bf16(e) ? e.out_bf16 + t0 * N + n0 : nullptr;
   __m512i zero[R];
   __m512 scale[R];
 #pragma GCC unroll 8
@@ -213,7 +229,8 @@ inline void tile(const uint8_t* a, int64_t lda, const int8_t* panel, int64_t wid
           y = _mm512_fmadd_ps(_mm512_set1_ps(xo[i * P + p]), _mm512_loadu_ps(wo + p * N + 16 * j), y);
       if (Kind::residual(e)) y = _mm512_add_ps(y, _mm512_loadu_ps(residual + i * N + 16 * j));
       else y = activate(y, activation);
-      _mm512_storeu_ps(out + i * N + 16 * j, y);
+      if (Kind::bf16(e)) _mm256_storeu_si256(reinterpret_cast<__m256i*>(out16 + i * N + 16 * j), to_bf16(y));
+      else _mm512_storeu_ps(out + i * N + 16 * j, y);
     }
   }
 }
@@ -233,6 +250,11 @@ inline void tile_rows(const uint8_t* a, int64_t lda, const int8_t* panel, int64_
 template <typename F>
 inline void with_kind(const Epilogue& e, F&& f) {
   const bool outliers = e.P != 0;
+  if (e.out_bf16) {
+    if (outliers) f(Fixed<kNone, false, true, true>{});
+    else f(Fixed<kNone, false, false, true>{});
+    return;
+  }
   if (e.residual) {
     if (outliers) f(Fixed<kNone, true, true>{});
     else f(Fixed<kNone, true, false>{});
@@ -297,7 +319,7 @@ Epilogue epilogue(const at::Tensor& u, const at::Tensor& x_scale, const at::Tens
               "int8 linear: residual must be contiguous (M, N) float32");
   Epilogue e{x_scale.data_ptr<float>(), x_zero.data_ptr<int32_t>(), w_sum.data_ptr<int32_t>(),
              w_scale.data_ptr<float>(), bias.data_ptr<float>(), nullptr, nullptr, 0, activation,
-             residual.has_value() ? residual->data_ptr<float>() : nullptr, nullptr, 0, N};
+             residual.has_value() ? residual->data_ptr<float>() : nullptr, nullptr, nullptr, 0, N};
   if (xo.has_value() && xo->numel()) {
     TORCH_CHECK(wo.has_value() && xo->size(0) == M && wo->size(0) == xo->size(1) && wo->size(1) == N,
                 "int8 linear: outlier features (M, P) need weights (P, N)");
@@ -373,6 +395,21 @@ at::Tensor int8_linear(const at::Tensor& u, const at::Tensor& x_scale, const at:
   return out;
 }
 
+// s_x s_w (u w^T - zu c) + xo wo + b as int8_linear gives it (no activation), rounded to bfloat16: (M, N) bfloat16, for
+// the attention kernel's bf16 products (Q/K/V), half the bytes of the float32 output to write and read back.
+at::Tensor int8_linear_bf16(const at::Tensor& u, const at::Tensor& x_scale, const at::Tensor& x_zero,
+                            const at::Tensor& packed, const at::Tensor& w_sum, const at::Tensor& w_scale,
+                            const at::Tensor& bias, const c10::optional<at::Tensor>& xo,
+                            const c10::optional<at::Tensor>& wo) {
+  Epilogue e = epilogue(u, x_scale, x_zero, packed, w_sum, w_scale, bias, xo, wo, kNone, c10::nullopt);
+  const int64_t M = u.size(0), K = u.size(1);
+  auto out = at::empty({M, e.N}, x_scale.options().dtype(at::kBFloat16));
+  e.out_bf16 = reinterpret_cast<uint16_t*>(out.data_ptr<at::BFloat16>());
+  run_blocks(u.data_ptr<uint8_t>(), M, K, packed.data_ptr<int8_t>(), e, [](int64_t) { return nullptr; },
+             [](int64_t, int64_t, float*) {});
+  return out;
+}
+
 // LayerNorm(residual + the product), as int8_linear gives it, and that output also quantized for the next Linear (its
 // keep mask and outlier features), each finished block's rows while they are in L1/L2: (y, u, scale, zu, outliers),
 // the last four as quantize_rows would give for y.
@@ -439,6 +476,8 @@ TORCH_LIBRARY(ctxemb_int8, m) {
   m.def("linear(Tensor u, Tensor x_scale, Tensor x_zero, Tensor packed, Tensor w_sum, Tensor w_scale, Tensor bias, "
         "Tensor? xo, Tensor? wo, int activation, Tensor? residual, Tensor? ln_weight, Tensor? ln_bias, float eps) "
         "-> Tensor", &int8_linear);
+  m.def("linear_bf16(Tensor u, Tensor x_scale, Tensor x_zero, Tensor packed, Tensor w_sum, Tensor w_scale, "
+        "Tensor bias, Tensor? xo, Tensor? wo) -> Tensor", &int8_linear_bf16);
   m.def("linear_quantized(Tensor u, Tensor x_scale, Tensor x_zero, Tensor packed, Tensor w_sum, Tensor w_scale, "
         "Tensor bias, Tensor? xo, Tensor? wo, int activation, Tensor? next_keep, Tensor? next_outlier_index) "
         "-> (Tensor, Tensor, Tensor, Tensor)", &int8_linear_quantized);
