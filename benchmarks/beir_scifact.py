@@ -13,7 +13,9 @@ MaxSim over MiniLM's last-layer token vectors (documents cut at 256 tokens, or w
 trained models given with ``--late-model`` (late interaction: exhaustive, compressed index at 2 and 4 bits, token
 pooling by 2, hybrid) and ``--dense-model`` (one vector, trained in-domain on the same rows); PyLate's dev run (``--peer-run``).
 
-Encodings are cached under ``cache/scifact/`` (token vectors as float16), so settings can be rerun cheaply.
+Encodings are cached under ``cache/scifact/`` (token vectors as float16), so settings can be rerun cheaply; the
+file names carry a hash of the encoding code (:func:`benchmarks.harness.code_fingerprint`), so a change to it
+encodes afresh.
 
     python -m benchmarks.beir_scifact                                        # zero-shot rows
     python -m benchmarks.beir_scifact --late-model runs/li/model --dense-model runs/ct/model \\
@@ -43,6 +45,8 @@ from ctxemb.search.late.pooling import pool_documents
 from ctxemb.search.retrievers import BM25Retriever, DenseRetriever, FusionRetriever, LateInteractionRetriever
 
 CACHE = Path(__file__).resolve().parent.parent / "cache" / "scifact"
+# the code that turns text into the cached vectors: a change to it makes new cache files
+ENCODING_CODE = ("core", "models", "modeling", "runtime", "embedding", "search/late")
 MEASURES = ("ndcg@10", "recall@100", "mrr@10")
 
 
@@ -57,7 +61,7 @@ def scifact():
 def cached_tokens(encoder: LateInteractionEncoder, texts, tag: str) -> tuple[list[np.ndarray], float]:
     """Token vectors of the corpus and the seconds their encoding took, cached as float16."""
     CACHE.mkdir(parents=True, exist_ok=True)
-    path = CACHE / f"tokens-{tag}.npz"
+    path = CACHE / f"tokens-{tag}-{harness.code_fingerprint(*ENCODING_CODE)}.npz"
     if path.exists():
         z = np.load(path)
         offsets, tokens = z["offsets"], z["tokens"].astype(np.float32)
@@ -72,7 +76,7 @@ def cached_tokens(encoder: LateInteractionEncoder, texts, tag: str) -> tuple[lis
 
 
 def cached_sentences(emb: Embedder, texts, tag: str) -> np.ndarray:
-    path = CACHE / f"sentences-{tag}.npy"
+    path = CACHE / f"sentences-{tag}-{harness.code_fingerprint(*ENCODING_CODE)}.npy"
     if not path.exists():
         CACHE.mkdir(parents=True, exist_ok=True)
         np.save(path, emb.embed_sentences(texts, normalize=True))

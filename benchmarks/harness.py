@@ -14,6 +14,9 @@ is the one number read from ``Timing.min`` instead: a peak is the best rate by d
 The machine. :func:`machine` is the library's description (:func:`ctxemb.core.machine.describe_machine`) as JSON;
 :func:`machine_line` is how a results header names it, :func:`versions_line` the versions.
 
+Caches. :func:`code_fingerprint` hashes the sources of the ctxemb packages that compute something a benchmark
+caches (encodings), so that a cache keyed by it is not reused after that code changes.
+
 Results. :func:`write_results` writes ``NAME.json`` and ``NAME.md`` under :data:`RESULTS` (or ``out_dir``), each
 atomically: the JSON gains a ``machine`` key (unless the payload brings its own, e.g. a re-rendered old run), the
 Markdown ends with a line naming the CPU and the versions. :func:`markdown_table` formats a table.
@@ -278,3 +281,29 @@ def write_results(name: str, payload: Mapping[str, Any], markdown: str, *, out_d
     path = write_json(out / f"{name}.json", {**payload, "machine": m}, finite_only=finite_only)
     write_markdown(out / f"{name}.md", markdown, m)
     return path
+
+
+def code_fingerprint(*packages: str) -> str:
+    """A short hash of the sources (``.py``, ``.cpp``, ``.h``) of ctxemb's subpackages ``packages`` (e.g.
+    ``"runtime"``) and of the installed torch's version: cached encodings keyed by it are not reused after a change to
+    the code that computed them (a kernel's rounding, a pooling), which would report old vectors, and old encoding
+    times, as the current code's."""
+    import hashlib
+    import importlib.metadata
+    import importlib.util
+
+    spec = importlib.util.find_spec("ctxemb")
+    if spec is None or spec.origin is None:
+        raise RuntimeError("code_fingerprint: ctxemb is not importable here")
+    root = Path(spec.origin).resolve().parent
+    digest = hashlib.sha1(importlib.metadata.version("torch").encode())
+    for package in packages:
+        folder = root / package
+        if not folder.is_dir():
+            raise ValueError(f"code_fingerprint: ctxemb has no subpackage {package!r} (looked for {folder})")
+        for path in sorted(folder.rglob("*")):
+            if path.suffix in (".py", ".cpp", ".h"):
+                digest.update(str(path.relative_to(root)).encode())
+                digest.update(path.read_bytes())
+    return digest.hexdigest()[:8]
+

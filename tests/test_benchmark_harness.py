@@ -278,3 +278,26 @@ def test_help_runs_as_a_module(script):
                           timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.startswith("usage:")
+
+
+def test_code_fingerprint_follows_the_sources_it_covers_and_no_others(tmp_path, monkeypatch):
+    """Cached encodings are keyed by it: a change to a covered source must change it, another file must not."""
+    import importlib.util
+    from types import SimpleNamespace
+
+    pkg = tmp_path / "ctxemb"
+    for folder in ("runtime/kernels", "other"):
+        (pkg / folder).mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "runtime" / "kernels" / "k.cpp").write_text("a")
+    (pkg / "runtime" / "notes.txt").write_text("not a source")
+    (pkg / "other" / "x.py").write_text("b")
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: SimpleNamespace(origin=str(pkg / "__init__.py")))
+    first = harness.code_fingerprint("runtime")
+    (pkg / "other" / "x.py").write_text("c")
+    (pkg / "runtime" / "notes.txt").write_text("still not a source")
+    assert harness.code_fingerprint("runtime") == first
+    (pkg / "runtime" / "kernels" / "k.cpp").write_text("a2")
+    assert harness.code_fingerprint("runtime") != first != harness.code_fingerprint("runtime", "other")
+    with pytest.raises(ValueError, match="no subpackage 'nope'"):
+        harness.code_fingerprint("nope")
