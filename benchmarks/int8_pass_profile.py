@@ -49,8 +49,8 @@ from ctxemb.runtime.kernels import int8_vnni_ops
 
 NAME = "int8_pass_profile"
 LAST_FOUR = [-4, -3, -2, -1]
-PRODUCTS = {"ctxemb_int8::linear", "ctxemb_int8::linear_quantized", "ctxemb_int8::linear_norm_quantized",
-            "aten::_int_mm"}
+PRODUCTS = {"ctxemb_int8::linear", "ctxemb_int8::linear_bf16", "ctxemb_int8::linear_quantized",
+            "ctxemb_int8::linear_norm_quantized", "aten::_int_mm"}
 NATIVE_ATTENTION = {"ctxemb_int8::attention", "ctxemb_int8::attention_quantized"}
 COPIES = {"aten::copy_", "aten::clone", "aten::contiguous", "aten::_to_copy", "aten::cat", "aten::stack"}
 VIEWS = {"aten::view", "aten::reshape", "aten::_reshape_alias", "aten::permute", "aten::transpose", "aten::unbind",

@@ -123,11 +123,15 @@ def test_bfloat16_qkv_gives_the_bits_of_float32_qkv_rounded_by_the_kernel(B, T, 
 def test_a_bf16_product_output_is_the_float32_output_rounded_to_nearest_even():
     torch.manual_seed(5)
     q = Int8Linear.from_linear(torch.nn.Linear(64, 96), (3, 40), mode="vnni")
-    x = torch.randn(37, 64) * 3
+    x = torch.randn(2, 37, 64) * 3
     with torch.inference_mode():
-        got = q.bf16_output(x)
-        assert got.dtype == torch.bfloat16 and torch.equal(got, q(x).bfloat16())
-        assert torch.equal(q.bf16_output(q.quantize_input(x)), got)  # from a handed-over form as well
+        got = q(x, torch.bfloat16)
+        assert got.dtype == torch.bfloat16 and got.shape == (2, 37, 96) and torch.equal(got, q(x).bfloat16())
+        with pytest.raises(ValueError, match="out_dtype must be torch.float32 or torch.bfloat16"):
+            q(x, torch.float16)
+        gelu = Int8Linear.from_linear(torch.nn.Linear(64, 96), activation="gelu", mode="vnni")
+        with pytest.raises(ValueError, match="needs the 'vnni' mode and no activation"):
+            gelu(x, torch.bfloat16)
 
 
 def test_the_bf16_branch_follows_the_cpu_flags(monkeypatch):
@@ -258,3 +262,37 @@ def test_a_handed_over_form_goes_only_to_its_consumer_and_only_with_its_tensor()
         assert quantization._HANDED_OVER in y.__dict__  # ... and leaves the form to its consumer
         assert torch.equal(up(y.clone()), want_up)  # a copy of the tensor carries nothing
         assert torch.equal(up(y), want_up) and quantization._HANDED_OVER not in y.__dict__  # taken once
+
+
+def test_the_int8_linears_profile_of_encode_throughput_sees_every_product(monkeypatch):
+    """benchmarks.encode_throughput counts the int8 products by module hooks: the Q/K/V product, bfloat16 output or
+    not, must go through its module call (4 products per layer)."""
+    from benchmarks.encode_throughput import _profile_pass
+
+    torch.manual_seed(0)
+    cfg = EncoderConfig(vocab_size=60, hidden_size=64, num_hidden_layers=4, num_attention_heads=2,
+                        intermediate_size=128, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    enc = Encoder(cfg).eval()
+    q = quantize_int8(enc, {})
+
+    class Backend:
+        encoder = q
+
+        @staticmethod
+        def hidden_states(ids, mask, layers):
+            with torch.inference_mode():
+                states = q(ids, mask, compute_pooler=False).hidden_states
+            return torch.stack([states[i] for i in layers], dim=2)
+
+    ids = torch.randint(5, 60, (3, 9))
+
+    class Batch:
+        pass
+
+    batch = Batch()
+    batch.ids, batch.mask, batch.rows, batch.spans = ids, torch.ones_like(ids), [0, 1, 2], None
+    monkeypatch.setattr("benchmarks.encode_throughput.word_pass",
+                        lambda batches, items, fn: [fn(b.ids, b.mask) for b in batches])
+    stats = _profile_pass(Backend, [batch], None, enc)
+    assert stats["calls"] == 4 * cfg.num_hidden_layers
+    assert stats["flops"] == cfg.num_hidden_layers * 2 * 27 * (64 * 192 + 64 * 64 + 2 * 64 * 128)

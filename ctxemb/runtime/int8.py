@@ -360,11 +360,6 @@ class Int8Linear(nn.Module):
             float(norm.eps), consumer.keep, consumer.outlier_index)
         return y, QuantizedRows(u, scale, zero, None if consumer.outlier_index is None else xo)
 
-    def bf16_output(self, x: torch.Tensor | QuantizedRows) -> torch.Tensor:
-        """The "vnni" mode without this Linear's activation, rounded to bfloat16 (to nearest even) in the product's
-        epilogue: x (..., K) -> (M, N) bfloat16, half the bytes of the float32 output."""
-        return int8_vnni_ops().linear_bf16(*self._native_args(self._quantized_input(x), "none")[:-1])
-
     def quantized_output(self, x: torch.Tensor, consumer: Int8Linear) -> QuantizedRows:
         """The "vnni" mode: this Linear's output (with its activation), quantized for ``consumer`` inside the product's
         epilogue, so the float32 output is never written out: x (..., K) -> rows (M, N) in ``consumer``'s form."""
@@ -373,7 +368,17 @@ class Int8Linear(nn.Module):
                                                               consumer.outlier_index)
         return QuantizedRows(u, scale, zero, None if consumer.outlier_index is None else xo)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, out_dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        """x (..., K) -> (..., N) in ``out_dtype``: float32, or bfloat16 (the "vnni" mode, no activation), rounded to
+        nearest even in the product's epilogue: half the bytes of the float32 output to write and read back."""
+        if out_dtype == torch.bfloat16:
+            if self.mode != "vnni" or self.activation != "none":
+                raise ValueError(f"out_dtype=torch.bfloat16 needs the 'vnni' mode and no activation; this Linear runs "
+                                 f"mode {self.mode!r} with activation {self.activation!r}")
+            y = int8_vnni_ops().linear_bf16(*self._native_args(self._quantized_input(x), "none")[:-1])
+            return y.reshape(*x.shape[:-1], self.out_features)
+        if out_dtype != torch.float32:
+            raise ValueError(f"out_dtype must be torch.float32 or torch.bfloat16, got {out_dtype}")
         rows = x.reshape(-1, self.in_features)
         if self.mode == "vnni":
             y = self._native(x, self.activation)
@@ -393,7 +398,7 @@ class Int8SelfAttention(nn.Module):
     Attention itself, where Q/K/V run the "vnni" kernel and the head size is a multiple of 16: the native kernel
     (``attention.cpp`` of :mod:`ctxemb.runtime.kernels`), reading q, k and v from the product's output in place, with
     its two products in bfloat16 (float32 sums) where the CPU has AVX512-BF16 (q, k and v then leave the Q/K/V product
-    in bfloat16: :meth:`Int8Linear.bf16_output`) and in float32 elsewhere, and the result quantized for the
+    in bfloat16: :meth:`Int8Linear.forward`'s ``out_dtype``) and in float32 elsewhere, and the result quantized for the
     attention output Linear (:meth:`feed`). Otherwise
     :func:`ctxemb.modeling.attention.inference_attention` in float32.
 
@@ -432,10 +437,8 @@ class Int8SelfAttention(nn.Module):
         B, T, H = x.shape
         if self.native:
             mask = None if attn_mask is None else attn_mask.float()
-            if self.bf16:  # q/k/v leave the product in bfloat16, the operands the bf16 products round them to anyway
-                rows = self.qkv.bf16_output(x)
-            else:
-                rows = self.qkv(x).view(B * T, 3 * H)
+            # with the bf16 products, q/k/v leave the product in bfloat16: the operands those products round them to
+            rows = self.qkv(x, torch.bfloat16 if self.bf16 else torch.float32).view(B * T, 3 * H)
             if self._consumer:
                 c = self._consumer[0]
                 u, scale, zero, xo = int8_vnni_ops().attention_quantized(rows, B, self.num_heads, mask, self.bf16,
