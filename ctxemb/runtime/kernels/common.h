@@ -74,8 +74,8 @@ inline void quantize_row(const float* row, int64_t K, const Quantizer& q, uint8_
   const float z = std::nearbyint(-low / s) - 128.0f;
   *scale = s;
   *zero = static_cast<int32_t>(z) + 128;
-  // clamp(round(v / s) + z, -128, 127) + 128 as clamp(round(v / s) + zu, 0, 255) in int32 (the same integers: the
-  // rounded quotient is an integer below 2^24 in magnitude, as |v| <= 255 s), 255 by the saturating narrowing
+  // clamp(round(v / s) + z, -128, 127) + 128 as clamp(round(v / s) + zu, 0, 255) in int32: the same integers, as
+  // the rounded quotient is exact in int32 (|v| <= 255 s up to rounding); 255 by the saturating narrowing
   const __m512 inv = _mm512_set1_ps(1.0f / s);
   const __m512i vzu = _mm512_set1_epi32(*zero), none = _mm512_setzero_si512();
   for (k = 0; k < K; k += 16) {
