@@ -140,8 +140,9 @@ class TrainConfig:
         compile: run the model's forward and backward through ``torch.compile`` (dynamic shapes, so that
             length-grouped batches share one graph). Off by default: on a 2-core Zen 4 the compiled all-MiniLM-L6-v2
             step, after about a minute of compiling, was no faster than the eager step with torch's ops and slower
-            than the default one with the fused ops (``benchmarks/results/compile_step.md``): it never paid back. With ``fused_training="auto"`` the
-            fused ops stay off (torch.compile cannot trace them); ``fused_training="on"`` with it is refused.
+            than the default one with the fused ops (``benchmarks/results/compile_step.md``): it never paid back.
+            With ``fused_training="auto"`` the fused ops stay off (torch.compile cannot trace them);
+            ``fused_training="on"`` with it is refused.
     """
 
     learning_rate: float = field(metadata=_help("peak learning rate"))

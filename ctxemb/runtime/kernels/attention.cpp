@@ -316,14 +316,15 @@ CTXEMB_BF16 inline void pv_tile_bf16(const Problem& P, const uint32_t* p, const 
 
 // ---- one task: every head for query rows [i0, i0 + rows) of sequence b, into out (rows x H, rows H apart) ---------
 // A thread's working memory: the scores (then p), their running maxima (16 per row), 1 / sum per row; k transposed
-// (float32), or k and v packed and the task's q and p rows as pairs of bf16 (32-bit words).
+// (float32), or k and v packed and the task's q (unless q/k/v are bfloat16, read in place) and p rows as pairs of
+// bf16 (32-bit words).
 struct Scratch {
   std::vector<float> scores, top, inv, k;
   std::vector<uint32_t> kb, vb, qb, pb;
 
   Scratch(const Problem& P, int64_t rows, bool bf16)
       : scores(rows * P.Tp), top(rows * 16), inv(rows), k(bf16 ? 0 : P.D * P.Tp), kb(bf16 ? P.D / 2 * P.Tp : 0),
-        vb(bf16 ? P.Tp / 2 * P.D : 0), qb(bf16 ? rows * P.D / 2 : 0), pb(bf16 ? rows * P.Tp / 2 : 0) {}
+        vb(bf16 ? P.Tp / 2 * P.D : 0), qb(bf16 && !P.qkv16 ? rows * P.D / 2 : 0), pb(bf16 ? rows * P.Tp / 2 : 0) {}
 };
 
 void attend_f32(const Problem& P, int64_t b, int64_t i0, int64_t rows, Scratch& w, float* out) {
