@@ -281,6 +281,11 @@ def check_string_batch(texts, name: str, *, allow_empty_batch: bool = False) -> 
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
+def has_surrogate(text: str) -> bool:
+    """Whether ``text`` holds a lone surrogate (see :func:`check_no_surrogates`)."""
+    return _SURROGATE.search(text) is not None
+
+
 def check_no_surrogates(text: str, name: str) -> str:
     """Return ``text`` if it holds no lone surrogate (U+D800..U+DFFF).
 

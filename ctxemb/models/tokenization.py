@@ -19,7 +19,8 @@ from typing import Any, Mapping, Sequence
 from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import models, normalizers, pre_tokenizers
 
-from ctxemb.core.validation import CorruptFileError, check_no_surrogates, decode_utf8, is_int, read_json_file
+from ctxemb.core.validation import (CorruptFileError, check_no_surrogates, decode_utf8, has_surrogate, is_int,
+                                    read_json_file)
 from ctxemb.models.encoder_config import POSITIONS_FROM_ZERO, encoder_model_type
 
 logger = logging.getLogger(__name__)
@@ -387,6 +388,10 @@ def check_word_lists(sentences: Sequence, name: str = "sentences", first_index: 
         words = list(words)
         if len(words) == 0:
             raise ValueError(f"{name}[{i}] is empty: expected at least one word")
+        # the common case in one pass over the sentence; word by word only to name what is wrong
+        if all(type(w) is str and w for w in words) and not has_surrogate("".join(words)):
+            out.append(words)
+            continue
         for j, w in enumerate(words):
             if not isinstance(w, str):
                 raise TypeError(f"{name}[{i}][{j}] must be a str, got {type(w).__name__}")
