@@ -17,6 +17,11 @@ int8 backend's last four hidden states (what word vectors average), with ``--thr
    ``--kernel-repeats`` rounds, the best of each); the difference as a share of the call, applied to the profiled
    time of those calls. Attention that quantizes its own output is split the same way.
 
+4. The same passes without the profiler: the native product and attention ops timed where the pass calls them (a
+   clock read before and after each call: a microsecond among calls of a millisecond), alternating with passes
+   that time nothing; the products' share of the pass, its median over ``--repeats`` passes. This one is free of
+   the profiler's own cost, which lands between the ops of the profiled pass and swells its "between ops" row.
+
 ``--label`` names the code measured (e.g. ``before``, ``after``): the profile is stored under that label in
 ``results/int8_pass_profile.json``, the Markdown shows every stored label side by side, and a run replaces only its
 own label. The 1-minute load average at the start and end of each run is recorded (the machine may be shared).
@@ -164,6 +169,53 @@ def profile_pass(run, scopes) -> dict:
             "top_ops": [{"op": o, "seconds": v, "calls": calls[o]} for o, v in top]}
 
 
+# ---- the products timed inside the pass, without the profiler --------------------------------------------------
+class TimedOps:
+    """``int8_vnni_ops()`` with the product and attention ops timed where the pass calls them
+    (``seconds["products"]``, ``seconds["attention"]``); other ops pass through untimed."""
+
+    def __init__(self, ops):
+        self._ops, self.seconds = ops, defaultdict(float)
+
+    def __getattr__(self, name: str):
+        fn = getattr(self._ops, name)
+        op = f"ctxemb_int8::{name}"
+        kind = "products" if op in PRODUCTS else "attention" if op in NATIVE_ATTENTION else None
+        if kind is None:
+            return fn
+
+        def timed(*args):
+            start = harness.clock()
+            out = fn(*args)
+            self.seconds[kind] += harness.clock() - start
+            return out
+        return timed
+
+
+def timed_passes(run, repeats: int) -> dict:
+    """``repeats`` rounds of a pass with the native ops timed (:class:`TimedOps`, swapped in for
+    :func:`ctxemb.runtime.int8.int8_vnni_ops`) and a pass without; per timed pass its seconds, the products' and
+    attention's seconds and the products' share; the medians; and the untimed passes (what the clocks cost)."""
+    timed = TimedOps(int8_vnni_ops())
+    original = quantization.int8_vnni_ops
+    passes, plain = [], []
+    try:
+        for _ in range(repeats):
+            quantization.int8_vnni_ops = lambda: timed
+            timed.seconds.clear()
+            with harness.Stopwatch() as sw:
+                run()
+            passes.append({"pass_seconds": sw.seconds, "products": timed.seconds["products"],
+                           "attention": timed.seconds["attention"],
+                           "products_share": timed.seconds["products"] / sw.seconds})
+            quantization.int8_vnni_ops = original
+            plain.append(harness.measure(run, repeats=1, warmup=0).median)
+    finally:
+        quantization.int8_vnni_ops = original
+    median = {k: harness.summarize(p[k] for p in passes).median for k in passes[0]}
+    return {"passes": passes, "median": median, "untimed_passes": harness.summarize(plain).to_dict()}
+
+
 # ---- inside the native kernels ---------------------------------------------------------------------------------
 def _rows(dense, M: int, gen: torch.Generator):
     return dense.quantize_input(torch.randn(M, dense.in_features, generator=gen))
@@ -267,6 +319,21 @@ def render(results: dict) -> str:
     cats = ("\n## By category (one profiled pass)\n\nEach op's own time (torch.profiler), by op and by the block it "
             "ran in; the native products include the epilogues they fuse (split below).\n\n"
             + harness.markdown_table(table, list(table[0])) + "\n")
+    timed = [k for k in labels if "in_pass" in profiles[k]]
+    in_pass = ""
+    if timed:
+        rows = []
+        for k in timed:
+            t = profiles[k]["in_pass"]["median"]
+            rows.append({"label": k, "pass s": t["pass_seconds"], "untimed pass s":
+                         profiles[k]["in_pass"]["untimed_passes"]["median"], "products s": t["products"],
+                         "attention s": t["attention"], "products' share": f"{t['products_share']:.1%}",
+                         "outside the products": f"{1 - t['products_share']:.1%}"})
+        in_pass = ("\n## The products timed inside the pass (no profiler)\n\nThe native product and attention ops "
+                   "timed where the pass calls them; medians over the timed passes (each pass's numbers in the JSON); "
+                   "the untimed passes alternate with them. Products include the epilogues they fuse. Without the "
+                   "profiler's cost between ops, this is the products' share of the pass as it runs.\n\n"
+                   + harness.markdown_table(rows, list(rows[0])) + "\n")
     part_names = list(dict.fromkeys(n for k in labels for n in profiles[k]["kernel_parts"]))
     inside = ""
     if part_names:
@@ -287,7 +354,7 @@ def render(results: dict) -> str:
     for k in labels:
         tops += f"\n{k}:\n\n" + harness.markdown_table(profiles[k]["profile"]["top_ops"], ["op", "seconds", "calls"])
         tops += "\n"
-    return head + whole + cats + inside + tops
+    return head + whole + in_pass + cats + inside + tops
 
 
 def main() -> None:
@@ -324,6 +391,7 @@ def main() -> None:
     passes = harness.measure(run, repeats=args.repeats)
     with torch.inference_mode():
         profiled = profile_pass(run, scoped_modules(int8.encoder))
+    in_pass = timed_passes(run, args.repeats)
     B, T = args.batch_size, round(padded / len(batches) / args.batch_size)
     with torch.inference_mode():
         parts = kernel_parts(int8.encoder, profiled, B, T, args.kernel_repeats)
@@ -337,7 +405,7 @@ def main() -> None:
              "torch, float32",
              "ctxemb_version": ctxemb.__version__, "machine_line": harness.machine_line(m), "machine": m,
              "pass": passes.to_dict(), "cosine_mean": float(cos.mean()), "cosine_min": float(cos.min()),
-             "profile": profiled, "kernel_parts": parts, "kernel_batch": [B, T],
+             "profile": profiled, "in_pass": in_pass, "kernel_parts": parts, "kernel_batch": [B, T],
              "load_average": [load_start, os.getloadavg()[0]]}
     path = harness.RESULTS / f"{NAME}.json"
     results = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {"profiles": {}}
