@@ -469,6 +469,70 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> int8_linear_quantized
   return result;
 }
 
+// The embeddings of a BERT-layout encoder, LayerNorm(word[ids] + position[positions] + type[types]) token by token
+// (no types given: type row 0; no type table: no third term), and the same quantized for the first Linear (its keep
+// mask and outlier features) while the row is in L1: (y (B*T, E), u, scale, zu, outliers), the last four as
+// quantize_rows would give for y. Every id is checked against its table before any row is read.
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> embed_norm_quantized(
+    const at::Tensor& ids, const at::Tensor& positions, const c10::optional<at::Tensor>& types,
+    const at::Tensor& word, const at::Tensor& position, const c10::optional<at::Tensor>& type,
+    const at::Tensor& ln_weight, const at::Tensor& ln_bias, double eps, const c10::optional<at::Tensor>& next_keep,
+    const c10::optional<at::Tensor>& next_outlier_index) {
+  TORCH_CHECK(ids.dim() == 2 && ids.scalar_type() == at::kLong, "embeddings: ids must be (B, T) int64, got ",
+              ids.sizes(), " ", ids.scalar_type());
+  TORCH_CHECK(positions.sizes() == ids.sizes() && positions.scalar_type() == at::kLong,
+              "embeddings: positions must be int64 of the ids' shape ", ids.sizes(), ", got ", positions.sizes());
+  TORCH_CHECK(types.has_value() <= type.has_value(), "embeddings: token types given without a type table");
+  TORCH_CHECK(!types.has_value() || (types->sizes() == ids.sizes() && types->scalar_type() == at::kLong),
+              "embeddings: token types must be int64 of the ids' shape ", ids.sizes());
+  const int64_t E = word.size(-1);
+  for (const at::Tensor* table : {&word, &position, type.has_value() ? &*type : &word})
+    TORCH_CHECK(table->dim() == 2 && table->size(1) == E && table->scalar_type() == at::kFloat &&
+                table->is_contiguous(), "embeddings: tables must be contiguous (rows, ", E, ") float32, got ",
+                table->sizes(), " ", table->scalar_type());
+  TORCH_CHECK(E % 16 == 0, "embeddings: the width must be a multiple of 16, got ", E);
+  TORCH_CHECK(ln_weight.numel() == E && ln_bias.numel() == E, "embeddings: LayerNorm weight and bias must be (E,)");
+  const at::Tensor id = ids.contiguous(), pos = positions.contiguous();
+  const at::Tensor tt = types.has_value() ? types->contiguous() : at::Tensor();
+  const int64_t M = ids.numel();
+  const int64_t* ip = id.data_ptr<int64_t>();
+  const int64_t* pp = pos.data_ptr<int64_t>();
+  const int64_t* tp = tt.defined() ? tt.data_ptr<int64_t>() : nullptr;
+  for (int64_t t = 0; t < M; ++t) {
+    TORCH_CHECK(ip[t] >= 0 && ip[t] < word.size(0), "embeddings: token id ", ip[t], " at position ", t,
+                " is outside the vocabulary of ", word.size(0));
+    TORCH_CHECK(pp[t] >= 0 && pp[t] < position.size(0), "embeddings: position ", pp[t], " is outside the ",
+                position.size(0), " position embeddings");
+    TORCH_CHECK(!tp || (tp[t] >= 0 && tp[t] < type->size(0)), "embeddings: token type ", tp ? tp[t] : 0,
+                " is outside the ", type.has_value() ? type->size(0) : 0, " token types");
+  }
+  const float *wp = word.data_ptr<float>(), *ppos = position.data_ptr<float>();
+  const float* typ = type.has_value() ? type->data_ptr<float>() : nullptr;
+  const float *gamma = ln_weight.data_ptr<float>(), *beta = ln_bias.data_ptr<float>();
+  auto out = at::empty({M, E}, word.options());
+  float* op = out.data_ptr<float>();
+  const Quantizer q = quantizer(next_keep, next_outlier_index, E);
+  auto result = empty_quantized(M, E, q.P, word.options());
+  uint8_t* up = std::get<0>(result).data_ptr<uint8_t>();
+  float* sp = std::get<1>(result).data_ptr<float>();
+  int32_t* zp = std::get<2>(result).data_ptr<int32_t>();
+  float* xp = std::get<3>(result).data_ptr<float>();
+  at::parallel_for(0, M, 16, [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) {
+      float* row = op + t * E;
+      const float *a = wp + ip[t] * E, *b = ppos + pp[t] * E, *c = typ ? typ + (tp ? tp[t] : 0) * E : nullptr;
+      for (int64_t n = 0; n < E; n += 16) {  // (word + position) + type: torch's order of the two adds
+        __m512 x = _mm512_add_ps(_mm512_loadu_ps(a + n), _mm512_loadu_ps(b + n));
+        if (c) x = _mm512_add_ps(x, _mm512_loadu_ps(c + n));
+        _mm512_storeu_ps(row + n, x);
+      }
+      layer_norm_rows(row, 1, E, gamma, beta, static_cast<float>(eps));
+      quantize_row(row, E, q, up + t * E, sp + t, zp + t, xp + t * q.P);
+    }
+  });
+  return std::make_tuple(out, std::get<0>(result), std::get<1>(result), std::get<2>(result), std::get<3>(result));
+}
+
 TORCH_LIBRARY(ctxemb_int8, m) {
   m.def("pack_weights(Tensor weight) -> Tensor", &pack_weights);
   m.def("quantize_rows(Tensor x, Tensor? keep, Tensor? outlier_index) -> (Tensor, Tensor, Tensor, Tensor)",
@@ -485,4 +549,7 @@ TORCH_LIBRARY(ctxemb_int8, m) {
         "Tensor w_scale, Tensor bias, Tensor? xo, Tensor? wo, Tensor residual, Tensor ln_weight, Tensor ln_bias, "
         "float eps, Tensor? next_keep, Tensor? next_outlier_index) -> (Tensor, Tensor, Tensor, Tensor, Tensor)",
         &int8_linear_norm_quantized);
+  m.def("embed_norm_quantized(Tensor ids, Tensor positions, Tensor? types, Tensor word, Tensor position, "
+        "Tensor? type, Tensor ln_weight, Tensor ln_bias, float eps, Tensor? next_keep, Tensor? next_outlier_index) "
+        "-> (Tensor, Tensor, Tensor, Tensor, Tensor)", &embed_norm_quantized);
 }
