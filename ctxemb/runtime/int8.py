@@ -47,8 +47,10 @@ rows are in cache, instead of by a separate pass: the attention's output for the
 residual + LayerNorm output for the next Linear (the block's up-projection, the next block's Q/K/V), the GELU output
 for the down-projection. Where the float32 output is needed too (a LayerNorm's output is the next residual and a
 hidden state), the kernel writes both, and the quantized form travels with the tensor to its consumer
-(:meth:`Int8ResidualNorm.feed`). Only the first block's input (the embeddings) is quantized separately. The integers
-are the same as those of quantizing separately, so the hidden states are bitwise the same either way.
+(:meth:`Int8ResidualNorm.feed`). The integers are the same as those of quantizing separately, so the hidden states
+are bitwise the same either way. The embeddings' lookups, sum and LayerNorm are one native call that quantizes for
+the first block's Q/K/V (:class:`Int8Embeddings`); its LayerNorm is the kernels' own, so hidden state 0 differs from
+torch's LayerNorm by float32 rounding.
 
 The quantized copy is for inference: dropout is left out.
 
@@ -70,7 +72,7 @@ from ctxemb.runtime.int8_torch import (LINEAR_KERNELS, TINY, compiled, inductor_
                                        residual_norm_kernel, weight_levels)
 from ctxemb.runtime.kernels import attention_bf16_cpu, int8_vnni_ops
 from ctxemb.modeling.attention import inference_attention
-from ctxemb.modeling.encoder import ACTIVATIONS, AttentionOutput, Intermediate, Output, SelfAttention
+from ctxemb.modeling.encoder import ACTIVATIONS, AttentionOutput, Embeddings, Intermediate, Output, SelfAttention
 
 logger = logging.getLogger(__name__)
 
@@ -361,6 +363,45 @@ class Int8ResidualNorm(nn.Module):
         return y.reshape(*residual.shape[:-1], d.out_features)
 
 
+class Int8Embeddings(Embeddings):
+    """:class:`~ctxemb.modeling.encoder.Embeddings` (the same tables and LayerNorm, the same state dict) whose lookups,
+    sum and LayerNorm run as one native call that also quantizes the result for the first block's Q/K/V
+    (:meth:`feed`): the float32 result is still returned (hidden state 0, the first residual), with its quantized form
+    handed over to that Linear. Without a consumer, in training mode or off the CPU, :class:`Embeddings`'
+    computation."""
+
+    def __init__(self, embeddings: Embeddings):
+        nn.Module.__init__(self)
+        self.config = embeddings.config
+        self.word_embeddings, self.position_embeddings = embeddings.word_embeddings, embeddings.position_embeddings
+        self.token_type_embeddings = embeddings.token_type_embeddings
+        self.LayerNorm, self.dropout = embeddings.LayerNorm, embeddings.dropout
+        self._consumer: tuple[Int8Linear, ...] = ()  # a tuple: not a submodule of this one
+        self.train(embeddings.training)
+
+    def feed(self, consumer: Int8Linear) -> None:
+        """Quantize the output for ``consumer`` (the first block's Q/K/V) in the same native call, where it runs the
+        "vnni" kernel and reads the embeddings' width (a multiple of 16) in float32."""
+        ln, width = self.LayerNorm, self.word_embeddings.embedding_dim
+        tables = [self.word_embeddings.weight, self.position_embeddings.weight, ln.weight, ln.bias]
+        if self.token_type_embeddings is not None:
+            tables.append(self.token_type_embeddings.weight)
+        if (consumer.mode == "vnni" and consumer.in_features == width and width % 16 == 0
+                and all(t is not None and t.dtype == torch.float32 for t in tables)):
+            self._consumer = (consumer,)
+
+    def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None) -> torch.Tensor:
+        if not self._consumer or self.training or input_ids.device.type != "cpu":
+            return super().forward(input_ids, token_type_ids)
+        c, ln, types = self._consumer[0], self.LayerNorm, self.token_type_embeddings
+        y, u, scale, zero, xo = int8_vnni_ops().embed_norm_quantized(
+            input_ids, self.position_ids(input_ids), None if types is None else token_type_ids,
+            self.word_embeddings.weight, self.position_embeddings.weight, None if types is None else types.weight,
+            ln.weight, ln.bias, float(ln.eps), c.keep, c.outlier_index)
+        rows = QuantizedRows(u, scale, zero, None if c.outlier_index is None else xo)
+        return _hand_over(y.view(*input_ids.shape, -1), c, rows)
+
+
 def quantize_int8(encoder: nn.Module, outliers: Mapping[str, Sequence[int]] | Int8Calibration | None = None, *,
                   fused: bool | None = None) -> nn.Module:
     """A copy of ``encoder`` (eval mode, CPU) with every ``nn.Linear`` in int8; the original is not changed.
@@ -429,6 +470,11 @@ def quantize_int8(encoder: nn.Module, outliers: Mapping[str, Sequence[int]] | In
         if isinstance(out, Int8ResidualNorm) and isinstance(up, Int8Intermediate):
             out.feed(up.dense)  # the attention block's LayerNorm output, for the up-projection
     blocks = list(getattr(quantized, "blocks", ()))  # the transformer blocks: each one's output is the next's input
+    first = getattr(getattr(blocks[0], "attention", None), "self", None) if blocks else None
+    if (type(getattr(quantized, "embeddings", None)) is Embeddings and isinstance(first, Int8SelfAttention)
+            and getattr(quantized, "embeddings_project", None) is None):  # the embeddings feed the first Q/K/V
+        quantized.embeddings = Int8Embeddings(quantized.embeddings)
+        quantized.embeddings.feed(first.qkv)
     for block, after in itertools.pairwise(blocks):
         out, attention = getattr(block, "output", None), getattr(getattr(after, "attention", None), "self", None)
         if isinstance(out, Int8ResidualNorm) and isinstance(attention, Int8SelfAttention):
