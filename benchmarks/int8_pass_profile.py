@@ -10,7 +10,9 @@ int8 backend's last four hidden states (what word vectors average), with ``--thr
    accuracy.
 2. One pass under ``torch.profiler`` (CPU): each op's own time, put in a category by the op and by the block it runs
    in (scopes opened by forward hooks on the embeddings and the int8 modules: Q/K/V product, attention, attention
-   output, up- and down-projection). "Between ops" is the pass's wall time less all op time: Python, hooks, dispatch.
+   output, up- and down-projection). "Between ops" is the pass's wall time less all op time: Python, hooks,
+   dispatch. "Attention mask" is the additive mask of a padded batch, or the packing of an unpadded one (the int8
+   backend skips padding rows); "stacking the kept layers", their stacking or unpacking into (B, T, n, H).
 3. Inside the native product kernels, which apply their epilogues (GELU; residual add and LayerNorm; the
    quantization of their output for the next Linear) to each output tile in registers, the parts are estimated: each
    kernel timed at the pass's mean batch (B x T tokens) as the pass calls it and with a part left out (alternating,
@@ -57,7 +59,12 @@ LAST_FOUR = [-4, -3, -2, -1]
 PRODUCTS = {"ctxemb_int8::linear", "ctxemb_int8::linear_bf16", "ctxemb_int8::linear_quantized",
             "ctxemb_int8::linear_norm_quantized", "aten::_int_mm"}
 NATIVE_ATTENTION = {"ctxemb_int8::attention", "ctxemb_int8::attention_quantized"}
-COPIES = {"aten::copy_", "aten::clone", "aten::contiguous", "aten::_to_copy", "aten::cat", "aten::stack"}
+COPIES = {"aten::copy_", "aten::clone", "aten::contiguous", "aten::_to_copy", "aten::cat", "aten::stack",
+          "aten::index_copy_", "aten::index_fill_"}
+# What the attention mask costs: the additive mask of a padded batch, or the packing that replaces it
+MASK = {"aten::masked_fill", "aten::masked_fill_", "aten::zeros", "aten::eq", "aten::fill_", "aten::zero_",
+        "aten::nonzero", "aten::cumsum", "aten::lt", "aten::arange", "aten::sum", "aten::index", "aten::equal",
+        "aten::min", "aten::bitwise_not"}
 VIEWS = {"aten::view", "aten::reshape", "aten::_reshape_alias", "aten::permute", "aten::transpose", "aten::unbind",
          "aten::select", "aten::slice", "aten::expand", "aten::as_strided", "aten::unsqueeze", "aten::squeeze",
          "aten::t", "aten::alias", "aten::_unsafe_view", "aten::detach", "aten::view_as"}
@@ -130,7 +137,7 @@ def category(op: str, scope: str | None) -> str:
         return CATEGORIES[4]
     if op in COPIES:
         return CATEGORIES[7]
-    if op in ("aten::masked_fill", "aten::masked_fill_", "aten::zeros", "aten::eq", "aten::fill_", "aten::zero_"):
+    if op in MASK:
         return CATEGORIES[8]
     return CATEGORIES[9]
 

@@ -51,7 +51,7 @@ from ctxemb.modeling.encoder import Encoder
 from ctxemb.core.atomic import atomic_path, atomic_write
 from ctxemb.runtime.int8_calibration import (CALIBRATION_SENTENCES, CALIBRATION_VERSION, DEFAULT_MAX_OUTLIER_FRACTION,
                                      DEFAULT_OUTLIER_THRESHOLD, Int8Calibration, calibrate_outliers)
-from ctxemb.runtime.int8 import quantize_int8, weight_levels
+from ctxemb.runtime.int8 import packed_hidden_states, quantize_int8, weight_levels
 from ctxemb.models.hub import cache_dir
 from ctxemb.models.tokenization import Tokenizer
 
@@ -93,10 +93,25 @@ def load_backend(encoder: Encoder, precision: str, *, model_name: str | None = N
             raise ValueError("precision 'int8' needs the model's tokenizer (tokenizer=...): its outlier features are "
                              "calibrated once per model on a fixed text")
         calibration = int8_calibration(encoder, tokenizer, model_name=model_name, fingerprint=fingerprint)
-        return TorchBackend(quantize_int8(encoder, calibration), "int8")
+        return Int8Backend(quantize_int8(encoder, calibration))
     path = onnx_model_path(encoder, quantized=precision == "onnx-int8", model_name=model_name,
                            fingerprint=fingerprint)
     return OnnxBackend(path, precision=precision, num_layers=encoder.num_layers)
+
+
+class Int8Backend(TorchBackend):
+    """An int8 encoder (:func:`quantize_int8`) whose padded batches run on their real tokens alone where the encoder
+    allows it (:func:`ctxemb.runtime.int8.packed_hidden_states`): the same states for the real tokens, no work on
+    padding (a batch of 32 length-sorted sentences carries ~5% of it, a token-budget batch up to ~13%)."""
+
+    def __init__(self, encoder: nn.Module):
+        super().__init__(encoder, "int8")
+
+    def hidden_states(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                      layers: Sequence[int]) -> torch.Tensor:
+        with torch.inference_mode():
+            packed = packed_hidden_states(self.encoder, input_ids, attention_mask, layers)
+        return packed if packed is not None else super().hidden_states(input_ids, attention_mask, layers)
 
 
 # ---- int8: calibration (cached) ------------------------------------------------------------------------------------

@@ -72,7 +72,8 @@ from ctxemb.runtime.int8_torch import (LINEAR_KERNELS, TINY, compiled, inductor_
                                        residual_norm_kernel, weight_levels)
 from ctxemb.runtime.kernels import attention_bf16_cpu, int8_vnni_ops
 from ctxemb.modeling.attention import inference_attention
-from ctxemb.modeling.encoder import ACTIVATIONS, AttentionOutput, Embeddings, Intermediate, Output, SelfAttention
+from ctxemb.modeling.encoder import (ACTIVATIONS, AttentionOutput, Embeddings, Encoder, Intermediate, Output,
+                                     SelfAttention)
 
 logger = logging.getLogger(__name__)
 
@@ -91,6 +92,13 @@ class QuantizedRows(NamedTuple):
     scale: torch.Tensor
     zero: torch.Tensor
     outliers: torch.Tensor | None
+
+
+class Packed(NamedTuple):
+    """The context the blocks take for a batch packed without its padding (:func:`packed_hidden_states`): sequence b's
+    real tokens are rows [offsets[b], offsets[b + 1]) of (1, M, H) activations, where a padded batch has its mask."""
+
+    offsets: torch.Tensor  # (B + 1,) int64
 
 
 # A float32 output whose producer also quantized it for the Linear that reads it next (a residual + LayerNorm epilogue
@@ -284,18 +292,25 @@ class Int8SelfAttention(nn.Module):
         if self.native and consumer.mode == "vnni" and consumer.in_features == self.num_heads * self.head_size:
             self._consumer = (consumer,)
 
-    def forward(self, x: torch.Tensor, attn_mask: torch.Tensor | None) -> torch.Tensor | QuantizedRows:
+    def forward(self, x: torch.Tensor, attn_mask: torch.Tensor | Packed | None) -> torch.Tensor | QuantizedRows:
+        """x (B, T, H) with the additive mask, or (1, M, H) packed sequences with their :class:`Packed` offsets."""
         B, T, H = x.shape
         if self.native:
-            mask = None if attn_mask is None else attn_mask.float()
+            offsets = attn_mask.offsets if isinstance(attn_mask, Packed) else None
+            if offsets is not None:
+                B, mask = offsets.numel() - 1, None
+            else:
+                mask = None if attn_mask is None else attn_mask.float()
             # with the bf16 products, q/k/v leave the product in bfloat16: the operands those products round them to
-            rows = self.qkv(x, torch.bfloat16 if self.bf16 else torch.float32).view(B * T, 3 * H)
+            rows = self.qkv(x, torch.bfloat16 if self.bf16 else torch.float32).view(-1, 3 * H)
             if self._consumer:
                 c = self._consumer[0]
                 u, scale, zero, xo = int8_vnni_ops().attention_quantized(rows, B, self.num_heads, mask, self.bf16,
-                                                                         c.keep, c.outlier_index)
+                                                                         c.keep, c.outlier_index, offsets)
                 return QuantizedRows(u, scale, zero, None if c.outlier_index is None else xo)
-            return int8_vnni_ops().attention(rows, B, self.num_heads, mask, self.bf16).view(B, T, H)
+            return int8_vnni_ops().attention(rows, B, self.num_heads, mask, self.bf16, offsets).view(x.shape)
+        if isinstance(attn_mask, Packed):
+            raise ValueError("packed sequences need the native attention kernel")
         qkv = self.qkv(x)  # (B, T, 3H): q, k, v, each head by head
         q, k, v = qkv.view(B, T, 3, self.num_heads, self.head_size).permute(2, 0, 3, 1, 4).unbind(0)  # (B, N, T, D)
         y = inference_attention(q, k, v, attn_mask)
@@ -393,13 +408,67 @@ class Int8Embeddings(Embeddings):
     def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None) -> torch.Tensor:
         if not self._consumer or self.training or input_ids.device.type != "cpu":
             return super().forward(input_ids, token_type_ids)
+        return self.native(input_ids, self.position_ids(input_ids), token_type_ids)
+
+    def native(self, input_ids: torch.Tensor, position_ids: torch.Tensor,
+               token_type_ids: torch.Tensor | None) -> torch.Tensor:
+        """The native call, for a consumer given to :meth:`feed`: ids, positions and types (B, T) -> (B, T, E)."""
         c, ln, types = self._consumer[0], self.LayerNorm, self.token_type_embeddings
         y, u, scale, zero, xo = int8_vnni_ops().embed_norm_quantized(
-            input_ids, self.position_ids(input_ids), None if types is None else token_type_ids,
-            self.word_embeddings.weight, self.position_embeddings.weight, None if types is None else types.weight,
-            ln.weight, ln.bias, float(ln.eps), c.keep, c.outlier_index)
+            input_ids, position_ids, None if types is None else token_type_ids, self.word_embeddings.weight,
+            self.position_embeddings.weight, None if types is None else types.weight, ln.weight, ln.bias,
+            float(ln.eps), c.keep, c.outlier_index)
         rows = QuantizedRows(u, scale, zero, None if c.outlier_index is None else xo)
         return _hand_over(y.view(*input_ids.shape, -1), c, rows)
+
+
+def packed_hidden_states(encoder: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                         layers: Sequence[int]) -> torch.Tensor | None:
+    """Hidden states ``layers`` (resolved indices 0..L) of a padded batch computed on its real tokens alone: the
+    sequences packed one after another, so that no product and no attention works on a padding row.
+
+    The real tokens' states are the same bits as the padded batch's (every int8 product is per token; attention's
+    padding keys only ever added exact zeros); the padding rows' states are zeros (a padded batch gives them values
+    no one reads).
+
+    Args:
+        encoder: an int8 encoder from :func:`quantize_int8`.
+        input_ids: (B, T); attention_mask: (B, T), each row's real tokens first.
+
+    Returns:
+        (B, T, n, H), or None where this does not apply (the caller runs the encoder as usual): a batch without
+        padding, a mask that is not each row's first tokens (or a row without any), an encoder whose embeddings,
+        blocks or attention are not the native int8 ones of the BERT layout (MPNet's relative position bias).
+    """
+    emb, blocks = getattr(encoder, "embeddings", None), list(getattr(encoder, "blocks", ()))
+    attention = [getattr(getattr(b, "attention", None), "self", None) for b in blocks]
+    if (not isinstance(emb, Int8Embeddings) or not emb._consumer or not blocks or input_ids.device.type != "cpu"
+            or type(encoder)._final is not Encoder._final
+            or getattr(getattr(encoder, "encoder", None), "relative_attention_bias", None) is not None
+            or not all(isinstance(a, Int8SelfAttention) and a.native for a in attention)):
+        return None
+    B, T = input_ids.shape
+    real = attention_mask.bool()
+    lengths = real.sum(1)
+    if (int(lengths.sum()) == B * T or int(lengths.min()) == 0
+            or not torch.equal(real, torch.arange(T) < lengths[:, None])):
+        return None
+    rows = real.view(-1).nonzero().squeeze(1)  # (M,): the real tokens' rows of the (B * T) layout
+    offsets = torch.zeros(B + 1, dtype=torch.long)
+    torch.cumsum(lengths, 0, out=offsets[1:])
+    x = emb.native(input_ids.reshape(-1)[rows][None], emb.position_ids(input_ids).reshape(-1)[rows][None], None)
+    wanted = set(layers)
+    kept = {0: x} if 0 in wanted else {}
+    context = Packed(offsets)
+    for i, block in enumerate(blocks, start=1):
+        x = block(x, context)
+        if i in wanted:
+            kept[i] = x
+    out = x.new_empty(B * T, len(layers), x.shape[-1])
+    out.index_fill_(0, (~real).view(-1).nonzero().squeeze(1), 0.0)
+    for j, i in enumerate(layers):
+        out[:, j].index_copy_(0, rows, kept[i][0])
+    return out.view(B, T, len(layers), -1)
 
 
 def quantize_int8(encoder: nn.Module, outliers: Mapping[str, Sequence[int]] | Int8Calibration | None = None, *,

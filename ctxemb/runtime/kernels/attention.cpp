@@ -10,6 +10,9 @@
 // softmax and the sums are float32 either way. For the bf16 products, q/k/v may come as bfloat16 (the Q/K/V
 // product's linear_bf16): the same operands as rounding float32 ones here, half the bytes to read.
 //
+// The sequences are B x T rows (padding masked), or packed one after another at given offsets, each of its own length
+// (no padding rows, no mask: what the int8 encoder's unpadded batches give).
+//
 // Per task (one sequence b and up to kQueryBlock of its query rows) and head h: k transposed to (D, Tp) floats (Tp: T
 // rounded up to 16), or to (D/2, Tp) pairs of bf16, by 16 x 16 transposes in registers, so that a micro-tile of up to
 // 6 query rows x 64 keys is a run of broadcast-FMAs (the int8 kernel's tile, in float), whose scores are scaled,
@@ -40,6 +43,22 @@ struct Problem {
   int64_t mb, mn, mi;
   at::Tensor mask_copy;      // the expanded mask, where the caller's did not have its keys 1 apart
   float scale;               // 1 / sqrt(D)
+  const int64_t* offsets;    // packed sequences (no padding rows): sequence b is rows [offsets[b], offsets[b + 1]),
+                             // T its longest; null: B sequences of T rows each
+
+  int64_t first_row(int64_t b) const { return offsets ? offsets[b] : b * T; }
+  int64_t length(int64_t b) const { return offsets ? offsets[b + 1] - offsets[b] : T; }
+  // Sequence b alone, as a problem of one sequence of its own length (the functions below then take b = 0).
+  Problem sequence(int64_t b) const {
+    Problem S = *this;
+    S.T = length(b);
+    S.Tp = (S.T + 15) / 16 * 16;
+    if (qkv) S.qkv = qkv + first_row(b) * 3 * H;
+    if (qkv16) S.qkv16 = qkv16 + first_row(b) * 3 * H;
+    S.B = 1;
+    S.offsets = nullptr;
+    return S;
+  }
 
   const float* row(int64_t b, int64_t t) const { return qkv + (b * T + t) * 3 * H; }
   const uint16_t* row16(int64_t b, int64_t t) const { return qkv16 + (b * T + t) * 3 * H; }
@@ -377,19 +396,33 @@ CTXEMB_BF16 void attend_bf16(const Problem& P, int64_t b, int64_t i0, int64_t ro
   }
 }
 
-Problem problem(const at::Tensor& qkv, int64_t B, int64_t N, const c10::optional<at::Tensor>& mask, bool bf16) {
+Problem problem(const at::Tensor& qkv, int64_t B, int64_t N, const c10::optional<at::Tensor>& mask, bool bf16,
+                const c10::optional<at::Tensor>& offsets) {
   const bool half = qkv.scalar_type() == at::kBFloat16;
   TORCH_CHECK(qkv.dim() == 2 && (qkv.scalar_type() == at::kFloat || half) && qkv.is_contiguous(),
               "attention: qkv must be contiguous (B*T, 3H) float32 or bfloat16, got ", qkv.sizes(), " ",
               qkv.scalar_type());
   TORCH_CHECK(!half || bf16, "attention: bfloat16 q/k/v need the bf16 products (bf16=True)");
-  TORCH_CHECK(B > 0 && N > 0 && qkv.size(0) % B == 0 && qkv.size(1) % (3 * N) == 0,
+  TORCH_CHECK(B > 0 && N > 0 && (offsets.has_value() || qkv.size(0) % B == 0) && qkv.size(1) % (3 * N) == 0,
               "attention: qkv of shape ", qkv.sizes(), " does not split into ", B, " sequences and 3 x ", N, " heads");
   Problem P{};
   P.qkv = half ? nullptr : qkv.data_ptr<float>();
   P.qkv16 = half ? reinterpret_cast<const uint16_t*>(qkv.data_ptr<at::BFloat16>()) : nullptr;
   P.B = B;
   P.T = qkv.size(0) / B;
+  if (offsets.has_value()) {
+    TORCH_CHECK(offsets->dim() == 1 && offsets->numel() == B + 1 && offsets->scalar_type() == at::kLong &&
+                offsets->is_contiguous(), "attention: offsets must be (", B + 1, ",) int64, got ", offsets->sizes());
+    TORCH_CHECK(!mask.has_value(), "attention: packed sequences (offsets) take no mask");
+    P.offsets = offsets->data_ptr<int64_t>();
+    TORCH_CHECK(P.offsets[0] == 0 && P.offsets[B] == qkv.size(0), "attention: offsets must run from 0 to the ",
+                qkv.size(0), " rows of qkv");
+    P.T = 0;
+    for (int64_t b = 0; b < B; ++b) {
+      TORCH_CHECK(P.offsets[b + 1] > P.offsets[b], "attention: offsets must increase (sequence ", b, " is empty)");
+      P.T = std::max(P.T, P.offsets[b + 1] - P.offsets[b]);
+    }
+  }
   P.N = N;
   P.H = qkv.size(1) / 3;
   P.D = P.H / N;
@@ -414,13 +447,16 @@ template <typename Target, typename Finish>
 void run_tasks(const Problem& P, bool bf16, Target target, Finish finish) {
   const int64_t blocks = (P.T + kQueryBlock - 1) / kQueryBlock;
   at::parallel_for(0, P.B * blocks, 1, [&](int64_t begin, int64_t end) {
-    Scratch w(P, std::min(P.T, kQueryBlock), bf16);
+    Scratch w(P, std::min(P.T, kQueryBlock), bf16);  // sized for the longest sequence
     for (int64_t task = begin; task < end; ++task) {
       const int64_t b = task / blocks, i0 = task % blocks * kQueryBlock;
-      const int64_t rows = std::min(kQueryBlock, P.T - i0);
+      const int64_t rows = std::min(kQueryBlock, P.length(b) - i0);
+      if (rows <= 0) continue;  // a packed sequence shorter than the longest
       float* out = target(b, i0);
-      if (bf16) attend_bf16(P, b, i0, rows, w, out);
-      else attend_f32(P, b, i0, rows, w, out);
+      const Problem S = P.offsets ? P.sequence(b) : P;
+      const int64_t sb = P.offsets ? 0 : b;
+      if (bf16) attend_bf16(S, sb, i0, rows, w, out);
+      else attend_f32(S, sb, i0, rows, w, out);
       finish(b, i0, rows, out);
     }
   });
@@ -428,13 +464,14 @@ void run_tasks(const Problem& P, bool bf16, Target target, Finish finish) {
 
 }  // namespace
 
-// softmax(q k^T / sqrt(D) + mask) v of every head, (B*T, 3H) -> (B*T, H) float32, tokens in qkv's order.
+// softmax(q k^T / sqrt(D) + mask) v of every head, (B*T, 3H) -> (B*T, H) float32, tokens in qkv's order. With
+// offsets (B + 1,), the rows are B packed sequences of their own lengths (no padding rows, no mask).
 at::Tensor attention(const at::Tensor& qkv, int64_t batch, int64_t heads, const c10::optional<at::Tensor>& mask,
-                     bool bf16) {
-  const Problem P = problem(qkv, batch, heads, mask, bf16);
-  auto out = at::empty({P.B * P.T, P.H}, qkv.options().dtype(at::kFloat));
+                     bool bf16, const c10::optional<at::Tensor>& offsets) {
+  const Problem P = problem(qkv, batch, heads, mask, bf16, offsets);
+  auto out = at::empty({qkv.size(0), P.H}, qkv.options().dtype(at::kFloat));
   float* op = out.data_ptr<float>();
-  run_tasks(P, bf16, [&](int64_t b, int64_t i0) { return op + (b * P.T + i0) * P.H; },
+  run_tasks(P, bf16, [&](int64_t b, int64_t i0) { return op + (P.first_row(b) + i0) * P.H; },
             [](int64_t, int64_t, int64_t, float*) {});
   return out;
 }
@@ -443,10 +480,11 @@ at::Tensor attention(const at::Tensor& qkv, int64_t batch, int64_t heads, const 
 // scratch: (u, scale, zu, outliers) as quantize_rows would give for the float32 result.
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> attention_quantized(
     const at::Tensor& qkv, int64_t batch, int64_t heads, const c10::optional<at::Tensor>& mask, bool bf16,
-    const c10::optional<at::Tensor>& next_keep, const c10::optional<at::Tensor>& next_outlier_index) {
-  const Problem P = problem(qkv, batch, heads, mask, bf16);
+    const c10::optional<at::Tensor>& next_keep, const c10::optional<at::Tensor>& next_outlier_index,
+    const c10::optional<at::Tensor>& offsets) {
+  const Problem P = problem(qkv, batch, heads, mask, bf16, offsets);
   const Quantizer q = quantizer(next_keep, next_outlier_index, P.H);
-  auto result = empty_quantized(P.B * P.T, P.H, q.P, qkv.options());
+  auto result = empty_quantized(qkv.size(0), P.H, q.P, qkv.options());
   uint8_t* up = std::get<0>(result).data_ptr<uint8_t>();
   float* sp = std::get<1>(result).data_ptr<float>();
   int32_t* zp = std::get<2>(result).data_ptr<int32_t>();
@@ -457,7 +495,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> attention_quantized(
   run_tasks(P, bf16, [&](int64_t, int64_t) { return scratch_base + at::get_thread_num() * rows * P.H; },
             [&](int64_t b, int64_t i0, int64_t n, float* out) {
               for (int64_t r = 0; r < n; ++r) {
-                const int64_t t = b * P.T + i0 + r;
+                const int64_t t = P.first_row(b) + i0 + r;
                 quantize_row(out + r * P.H, P.H, q, up + t * P.H, sp + t, zp + t, xo + t * q.P);
               }
             });
@@ -465,7 +503,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> attention_quantized(
 }
 
 TORCH_LIBRARY_FRAGMENT(ctxemb_int8, m) {
-  m.def("attention(Tensor qkv, int batch, int heads, Tensor? mask, bool bf16) -> Tensor", &attention);
+  m.def("attention(Tensor qkv, int batch, int heads, Tensor? mask, bool bf16, Tensor? offsets=None) -> Tensor",
+        &attention);
   m.def("attention_quantized(Tensor qkv, int batch, int heads, Tensor? mask, bool bf16, Tensor? next_keep, "
-        "Tensor? next_outlier_index) -> (Tensor, Tensor, Tensor, Tensor)", &attention_quantized);
+        "Tensor? next_outlier_index, Tensor? offsets=None) -> (Tensor, Tensor, Tensor, Tensor)", &attention_quantized);
 }
