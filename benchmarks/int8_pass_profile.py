@@ -123,6 +123,8 @@ def category(op: str, scope: str | None) -> str:
         return CATEGORIES[0]
     if op in NATIVE_ATTENTION:
         return "attention"
+    if op == "ctxemb_int8::embed_norm_quantized":  # also called outside the module (unpadded batches)
+        return CATEGORIES[6]
     if op == "ctxemb_int8::quantize_rows":
         return CATEGORIES[2]
     if op in VIEWS or (op in COPIES and scope is not None):

@@ -102,3 +102,16 @@ def test_attention_refuses_bad_offsets(offsets, message):
         OPS.attention(qkv, 3, 4, None, False, torch.tensor(offsets))
     with pytest.raises(RuntimeError, match="packed sequences .offsets. take no mask"):
         OPS.attention(qkv, 3, 4, torch.zeros(3, 1, 1, 3), False, torch.tensor([0, 3, 5, 8]))
+
+
+def test_unpack_rows_places_each_layers_rows_and_zeroes_the_rest():
+    layers = [torch.randn(3, 16) for _ in range(2)]
+    out = OPS.unpack_rows(layers, torch.tensor([0, 2, 5]), 6)
+    want = torch.zeros(6, 2, 16)
+    want[[0, 2, 5]] = torch.stack(layers, dim=1)
+    assert torch.equal(out, want)
+    for rows, message in (([0, 2, 2], "rows must increase"), ([0, 2, 6], r"within \[0, 6\)")):
+        with pytest.raises(RuntimeError, match=message):
+            OPS.unpack_rows(layers, torch.tensor(rows), 6)
+    with pytest.raises(RuntimeError, match="every layer must be a contiguous float32 tensor of 3 x 16 values"):
+        OPS.unpack_rows([layers[0], layers[1][:2]], torch.tensor([0, 2, 5]), 6)

@@ -464,11 +464,7 @@ def packed_hidden_states(encoder: nn.Module, input_ids: torch.Tensor, attention_
         x = block(x, context)
         if i in wanted:
             kept[i] = x
-    out = x.new_empty(B * T, len(layers), x.shape[-1])
-    out.index_fill_(0, (~real).view(-1).nonzero().squeeze(1), 0.0)
-    for j, i in enumerate(layers):
-        out[:, j].index_copy_(0, rows, kept[i][0])
-    return out.view(B, T, len(layers), -1)
+    return int8_vnni_ops().unpack_rows([kept[i][0] for i in layers], rows, B * T).view(B, T, len(layers), -1)
 
 
 def quantize_int8(encoder: nn.Module, outliers: Mapping[str, Sequence[int]] | Int8Calibration | None = None, *,

@@ -12,6 +12,8 @@ Two libraries. The first, ``torch.ops.ctxemb_int8``, for CPUs with AVX512-VNNI, 
   Q/K/V product's output, the softmax between the two products, the result in float32 or quantized for the attention
   output Linear. Its products run in float32, or in bfloat16 with float32 sums where the CPU has AVX512-BF16
   (:func:`attention_bf16_cpu`; the caller decides per call);
+- unpadded batches (``packing.cpp``): the kept layers' states of a batch's packed real tokens written into its padded
+  result;
 - what they share (``common.h``): the per-token quantization of a row, and exp.
 
 The second, ``torch.ops.ctxemb_train`` (``train_ops.cpp``, :func:`train_ops`), for CPUs with AVX-512 (F, BW, VL, DQ;
@@ -69,7 +71,7 @@ INT8_VNNI_FLAGS = ("avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_vnni",
 _COMPILE_FLAGS = ["-O3", "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mavx512vnni", "-mfma",
                   # ATen's vectorized math (erf, tanh of the fused GELU) in its AVX-512 form
                   "-DCPU_CAPABILITY_AVX512", "-DCPU_CAPABILITY=AVX512", "-fopenmp"]
-_SOURCES = tuple(Path(__file__).with_name(name) for name in ("int8_vnni.cpp", "attention.cpp"))
+_SOURCES = tuple(Path(__file__).with_name(name) for name in ("int8_vnni.cpp", "attention.cpp", "packing.cpp"))
 #: What the sources include (part of the build key).
 _HEADERS = tuple(Path(__file__).with_name(name) for name in ("common.h",))
 #: What the attention kernel's bfloat16 products need among the CPU's flags.
