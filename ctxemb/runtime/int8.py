@@ -68,7 +68,7 @@ import torch
 from torch import nn
 
 from ctxemb.runtime.int8_calibration import Int8Calibration
-from ctxemb.runtime.int8_torch import (LINEAR_KERNELS, TINY, compiled, inductor_works, kernel_mode,  # noqa: F401
+from ctxemb.runtime.int8_torch import (LINEAR_KERNELS, TINY, compiled, inductor_works, kernel_mode,
                                        residual_norm_kernel, weight_levels)
 from ctxemb.runtime.kernels import attention_bf16_cpu, int8_vnni_ops
 from ctxemb.modeling.attention import inference_attention
