@@ -137,7 +137,7 @@ def category(op: str, scope: str | None) -> str:
         return CATEGORIES[3]
     if op == "aten::gelu":
         return CATEGORIES[4]
-    if op in COPIES:
+    if op in COPIES or op == "ctxemb_int8::unpack_rows":
         return CATEGORIES[7]
     if op in MASK:
         return CATEGORIES[8]
