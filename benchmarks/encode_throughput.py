@@ -3,8 +3,7 @@ sentence-transformers, with a roofline.
 
 The job: last-four-layer word embeddings (mean of hidden states -4..-1, subwords averaged) of real WikiText-2
 sentences. Every model row sees the same sentences in the same padded batches (ctxemb's length-sorted
-``make_batches``; ctxemb's int8 backend packs each batch's real tokens and does no work on its padding) and includes
-the same layer and subword pooling:
+``make_batches``; its int8 backend works on their real tokens only) and includes the same layer and subword pooling:
 
 - ctxemb, each path (:data:`ctxemb.core.precision.INFERENCE_PRECISIONS`; emulated bf16 only with ``--with-emulated-bf16``) and
   ``precision="auto"`` (the choice and its probe are reported);
@@ -581,8 +580,8 @@ def main():
           f"fp32 per word (mean, min); sentence-transformers: to ctxemb fp32's mean of the last layer per sentence. "
           f"FLOP/s: the encoder's matrix products over the padded batches ({flops / 1e9:,.1f} GFLOP), as a share of "
           f"the measured peak of the runtime and type the row runs (ctxemb's int8 backend skips the padding rows, "
-          f"{1 - n_tokens / n_padded:.1%} of these batches, so its rows' FLOP/s count padded-equivalent work; the int8 "
-          f"products' own FLOP/s, below, count the rows they multiplied).\n\n"
+          f"{1 - n_tokens / n_padded:.1%} here, so its rows' FLOP/s count padded-equivalent work; the int8 products' "
+          f"own FLOP/s, below, count the rows they multiplied).\n\n"
           f"auto: {choice.summary()}\n\n"
           + harness.markdown_table(table, columns)
           + "\n\nMatrix-multiply peaks measured in the same run, before and after the rows (square products, best "

@@ -114,3 +114,13 @@ def test_an_id_outside_its_table_is_refused_by_name(which, where, value, message
     inputs[which][where] = value
     with torch.inference_mode(), pytest.raises(RuntimeError, match=message):
         emb(inputs["ids"], inputs["types"])
+
+
+def test_ids_of_another_integer_type_give_the_same_states():
+    q = quantize_int8(_encoder("roberta", layers=2))
+    ids, types = _inputs(pad=q.config.pad_token_id)
+    mask = (ids != q.config.pad_token_id).long()
+    with torch.inference_mode():
+        want = q(ids, mask).hidden_states
+        got = q(ids.int(), mask.int()).hidden_states
+    assert all(torch.equal(a, b) for a, b in zip(want, got))

@@ -412,10 +412,12 @@ class Int8Embeddings(Embeddings):
 
     def native(self, input_ids: torch.Tensor, position_ids: torch.Tensor,
                token_type_ids: torch.Tensor | None) -> torch.Tensor:
-        """The native call, for a consumer given to :meth:`feed`: ids, positions and types (B, T) -> (B, T, E)."""
+        """The native call, for a consumer given to :meth:`feed`: ids, positions and types (B, T), any integer type
+        (as torch's lookups take them) -> (B, T, E)."""
         c, ln, types = self._consumer[0], self.LayerNorm, self.token_type_embeddings
+        types_ids = None if types is None or token_type_ids is None else token_type_ids.long()
         y, u, scale, zero, xo = int8_vnni_ops().embed_norm_quantized(
-            input_ids, position_ids, None if types is None else token_type_ids, self.word_embeddings.weight,
+            input_ids.long(), position_ids.long(), types_ids, self.word_embeddings.weight,
             self.position_embeddings.weight, None if types is None else types.weight, ln.weight, ln.bias,
             float(ln.eps), c.keep, c.outlier_index)
         rows = QuantizedRows(u, scale, zero, None if c.outlier_index is None else xo)
