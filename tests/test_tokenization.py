@@ -57,3 +57,25 @@ def test_long_text_gets_every_token_from_its_window(tmp_path, model_type):
     [tokens] = emb.embed_tokens([" ".join(words)], show_progress_bar=False, output="torch")
     torch.testing.assert_close(tokens.vectors[w1.keep_start:w1.keep_stop],
                                alone[w1.keep_start - w1.start:w1.keep_stop - w1.start], rtol=1e-5, atol=1e-5)
+
+
+def _spans_word_by_word(tok, sentence):
+    """tokenize_words' spans by the definition: each word's own tokens, one after another (the unknown token for a
+    word without any)."""
+    ids, spans = [], []
+    for word in sentence:
+        toks = tok.backend.encode([word], is_pretokenized=True, add_special_tokens=False).ids or [tok.unk_token_id]
+        spans.append((len(ids), len(ids) + len(toks)))
+        ids += toks
+    return ids, spans
+
+
+@pytest.mark.parametrize("model", ["all-MiniLM-L6-v2", pytest.param("all-mpnet-base-v2", marks=pytest.mark.slow)])
+def test_word_spans_equal_the_word_by_word_definition_on_real_text(model):
+    from benchmarks._common import wikitext_sentences
+
+    tok = load_tokenizer(model)
+    sentences = [s.split() for s in wikitext_sentences(300)]
+    sentences += [["naïve", "café", "\u200b", "日本語", "x"], ["a", "\x07", "b"], ["Ⅻ", "ﬁne", "ß"]]
+    for sentence, item in zip(sentences, tok.tokenize_words(sentences)):
+        assert (item.ids, item.word_spans) == _spans_word_by_word(tok, sentence), sentence
