@@ -49,6 +49,21 @@ WORDS = ("the river bank sat on a money plant of cells and bats while she was si
          "where people talked about weather markets boats riverbanks moneyplants unbelievable naïve").split()
 
 
+def perturbed_encoder(model_type: str = "bert", *, hidden: int = 64, layers: int = 2, seed: int = 0,
+                      **config) -> Encoder:
+    """A small eval-mode encoder (4 heads, vocabulary 60, 80 positions, no dropout) with its initial weights moved by
+    0.1 N(0, 1), so that no LayerNorm or bias stays at its exact initial value."""
+    torch.manual_seed(seed)
+    cfg = EncoderConfig(model_type=model_type, vocab_size=60, hidden_size=hidden, num_hidden_layers=layers,
+                        num_attention_heads=4, intermediate_size=96, max_position_embeddings=80,
+                        hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, **config)
+    enc = Encoder(cfg).eval()
+    with torch.no_grad():
+        for p in enc.parameters():
+            p.add_(0.1 * torch.randn_like(p))
+    return enc
+
+
 def write_corpus(path, n_docs, seed, sentences=(2, 12), words=(3, 10), blank="\n"):
     """Documents of random sentences, one per line, documents separated by blank lines."""
     rng = random.Random(seed)

@@ -8,11 +8,11 @@ import pickle
 import pytest
 import torch
 
-from ctxemb.modeling.encoder import Embeddings, Encoder
-from ctxemb.models.encoder_config import EncoderConfig
+from ctxemb.modeling.encoder import Embeddings
 from ctxemb.runtime import int8 as quantization
 from ctxemb.runtime.int8 import Int8Embeddings, Int8Linear, quantize_int8
 from ctxemb.runtime.kernels import int8_vnni_cpu, int8_vnni_ops
+from tests.helpers import perturbed_encoder
 
 OPS = int8_vnni_ops()
 pytestmark = pytest.mark.skipif(OPS is None, reason=f"no native kernel here: {int8_vnni_cpu()[1]} (or no build)")
@@ -20,15 +20,7 @@ FAMILIES = ["bert", "roberta", "distilbert"]  # type table; positions from pad +
 
 
 def _encoder(model_type="bert", hidden=64, layers=2, seed=0, **kw):
-    torch.manual_seed(seed)
-    cfg = EncoderConfig(model_type=model_type, vocab_size=60, hidden_size=hidden, num_hidden_layers=layers,
-                        num_attention_heads=4, intermediate_size=96, max_position_embeddings=64,
-                        hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, **kw)
-    enc = Encoder(cfg).eval()
-    with torch.no_grad():
-        for p in enc.parameters():
-            p.add_(0.1 * torch.randn_like(p))
-    return enc
+    return perturbed_encoder(model_type, hidden=hidden, layers=layers, seed=seed, **kw)
 
 
 def _inputs(B=3, T=11, seed=0, pad=0):

@@ -12,6 +12,7 @@ from ctxemb.runtime.backends import Int8Backend
 from ctxemb.runtime.engine import TorchBackend
 from ctxemb.runtime.int8 import packed_hidden_states, quantize_int8
 from ctxemb.runtime.kernels import attention_bf16_cpu, int8_vnni_cpu, int8_vnni_ops
+from tests.helpers import perturbed_encoder
 
 OPS = int8_vnni_ops()
 pytestmark = pytest.mark.skipif(OPS is None, reason=f"no native kernel here: {int8_vnni_cpu()[1]} (or no build)")
@@ -20,14 +21,7 @@ BRANCHES = ["fp32", pytest.param("bf16", marks=pytest.mark.skipif(
 
 
 def _int8(model_type="bert", layers=3, seed=0, **kw):
-    torch.manual_seed(seed)
-    cfg = EncoderConfig(model_type=model_type, vocab_size=60, hidden_size=64, num_hidden_layers=layers,
-                        num_attention_heads=4, intermediate_size=96, max_position_embeddings=80,
-                        hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, **kw)
-    enc = Encoder(cfg).eval()
-    with torch.no_grad():
-        for p in enc.parameters():
-            p.add_(0.1 * torch.randn_like(p))
+    enc = perturbed_encoder(model_type, layers=layers, seed=seed, **kw)
     outliers = {"encoder.layer.1.attention.self.query": [5], "encoder.layer.0.intermediate.dense": [7]}
     return quantize_int8(enc, outliers, fused=True)
 
