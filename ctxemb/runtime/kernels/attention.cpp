@@ -485,10 +485,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> attention_quantized(
   const Problem P = problem(qkv, batch, heads, mask, bf16, offsets);
   const Quantizer q = quantizer(next_keep, next_outlier_index, P.H);
   auto result = empty_quantized(qkv.size(0), P.H, q.P, qkv.options());
-  uint8_t* up = std::get<0>(result).data_ptr<uint8_t>();
-  float* sp = std::get<1>(result).data_ptr<float>();
-  int32_t* zp = std::get<2>(result).data_ptr<int32_t>();
-  float* xo = std::get<3>(result).data_ptr<float>();
+  const QuantizedOutput out_q(result);
   const int64_t rows = std::min(P.T, kQueryBlock);
   auto scratch = at::empty({at::get_num_threads(), rows * P.H}, qkv.options().dtype(at::kFloat));
   float* scratch_base = scratch.data_ptr<float>();
@@ -496,7 +493,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> attention_quantized(
             [&](int64_t b, int64_t i0, int64_t n, float* out) {
               for (int64_t r = 0; r < n; ++r) {
                 const int64_t t = P.first_row(b) + i0 + r;
-                quantize_row(out + r * P.H, P.H, q, up + t * P.H, sp + t, zp + t, xo + t * q.P);
+                out_q.quantize(out + r * P.H, t, q);
               }
             });
   return result;

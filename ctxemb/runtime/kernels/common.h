@@ -95,6 +95,25 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> empty_quantized(int64
                          at::empty({M}, options.dtype(at::kInt)), at::empty({M, P}, options.dtype(at::kFloat)));
 }
 
+// Where a kernel writes the quantized form of its rows (the tensors of empty_quantized): quantize(row, t, q) puts
+// row t's there.
+struct QuantizedOutput {
+  uint8_t* u;
+  float* scale;
+  int32_t* zero;
+  float* outliers;
+  int64_t K;
+
+  explicit QuantizedOutput(const std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor>& result)
+      : u(std::get<0>(result).data_ptr<uint8_t>()), scale(std::get<1>(result).data_ptr<float>()),
+        zero(std::get<2>(result).data_ptr<int32_t>()), outliers(std::get<3>(result).data_ptr<float>()),
+        K(std::get<0>(result).size(1)) {}
+
+  void quantize(const float* row, int64_t t, const Quantizer& q) const {
+    quantize_row(row, K, q, u + t * K, scale + t, zero + t, outliers + t * q.P);
+  }
+};
+
 // exp(x) for x <= 0: x = n ln 2 + r with |r| <= ln 2 / 2, exp(r) by its Taylor series to r^7 / 7! (relative error
 // below 1e-8 on that interval), times 2^n by vscalefps (which goes to 0 for large negative n, as exp does).
 inline __m512 exp_nonpositive(__m512 x) {

@@ -63,12 +63,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> quantize_rows(
   const Quantizer q = quantizer(keep, outlier_index, K);
   auto result = empty_quantized(M, K, q.P, x.options());
   const float* xp = x.data_ptr<float>();
-  uint8_t* up = std::get<0>(result).data_ptr<uint8_t>();
-  float* sp = std::get<1>(result).data_ptr<float>();
-  int32_t* zp = std::get<2>(result).data_ptr<int32_t>();
-  float* op = std::get<3>(result).data_ptr<float>();
+  const QuantizedOutput out_q(result);
   at::parallel_for(0, M, 16, [&](int64_t begin, int64_t end) {
-    for (int64_t t = begin; t < end; ++t) quantize_row(xp + t * K, K, q, up + t * K, sp + t, zp + t, op + t * q.P);
+    for (int64_t t = begin; t < end; ++t) out_q.quantize(xp + t * K, t, q);
   });
   return result;
 }
@@ -427,15 +424,12 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> int8_line
   const float *gamma = ln_weight.data_ptr<float>(), *beta = ln_bias.data_ptr<float>();
   const Quantizer q = quantizer(next_keep, next_outlier_index, N);
   auto result = empty_quantized(M, N, q.P, x_scale.options());
-  uint8_t* up = std::get<0>(result).data_ptr<uint8_t>();
-  float* sp = std::get<1>(result).data_ptr<float>();
-  int32_t* zp = std::get<2>(result).data_ptr<int32_t>();
-  float* xp = std::get<3>(result).data_ptr<float>();
+  const QuantizedOutput out_q(result);
   run_blocks(u.data_ptr<uint8_t>(), M, K, packed.data_ptr<int8_t>(), e, [&](int64_t r0) { return op + r0 * N; },
              [&](int64_t r0, int64_t r1, float* rows) {
                layer_norm_rows(rows, r1 - r0, N, gamma, beta, static_cast<float>(eps));
                for (int64_t t = r0; t < r1; ++t)
-                 quantize_row(rows + (t - r0) * N, N, q, up + t * N, sp + t, zp + t, xp + t * q.P);
+                 out_q.quantize(rows + (t - r0) * N, t, q);
              });
   return std::make_tuple(out, std::get<0>(result), std::get<1>(result), std::get<2>(result), std::get<3>(result));
 }
@@ -452,10 +446,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> int8_linear_quantized
   const int64_t M = u.size(0), K = u.size(1), N = e.N;
   const Quantizer q = quantizer(next_keep, next_outlier_index, N);
   auto result = empty_quantized(M, N, q.P, x_scale.options());
-  uint8_t* up = std::get<0>(result).data_ptr<uint8_t>();
-  float* sp = std::get<1>(result).data_ptr<float>();
-  int32_t* zp = std::get<2>(result).data_ptr<int32_t>();
-  float* op = std::get<3>(result).data_ptr<float>();
+  const QuantizedOutput out_q(result);
   // one scratch block per thread (at::parallel_for runs one chunk per thread at a time); left uninitialised: every
   // value is written by the product before it is read (a zero-filled vector cost a memset per call)
   auto scratch = at::empty({at::get_num_threads(), kBlockRows * N}, x_scale.options());
@@ -464,7 +455,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> int8_linear_quantized
              [&](int64_t) { return scratch_base + at::get_thread_num() * kBlockRows * N; },
              [&](int64_t r0, int64_t r1, float* rows) {
                for (int64_t t = r0; t < r1; ++t)
-                 quantize_row(rows + (t - r0) * N, N, q, up + t * N, sp + t, zp + t, op + t * q.P);
+                 out_q.quantize(rows + (t - r0) * N, t, q);
              });
   return result;
 }
@@ -513,10 +504,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> embed_nor
   float* op = out.data_ptr<float>();
   const Quantizer q = quantizer(next_keep, next_outlier_index, E);
   auto result = empty_quantized(M, E, q.P, word.options());
-  uint8_t* up = std::get<0>(result).data_ptr<uint8_t>();
-  float* sp = std::get<1>(result).data_ptr<float>();
-  int32_t* zp = std::get<2>(result).data_ptr<int32_t>();
-  float* xp = std::get<3>(result).data_ptr<float>();
+  const QuantizedOutput out_q(result);
   at::parallel_for(0, M, 16, [&](int64_t begin, int64_t end) {
     for (int64_t t = begin; t < end; ++t) {
       float* row = op + t * E;
@@ -527,7 +515,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> embed_nor
         _mm512_storeu_ps(row + n, x);
       }
       layer_norm_rows(row, 1, E, gamma, beta, static_cast<float>(eps));
-      quantize_row(row, E, q, up + t * E, sp + t, zp + t, xp + t * q.P);
+      out_q.quantize(row, t, q);
     }
   });
   return std::make_tuple(out, std::get<0>(result), std::get<1>(result), std::get<2>(result), std::get<3>(result));
