@@ -27,6 +27,7 @@ Writes benchmarks/results/beir_scifact.{md,json}.
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
 import os
 import sys
@@ -47,6 +48,14 @@ from ctxemb.search.retrievers import BM25Retriever, DenseRetriever, FusionRetrie
 CACHE = Path(__file__).resolve().parent.parent / "cache" / "scifact"
 # the code that turns text into the cached vectors: a change to it makes new cache files
 ENCODING_CODE = ("core", "models", "modeling", "runtime", "embedding", "search/late")
+
+
+@functools.cache
+def encoding_fingerprint() -> str:
+    """:func:`benchmarks.harness.code_fingerprint` of :data:`ENCODING_CODE`, read once per process."""
+    return harness.code_fingerprint(*ENCODING_CODE)
+
+
 MEASURES = ("ndcg@10", "recall@100", "mrr@10")
 
 
@@ -61,7 +70,7 @@ def scifact():
 def cached_tokens(encoder: LateInteractionEncoder, texts, tag: str) -> tuple[list[np.ndarray], float]:
     """Token vectors of the corpus and the seconds their encoding took, cached as float16."""
     CACHE.mkdir(parents=True, exist_ok=True)
-    path = CACHE / f"tokens-{tag}-{harness.code_fingerprint(*ENCODING_CODE)}.npz"
+    path = CACHE / f"tokens-{tag}-{encoding_fingerprint()}.npz"
     if path.exists():
         z = np.load(path)
         offsets, tokens = z["offsets"], z["tokens"].astype(np.float32)
@@ -76,7 +85,7 @@ def cached_tokens(encoder: LateInteractionEncoder, texts, tag: str) -> tuple[lis
 
 
 def cached_sentences(emb: Embedder, texts, tag: str) -> np.ndarray:
-    path = CACHE / f"sentences-{tag}-{harness.code_fingerprint(*ENCODING_CODE)}.npy"
+    path = CACHE / f"sentences-{tag}-{encoding_fingerprint()}.npy"
     if not path.exists():
         CACHE.mkdir(parents=True, exist_ok=True)
         np.save(path, emb.embed_sentences(texts, normalize=True))

@@ -306,4 +306,3 @@ def code_fingerprint(*packages: str) -> str:
                 digest.update(str(path.relative_to(root)).encode())
                 digest.update(path.read_bytes())
     return digest.hexdigest()[:8]
-
